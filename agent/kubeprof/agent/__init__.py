@@ -1,0 +1,1 @@
+"""kubeprof agent: collectors (CPU sampler, GPU tracer, NVML) and reporters."""

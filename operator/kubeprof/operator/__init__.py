@@ -1,0 +1,1 @@
+"""kubeprof operator: reconciles ProfilingSession resources (kopf)."""

@@ -1,0 +1,132 @@
+"""The wire format: frozen records shared by collectors, reporters, ingest and storage.
+
+One definition serves the local recorder, the cluster agent and the operator's ingest API,
+so a record means the same thing wherever it travels. Stacks are ordered root first, leaf
+last (the order of Brendan Gregg's folded format), and a frame is identified by its fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class FrameKind(StrEnum):
+    """Where a frame comes from; renderers colour by it and GPU joins key on it."""
+
+    PYTHON = "python"  # a Python function (file and line known)
+    NATIVE = "native"  # user-space machine code (ELF symbol or perf map)
+    KERNEL = "kernel"  # Linux kernel code
+    CUDA_API = "cuda_api"  # a CUDA runtime or driver API call (cudaLaunchKernel, ...)
+    GPU = "gpu"  # a CUDA kernel, memcpy or memset executing on the device
+    PROCESS = "process"  # synthetic root naming the process (used by renderers only)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame of a stack."""
+
+    name: str  # function or symbol name, demangled where possible; "[unknown]" if unresolved
+    kind: FrameKind = FrameKind.NATIVE
+    file: str = ""  # Python source file, or the ELF object for native frames
+    line: int = 0  # Python line number (0 when not known)
+
+    def label(self) -> str:
+        """Human-readable one-line label used by text/collapsed output."""
+        if self.kind is FrameKind.PYTHON and self.file:
+            short = self.file.rsplit("/", 1)[-1]
+            return f"{self.name} ({short}:{self.line})" if self.line else f"{self.name} ({short})"
+        if self.kind is FrameKind.KERNEL:
+            return f"{self.name}_[k]"
+        if self.kind is FrameKind.GPU:
+            return f"{self.name}_[gpu]"
+        return self.name
+
+    def key(self) -> str:
+        """Stable text key used for interning (hashing) frames."""
+        return f"{self.kind.value}\x1f{self.name}\x1f{self.file}\x1f{self.line}"
+
+
+Stack = tuple[Frame, ...]
+
+
+def stack_hash(stack: Stack) -> int:
+    """Signed 64-bit hash of a stack, stable across processes and machines.
+
+    Stacks are interned by this value (hash -> id) so samples stay small; it fits a
+    Postgres BIGINT and an SQLite INTEGER.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    for frame in stack:
+        h.update(frame.key().encode())
+        h.update(b"\x1e")
+    return int.from_bytes(h.digest(), "big", signed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """One on-CPU sample of one thread."""
+
+    ts_ns: int  # CLOCK_MONOTONIC nanoseconds when the sample fired
+    pid: int  # process id (tgid) in the profiler's PID namespace
+    tid: int  # thread id
+    thread: str  # thread name (comm) at sample time
+    cpu: int  # CPU the thread was running on
+    stack: Stack  # root first, leaf last; kernel frames (if any) at the leaf end
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """A process seen during a session, so reports can name it after it exits."""
+
+    pid: int
+    ppid: int
+    name: str  # comm
+    cmdline: str  # argv joined by spaces, truncated by the collector
+    container_id: str = ""  # set by the cluster agent
+    pod_uid: str = ""  # set by the cluster agent
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivity:
+    """A span of work on a GPU: a kernel, a memcpy or a memset (from CUPTI activity)."""
+
+    kind: str  # "kernel" | "memcpy" | "memset"
+    name: str  # raw (mangled) kernel name, or e.g. "memcpy HtoD"
+    start_ns: int  # GPU timestamp, converted to the host's CLOCK_MONOTONIC
+    end_ns: int
+    device: int  # CUDA device ordinal
+    pid: int
+    correlation_id: int  # CUPTI correlation id of the launching API call
+    stream: int = 0
+    demangled: str = ""  # demangled kernel name ("" for memcpy/memset)
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+    registers: int = 0
+    shared_mem: int = 0  # static + dynamic shared memory bytes
+    bytes: int = 0  # bytes moved (memcpy/memset)
+    stack: Stack = ()  # launching stack (Python -> CUDA API), root first; () if unknown
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMetricSample:
+    """One reading of a device or per-process GPU metric (NVML, GPM, PM sampling)."""
+
+    ts_ns: int  # CLOCK_MONOTONIC nanoseconds
+    device: int
+    metric: str  # e.g. "gpu_util_pct", "power_mw", "sm_clock_mhz", "gpm_sm_active_pct"
+    value: float
+    pid: int = 0  # 0 for device-wide metrics
+    correlation_id: int = 0  # set for per-kernel metrics (PM sampling)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What a collector hands to a reporter, and what the agent ships to ingest."""
+
+    samples: tuple[CpuSample, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+    gpu_activities: tuple[GpuActivity, ...] = ()
+    gpu_metrics: tuple[GpuMetricSample, ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)  # e.g. {"gpu_dropped": 3}
