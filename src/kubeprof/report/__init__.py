@@ -1,0 +1,1 @@
+"""Renderers: turn an aggregated profile into text, HTML, folded, pprof or speedscope output."""
