@@ -4,6 +4,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from . import versions
 
@@ -49,7 +50,7 @@ def missing(b: Binaries) -> list[Path]:
     return [p for p in (*paths, *b.kwok_stages) if not p.is_file()]
 
 
-def ensure_built(log=sys.stderr) -> Binaries:
+def ensure_built(log: TextIO = sys.stderr) -> Binaries:
     """Return the binaries, running the (slow, cold) Go build only if something is missing."""
     b = expected()
     if missing(b):

@@ -56,17 +56,61 @@ def make_pki(d: Path, service_ip: str) -> Pki:
     days = "3650"
     for key in ("ca", "apiserver", "admin", "sa"):
         _ossl("genrsa", "-out", f"{key}.key", "2048", cwd=d)
-    _ossl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=kubeprof-e2e-ca", "-days", days,
-          "-config", "openssl.cnf", "-extensions", "v3_ca", "-out", "ca.crt", cwd=d)
+    _ossl(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca.key",
+        "-subj",
+        "/CN=kubeprof-e2e-ca",
+        "-days",
+        days,
+        "-config",
+        "openssl.cnf",
+        "-extensions",
+        "v3_ca",
+        "-out",
+        "ca.crt",
+        cwd=d,
+    )
     for name, subj, ext in (
         ("apiserver", "/CN=kube-apiserver", "server"),
         ("admin", "/O=system:masters/CN=kubeprof-admin", "client"),
     ):
-        _ossl("req", "-new", "-key", f"{name}.key", "-subj", subj, "-config", "openssl.cnf",
-              "-out", f"{name}.csr", cwd=d)
-        _ossl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-              "-CAcreateserial", "-days", days, "-extfile", "openssl.cnf", "-extensions", ext,
-              "-out", f"{name}.crt", cwd=d)
+        _ossl(
+            "req",
+            "-new",
+            "-key",
+            f"{name}.key",
+            "-subj",
+            subj,
+            "-config",
+            "openssl.cnf",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
+        _ossl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            days,
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            ext,
+            "-out",
+            f"{name}.crt",
+            cwd=d,
+        )
     _ossl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
     for f in d.iterdir():
         f.chmod(0o600)

@@ -1,0 +1,114 @@
+"""Session fixtures for e2e tests: a real control plane with kwok nodes, and PostgreSQL 15.
+
+Each starts lazily, only for sessions with a test that asks for it, and is stopped (by the
+PIDs it recorded) at the end. Environment knobs:
+  KUBEPROF_E2E_GPU_NODES / KUBEPROF_E2E_CPU_NODES  node counts (default 4 / 2)
+  KUBEPROF_E2E_RUN_DIR   reuse a cluster started by hand (`python -m tests.e2e.cluster up`);
+                         it is left running afterwards
+  KUBEPROF_E2E_KEEP=1    keep the temporary run folders (logs) after the session
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from tests.e2e.cluster import Cluster, Postgres  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker here too, so this folder runs under any pytest config."""
+    config.addinivalue_line("markers", "e2e: needs a real control plane and/or PostgreSQL")
+
+
+def _tmp(prefix: str) -> Path:
+    # 0711 so the unprivileged postgres user can traverse it when we run as root.
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    d.chmod(0o711)
+    return d
+
+
+def _cleanup(d: Path, ok: bool) -> None:
+    if ok and not os.environ.get("KUBEPROF_E2E_KEEP"):
+        shutil.rmtree(d, ignore_errors=True)
+    else:
+        print(f"\nkubeprof e2e: kept {d} (logs)", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[Cluster]:
+    """A running cluster: .kubeconfig, .server, .api (stdlib client), .kubectl(...), .log(c)."""
+    reuse = os.environ.get("KUBEPROF_E2E_RUN_DIR")
+    if reuse:
+        cluster = Cluster(Path(reuse))
+        if not cluster.is_running():
+            pytest.fail(f"KUBEPROF_E2E_RUN_DIR={reuse} has no running cluster")
+        cluster.gpu_nodes = len(
+            cluster.kubectl(
+                "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "name"
+            ).stdout.split()
+        )
+        cluster.cpu_nodes = -1  # unknown: tests derive CPU nodes from labels
+        yield cluster
+        return
+    run = _tmp("kubeprof-e2e-k8s-")
+    cluster = Cluster(
+        run,
+        gpu_nodes=int(os.environ.get("KUBEPROF_E2E_GPU_NODES", "4")),
+        cpu_nodes=int(os.environ.get("KUBEPROF_E2E_CPU_NODES", "2")),
+    )
+    ok = False
+    try:
+        cluster.up()
+        yield cluster
+        ok = True
+    finally:
+        cluster.down()
+        _cleanup(run, ok)
+
+
+@pytest.fixture(scope="session")
+def k8s_client(k8s_cluster: Cluster):
+    """kubernetes.client.ApiClient bound to the cluster's kubeconfig."""
+    from kubernetes import config
+
+    client = config.new_client_from_config(config_file=str(k8s_cluster.kubeconfig))
+    yield client
+    client.close()
+
+
+class PgDsn(NamedTuple):
+    """Both spellings of the same database."""
+
+    url: str  # SQLAlchemy: postgresql+psycopg://kubeprof@127.0.0.1:PORT/kubeprof
+    libpq: str  # psycopg.connect / psql: postgresql://kubeprof@127.0.0.1:PORT/kubeprof
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Postgres]:
+    """A PostgreSQL 15 server in a temp folder on a free port (trust auth, user kubeprof)."""
+    d = _tmp("kubeprof-e2e-pg-")
+    pg = Postgres(d / "pg")
+    ok = False
+    try:
+        pg.start()
+        yield pg
+        ok = True
+    finally:
+        pg.stop()
+        _cleanup(d, ok)
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(postgres_server: Postgres) -> PgDsn:
+    """DSNs of the session's PostgreSQL database."""
+    return PgDsn(url=postgres_server.url, libpq=postgres_server.dsn)
