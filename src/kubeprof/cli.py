@@ -1,0 +1,126 @@
+"""The `kubeprof` command line: record, report, sessions, operator, agent."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kubeprof import reporting
+from kubeprof.recorder import RecordError, RecordOptions, record
+from kubeprof.storage import StoreError
+
+EPILOG_RECORD = """examples:
+  kubeprof record -- python train.py            profile a command until it exits
+  kubeprof record --duration 30 --pid 4242      profile a running process for 30 s
+  kubeprof record --gpu -- python train.py      add CUDA kernels, NVML metrics
+"""
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _hz(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 10000, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubeprof",
+                                     description="GPU+CPU profiler for AI workloads.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    rec = sub.add_parser("record", help="profile a command or a running process",
+                         epilog=EPILOG_RECORD,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    rec.add_argument("--duration", type=_positive_float, metavar="SECONDS",
+                     help="stop after this many seconds (default: when the target exits)")
+    rec.add_argument("--hz", type=_hz, default=99, help="CPU sampling rate (default 99)")
+    rec.add_argument("--output", "-o", metavar="NAME", help="session name (default: "
+                     "command name and time)")
+    rec.add_argument("--store", metavar="URL", help="database URL (default: embedded SQLite "
+                     "in ~/.local/share/kubeprof, or $KUBEPROF_STORE); postgresql+psycopg:// "
+                     "URLs also work")
+    rec.add_argument("--pid", type=int, help="profile this running process (and children)")
+    rec.add_argument("--gpu", action="store_true",
+                     help="trace CUDA kernels with their Python stacks and sample NVML")
+    rec.add_argument("--no-cpu", dest="cpu", action="store_false",
+                     help="skip eBPF CPU sampling (e.g. where BPF is not allowed)")
+    rec.add_argument("command", nargs=argparse.REMAINDER,
+                     help="-- COMMAND [ARGS...] to run and profile")
+
+    rep = sub.add_parser("report", help="show a stored session")
+    rep.add_argument("session", nargs="?", help="session name or id (default: the newest)")
+    rep.add_argument("--format", "-f", default="text",
+                     choices=["text", "html", "collapsed", "pprof", "speedscope"])
+    rep.add_argument("--view", choices=["cpu", "gpu"], default="cpu",
+                     help="which stacks collapsed/pprof/speedscope export (default cpu)")
+    rep.add_argument("--out", metavar="FILE", help="write here (default: stdout for text "
+                     "formats, SESSION.html / SESSION.pb.gz for html / pprof)")
+    rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
+
+    ses = sub.add_parser("sessions", help="list stored sessions")
+    ses.add_argument("--store", metavar="URL", help="database URL (as for record)")
+
+    sub.add_parser("operator", help="run the Kubernetes operator (see `kubeprof operator "
+                   "--help`)", add_help=False)
+    sub.add_parser("agent", help="run one node's profiling agent (see `kubeprof agent "
+                   "--help`)", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in ("operator", "agent"):
+        return _run_component(args_list[0], args_list[1:])
+    args = build_parser().parse_args(args_list)
+    try:
+        if args.cmd == "record":
+            return _record(args)
+        if args.cmd == "report":
+            return reporting.report_command(args.session, args.format, args.view, args.out,
+                                            args.store)
+        if args.cmd == "sessions":
+            return reporting.sessions_command(args.store)
+    except (RecordError, StoreError, LookupError) as exc:
+        print(f"kubeprof: error: {exc}", file=sys.stderr)
+        return 2
+    return 1
+
+
+def _record(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if bool(command) == (args.pid is not None):
+        print("kubeprof: error: give exactly one of --pid PID or -- COMMAND [ARGS...]",
+              file=sys.stderr)
+        return 2
+    opts = RecordOptions(command=command, pid=args.pid, duration_s=args.duration, hz=args.hz,
+                         name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu)
+    result = record(opts)
+    for warning in result.warnings:
+        print(f"kubeprof: warning: {warning}", file=sys.stderr)
+    print(f"kubeprof: session {result.session_name!r}: {result.rows} rows stored; "
+          f"see `kubeprof report {result.session_name}`", file=sys.stderr)
+    if result.rows == 0:
+        return result.exit_code or 3
+    return result.exit_code
+
+
+def _run_component(name: str, argv: list[str]) -> int:
+    if name == "operator":
+        from kubeprof.operator.main import main as component_main
+    else:
+        from kubeprof.agent.cluster.main import main as component_main
+    return int(component_main(argv) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

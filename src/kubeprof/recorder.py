@@ -1,0 +1,235 @@
+"""`kubeprof record`: run the collectors around a command or PID and store what they see.
+
+Collectors are attached *before* the target starts, so its first seconds are not missed.
+Whatever ends the recording (duration, the command exiting, Ctrl-C, a collector failing),
+every batch already collected is written before returning.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from kubeprof.model import Batch
+from kubeprof.storage import Store, StoreError
+
+
+class RecordError(RuntimeError):
+    """A problem that stops a recording, phrased as cause and fix on one line."""
+
+
+class Source(Protocol):
+    """What the recorder needs of a collector (CPU sampler, GPU receiver, NVML sampler)."""
+
+    def poll(self) -> Batch: ...
+
+    def stop(self) -> Batch: ...
+
+
+@dataclass
+class RecordOptions:
+    """What the user asked `kubeprof record` to do."""
+
+    command: Sequence[str] = ()
+    pid: int | None = None
+    duration_s: float | None = None
+    hz: int = 99
+    name: str | None = None
+    store_url: str | None = None
+    cpu: bool = True
+    gpu: bool = False
+    nvml_interval_s: float = 0.1
+    poll_interval_s: float = 0.5
+    log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
+
+
+@dataclass
+class RecordResult:
+    """What a recording produced."""
+
+    session_id: int
+    session_name: str
+    rows: int
+    exit_code: int  # the command's exit code (0 for --pid recordings)
+    warnings: list[str]
+
+
+def default_name(opts: RecordOptions) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    if opts.command:
+        return f"{Path(opts.command[0]).name}-{stamp}"
+    return f"pid{opts.pid}-{stamp}"
+
+
+class _Writer:
+    """Writes batches to the store; keeps them in memory while the store fails."""
+
+    def __init__(self, store: Store, session_id: int, log: Callable[[str], None]) -> None:
+        self.store, self.session_id, self.log = store, session_id, log
+        self.pending: list[Batch] = []
+        self.rows = 0
+
+    def add(self, batch: Batch) -> None:
+        if batch.samples or batch.gpu_activities or batch.gpu_metrics or batch.processes \
+                or batch.counters:
+            self.pending.append(batch)
+        self.flush()
+
+    def flush(self) -> bool:
+        while self.pending:
+            try:
+                self.rows += self.store.write_batch(self.session_id, self.pending[0])
+            except Exception as exc:  # noqa: BLE001 - keep the data, report the cause
+                self.log(f"kubeprof: store write failed, keeping data in memory: {exc}")
+                return False
+            self.pending.pop(0)
+        return True
+
+
+def _start_sources(opts: RecordOptions, gpu_socket: str | None) -> tuple[list[Source], dict]:
+    """Create and attach collectors; returns them and env vars for a child command."""
+    sources: list[Source] = []
+    env: dict[str, str] = {}
+    if opts.cpu:
+        from kubeprof.agent.cpu.collector import CollectorError, CpuCollector
+
+        try:
+            sources.append(CpuCollector(hz=opts.hz))
+        except CollectorError as exc:
+            raise RecordError(str(exc)) from exc
+    if opts.gpu and gpu_socket:
+        from kubeprof.agent.gpu.inject import tracer_env
+        from kubeprof.agent.gpu.receiver import GpuReceiver
+
+        rx = GpuReceiver(gpu_socket)
+        rx.start()
+        sources.append(rx)
+        env.update(tracer_env(gpu_socket))
+        try:
+            from kubeprof.agent.gpu.nvml import NvmlSampler
+
+            nvml = NvmlSampler(interval_s=opts.nvml_interval_s)
+            nvml.start()
+            sources.append(nvml)
+        except Exception as exc:  # noqa: BLE001 - NVML is optional: say so and go on
+            opts.log(f"kubeprof: NVML metrics off: {exc}")
+    return sources, env
+
+
+def record(opts: RecordOptions) -> RecordResult:
+    """Run one recording to its end and return what was stored."""
+    if not opts.command and opts.pid is None:
+        raise RecordError("nothing to record: give --pid PID or -- COMMAND [ARGS...]")
+    if opts.pid is not None and not Path(f"/proc/{opts.pid}").exists():
+        raise RecordError(f"no process with PID {opts.pid}: check the PID with `ps` "
+                          "(it must run on this machine, in this PID namespace)")
+    store = Store.open(opts.store_url)  # fail on a bad store before anything starts
+    name = opts.name or default_name(opts)
+    command = shlex.join(opts.command) if opts.command else f"--pid {opts.pid}"
+    tmp = tempfile.mkdtemp(prefix="kubeprof-")
+    gpu_socket = os.path.join(tmp, "gpu.sock") if opts.gpu else None
+    sources, env = _start_sources(opts, gpu_socket)
+    start_ns = time.monotonic_ns()
+    session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
+                                      meta={"cpu": str(opts.cpu), "gpu": str(opts.gpu)})
+    writer = _Writer(store, session_id, opts.log)
+    warnings: list[str] = []
+    child: subprocess.Popen[bytes] | None = None
+    exit_code = 0
+    status = "completed"
+    try:
+        if opts.command:
+            try:
+                child = subprocess.Popen(list(opts.command), env={**os.environ, **env})
+            except OSError as exc:
+                raise RecordError(f"cannot start {opts.command[0]!r}: {exc.strerror}; "
+                                  "check the command name and PATH") from exc
+            target = child.pid
+        else:
+            target = int(opts.pid or 0)
+        for s in sources:
+            if hasattr(s, "add_target"):
+                s.add_target(target)
+        exit_code = _loop(opts, sources, writer, child, target, start_ns)
+    except KeyboardInterrupt:
+        status = "interrupted"
+        opts.log("kubeprof: interrupted; saving what was collected")
+        if child is not None and child.poll() is None:
+            _stop_child(child)
+    except RecordError:
+        status = "failed"
+        raise
+    finally:
+        for s in sources:
+            try:
+                writer.add(s.stop())
+            except Exception as exc:  # noqa: BLE001 - one collector must not lose the rest
+                warnings.append(f"{type(s).__name__} failed while stopping: {exc}")
+        end_ns = time.monotonic_ns()
+        if child is not None and child.poll() is None:
+            _stop_child(child)
+        if not writer.flush():
+            spool = _spool(writer.pending, tmp)
+            warnings.append(f"the store could not be written; data kept in {spool}")
+        try:
+            store.finish_session(session_id, status=status, end_ns=end_ns,
+                                 meta={"exit_code": str(exit_code)})
+        except StoreError as exc:  # pragma: no cover - store vanished at the very end
+            warnings.append(str(exc))
+        store.close()
+    if child is not None and writer.rows == 0 and child.returncode is not None:
+        warnings.append(f"the command exited (code {child.returncode}) before any sample was "
+                        "taken; profile a longer-running command or use --pid")
+    return RecordResult(session_id, name, writer.rows, exit_code, warnings)
+
+
+def _loop(opts: RecordOptions, sources: list[Source], writer: _Writer,
+          child: subprocess.Popen[bytes] | None, target: int, start_ns: int) -> int:
+    deadline = start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None
+    while True:
+        time.sleep(opts.poll_interval_s)
+        for s in sources:
+            writer.add(s.poll())
+        if child is not None and child.poll() is not None:
+            return child.returncode
+        if child is None and not Path(f"/proc/{target}").exists():
+            return 0
+        if deadline is not None and time.monotonic_ns() >= deadline:
+            if child is not None:
+                _stop_child(child)
+                return 0
+            return 0
+
+
+def _stop_child(child: subprocess.Popen[bytes]) -> None:
+    """Ask the command to stop (SIGINT, then SIGTERM, then SIGKILL)."""
+    for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        if child.poll() is not None:
+            return
+        try:
+            child.send_signal(sig)
+            child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def _spool(batches: list[Batch], folder: str) -> str:
+    """Last resort when the store cannot be written: pickle the batches to a file."""
+    import pickle
+
+    path = os.path.join(folder, "unsaved-batches.pickle")
+    with open(path, "wb") as fh:
+        pickle.dump(batches, fh)
+    return path

@@ -1,0 +1,93 @@
+"""`kubeprof report` and `kubeprof sessions`: load a session, pick a renderer, write it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kubeprof.report.aggregate import Profile
+from kubeprof.storage import Store
+from kubeprof.storage import queries as q
+
+
+def load(store_url: str | None, ref: str | None) -> tuple[Profile, list[tuple[str, str]], str]:
+    """The session's profile, extra report sections (GPU) as (title, html), and GPU text."""
+    store = Store.open(store_url)
+    try:
+        with store.engine.connect() as conn:
+            info = q.find_session(conn, ref)
+            profile = q.load_profile(conn, info)
+            activities = q.gpu_activities(conn, info.id)
+            metrics = q.gpu_metrics(conn, info.id)
+    finally:
+        store.close()
+    sections: list[tuple[str, str]] = []
+    gpu_text = ""
+    if activities or metrics:
+        from dataclasses import replace
+
+        from kubeprof.analysis import gpu_report
+
+        summary = gpu_report.gpu_summary(activities, metrics, info.start_ns, info.end_ns)
+        profile = replace(profile, gpu=gpu_report.gpu_profile_stacks(activities))
+        sections.append(("GPU", gpu_report.render_gpu_html(summary)))
+        gpu_text = gpu_report.render_gpu_text(summary)
+    return profile, sections, gpu_text
+
+
+def report_command(ref: str | None, fmt: str, view: str, out: str | None,
+                   store_url: str | None) -> int:
+    profile, sections, gpu_text = load(store_url, ref)
+    data: str | bytes
+    if fmt == "text":
+        from kubeprof.report.text import render_text
+
+        data = render_text(profile) + (("\n" + gpu_text) if gpu_text else "")
+    elif fmt == "html":
+        from kubeprof.report.html import render_html
+
+        data = render_html(profile, extra_sections=sections)
+        out = out or f"{profile.session}.html"
+    elif fmt == "collapsed":
+        from kubeprof.report.collapsed import render_collapsed
+
+        data = render_collapsed(profile, view=view)
+    elif fmt == "pprof":
+        from kubeprof.report.pprof import render_pprof
+
+        data = render_pprof(profile, view=view)
+        out = out or f"{profile.session}.pb.gz"
+    else:
+        from kubeprof.report.speedscope import render_speedscope
+
+        data = render_speedscope(profile, view=view)
+    if out is None:
+        sys.stdout.write(data if isinstance(data, str) else data.decode())
+        return 0
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data)
+    print(f"kubeprof: wrote {path}", file=sys.stderr)
+    return 0
+
+
+def sessions_command(store_url: str | None) -> int:
+    store = Store.open(store_url)
+    try:
+        with store.engine.connect() as conn:
+            sessions = q.list_sessions(conn)
+    finally:
+        store.close()
+    if not sessions:
+        print("no sessions stored yet; record one with `kubeprof record -- COMMAND`")
+        return 0
+    print(f"{'ID':>4}  {'NAME':<32} {'STATUS':<11} {'STARTED (UTC)':<19} {'SECS':>7} "
+          f"{'SAMPLES':>8} {'GPU-RECS':>8}  COMMAND")
+    for s in sessions:
+        print(f"{s.id:>4}  {s.name:<32} {s.status:<11} "
+              f"{s.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19} {s.duration_s:>7.1f} "
+              f"{s.samples:>8} {s.gpu_activities:>8}  {s.command[:60]}")
+    return 0

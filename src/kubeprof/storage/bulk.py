@@ -1,0 +1,28 @@
+"""Bulk row writes: COPY on PostgreSQL (through psycopg 3), executemany elsewhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import DeclarativeBase
+
+
+def insert_rows(conn: Connection, table: type[DeclarativeBase], rows: Sequence[dict]) -> None:
+    """Insert many rows of `table`; all dicts must have the same keys."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
+        _copy(conn, table.__tablename__, list(rows[0]), rows)
+    else:
+        conn.execute(insert(table), list(rows))
+
+
+def _copy(conn: Connection, tablename: str, columns: list[str], rows: Sequence[dict]) -> None:
+    # Column names come from our own models, never from input; values travel as COPY data.
+    cols = ", ".join(f'"{c}"' for c in columns)
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur, cur.copy(f'COPY "{tablename}" ({cols}) FROM STDIN') as copy:
+        for row in rows:
+            copy.write_row([row[c] for c in columns])

@@ -1,0 +1,107 @@
+"""Frame and stack interning: hash -> id, so samples store one integer per stack.
+
+Concurrent writers (several agents ingesting into one Postgres) may intern the same stack
+at once; inserts use ON CONFLICT DO NOTHING and then read the winner's id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from kubeprof.model import Frame, FrameKind, Stack, stack_hash
+from kubeprof.storage.models import FrameRow, StackRow
+
+
+def frame_hash(frame: Frame) -> int:
+    """Signed 64-bit hash of a frame's identity."""
+    digest = hashlib.blake2b(frame.key().encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _insert(conn: Connection, table: type, rows: list[dict[str, object]]) -> None:
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        stmt = postgresql.insert(table).on_conflict_do_nothing(index_elements=["hash"])
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=["hash"])
+    else:  # pragma: no cover - only SQLite and Postgres are supported
+        raise ValueError(f"unsupported database dialect {dialect!r}")
+    conn.execute(stmt, rows)
+
+
+def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class Interner:
+    """Caches hash -> id for frames and stacks of one store (ids never change once given)."""
+
+    def __init__(self) -> None:
+        self.frame_ids: dict[int, int] = {}
+        self.stack_ids: dict[int, int] = {}
+        self._frames_by_id: dict[int, Frame] = {}
+
+    def stack_ids_for(self, conn: Connection, stacks: Iterable[Stack]) -> dict[int, int]:
+        """Intern `stacks`; returns stack hash -> stack id for all of them."""
+        by_hash: dict[int, Stack] = {}
+        for stack in stacks:
+            h = stack_hash(stack)
+            if h not in self.stack_ids:
+                by_hash.setdefault(h, stack)
+        if by_hash:
+            frames = {f for s in by_hash.values() for f in s}
+            self._intern_frames(conn, frames)
+            self._fetch(conn, StackRow, list(by_hash), self.stack_ids)
+            rows = []
+            for h, stack in by_hash.items():
+                if h in self.stack_ids:
+                    continue
+                ids = ",".join(str(self.frame_ids[frame_hash(f)]) for f in stack)
+                rows.append({"hash": h, "frame_ids": ids, "depth": len(stack)})
+            if rows:
+                _insert(conn, StackRow, rows)
+                self._fetch(conn, StackRow, [r["hash"] for r in rows], self.stack_ids)
+        return self.stack_ids
+
+    def _intern_frames(self, conn: Connection, frames: set[Frame]) -> None:
+        missing = {frame_hash(f): f for f in frames if frame_hash(f) not in self.frame_ids}
+        if not missing:
+            return
+        self._fetch(conn, FrameRow, list(missing), self.frame_ids)
+        rows = [
+            {"hash": h, "kind": f.kind.value, "name": f.name, "file": f.file, "line": f.line}
+            for h, f in missing.items()
+            if h not in self.frame_ids
+        ]
+        if rows:
+            _insert(conn, FrameRow, rows)
+            self._fetch(conn, FrameRow, [r["hash"] for r in rows], self.frame_ids)
+
+    @staticmethod
+    def _fetch(conn: Connection, table: type, hashes: list[int], into: dict[int, int]) -> None:
+        for chunk in _chunks(hashes):
+            for row in conn.execute(select(table.hash, table.id).where(table.hash.in_(chunk))):
+                into[row.hash] = row.id
+
+
+def load_stacks(conn: Connection, stack_ids: Iterable[int]) -> dict[int, Stack]:
+    """Rebuild stacks (root first) from their ids."""
+    ids = sorted(set(stack_ids))
+    frame_lists: dict[int, list[int]] = {}
+    for chunk in _chunks(ids):
+        q = select(StackRow.id, StackRow.frame_ids).where(StackRow.id.in_(chunk))
+        for row in conn.execute(q):
+            frame_lists[row.id] = [int(x) for x in row.frame_ids.split(",") if x]
+    frame_ids = sorted({f for fl in frame_lists.values() for f in fl})
+    frames: dict[int, Frame] = {}
+    for chunk in _chunks(frame_ids):
+        q = select(FrameRow.id, FrameRow.kind, FrameRow.name, FrameRow.file, FrameRow.line)
+        for row in conn.execute(q.where(FrameRow.id.in_(chunk))):
+            frames[row.id] = Frame(row.name, FrameKind(row.kind), row.file, row.line)
+    return {sid: tuple(frames[f] for f in fl) for sid, fl in frame_lists.items()}

@@ -1,0 +1,182 @@
+"""Typed ORM models. Queries live in `queries.py`; writes in `store.py` and `bulk.py`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names keep Alembic migrations identical on SQLite and Postgres.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {int: BigInteger, str: Text}
+
+
+class SessionRow(Base):
+    """One profiling session: a local `kubeprof record` run or a cluster ProfilingSession."""
+
+    __tablename__ = "sessions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    kind: Mapped[str] = mapped_column(String(16), default="local")  # local | cluster
+    command: Mapped[str] = mapped_column(default="")
+    hz: Mapped[int] = mapped_column(Integer, default=99)
+    host: Mapped[str] = mapped_column(default="")
+    status: Mapped[str] = mapped_column(String(32), default="running")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # CLOCK_MONOTONIC bounds of the session, the time base of samples and GPU activity.
+    start_ns: Mapped[int] = mapped_column(default=0)
+    end_ns: Mapped[int] = mapped_column(default=0)
+    meta: Mapped[str] = mapped_column(default="{}")  # JSON object of strings
+
+
+class FrameRow(Base):
+    """An interned frame; `hash` is the key (long C++ names would not fit a text index)."""
+
+    __tablename__ = "frames"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    hash: Mapped[int] = mapped_column(unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str]
+    file: Mapped[str] = mapped_column(default="")
+    line: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class StackRow(Base):
+    """An interned stack: frame ids root first, as a comma-separated list."""
+
+    __tablename__ = "stacks"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    hash: Mapped[int] = mapped_column(unique=True)
+    frame_ids: Mapped[str]
+    depth: Mapped[int] = mapped_column(Integer)
+
+
+class SampleRow(Base):
+    """One CPU sample (per-sample rows keep timestamps for timelines and GPU correlation)."""
+
+    __tablename__ = "samples"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(default="")
+    ts_ns: Mapped[int]
+    pid: Mapped[int] = mapped_column(Integer)
+    tid: Mapped[int] = mapped_column(Integer)
+    cpu: Mapped[int] = mapped_column(Integer)
+    thread: Mapped[str]
+    stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"))
+    __table_args__ = (Index("ix_samples_session_stack", "session_id", "stack_id"),)
+
+
+class ProcessRow(Base):
+    """A process seen in a session, named even after it exits."""
+
+    __tablename__ = "processes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(default="")
+    pid: Mapped[int] = mapped_column(Integer)
+    ppid: Mapped[int] = mapped_column(Integer, default=0)
+    name: Mapped[str] = mapped_column(default="")
+    cmdline: Mapped[str] = mapped_column(default="")
+    container_id: Mapped[str] = mapped_column(default="")
+    pod_uid: Mapped[str] = mapped_column(default="")
+    __table_args__ = (UniqueConstraint("session_id", "node", "pid"),)
+
+
+class GpuActivityRow(Base):
+    """A kernel, memcpy or memset on a GPU, with its launching stack when known."""
+
+    __tablename__ = "gpu_activities"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(default="")
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str]
+    demangled: Mapped[str] = mapped_column(default="")
+    start_ns: Mapped[int]
+    end_ns: Mapped[int]
+    device: Mapped[int] = mapped_column(Integer)
+    pid: Mapped[int] = mapped_column(Integer)
+    correlation_id: Mapped[int]
+    stream: Mapped[int] = mapped_column(default=0)
+    grid_x: Mapped[int] = mapped_column(Integer, default=0)
+    grid_y: Mapped[int] = mapped_column(Integer, default=0)
+    grid_z: Mapped[int] = mapped_column(Integer, default=0)
+    block_x: Mapped[int] = mapped_column(Integer, default=0)
+    block_y: Mapped[int] = mapped_column(Integer, default=0)
+    block_z: Mapped[int] = mapped_column(Integer, default=0)
+    registers: Mapped[int] = mapped_column(Integer, default=0)
+    shared_mem: Mapped[int] = mapped_column(default=0)
+    bytes: Mapped[int] = mapped_column(default=0)
+    stack_id: Mapped[int | None] = mapped_column(ForeignKey("stacks.id"), nullable=True)
+    __table_args__ = (Index("ix_gpu_activities_session_start", "session_id", "start_ns"),)
+
+
+class GpuMetricRow(Base):
+    """A device or per-process GPU metric reading (NVML, GPM, PM sampling)."""
+
+    __tablename__ = "gpu_metrics"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(default="")
+    ts_ns: Mapped[int]
+    device: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    correlation_id: Mapped[int] = mapped_column(default=0)
+    __table_args__ = (Index("ix_gpu_metrics_session_metric", "session_id", "metric"),)
+
+
+class CounterRow(Base):
+    """Named counters per session and node (samples lost, GPU records dropped, ...)."""
+
+    __tablename__ = "counters"
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(default=0)
+
+
+class IngestedBatchRow(Base):
+    """Ids of batches already stored, so a retried batch is stored once."""
+
+    __tablename__ = "ingested_batches"
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    batch_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(253), default="")
+    rows: Mapped[int] = mapped_column(default=0)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

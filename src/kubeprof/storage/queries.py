@@ -1,0 +1,161 @@
+"""Read-side queries, apart from the models: sessions, aggregated stacks, GPU records."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from kubeprof.model import GpuActivity, GpuMetricSample
+from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.storage.intern import load_stacks
+from kubeprof.storage.models import (
+    CounterRow,
+    GpuActivityRow,
+    GpuMetricRow,
+    ProcessRow,
+    SampleRow,
+    SessionRow,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A stored session as `kubeprof sessions` lists it."""
+
+    id: int
+    name: str
+    kind: str
+    status: str
+    command: str
+    hz: int
+    started_at: datetime
+    ended_at: datetime | None
+    start_ns: int
+    end_ns: int
+    samples: int
+    gpu_activities: int
+    meta: dict[str, str]
+
+    @property
+    def duration_s(self) -> float:
+        if self.end_ns and self.start_ns:
+            return (self.end_ns - self.start_ns) / 1e9
+        if self.ended_at:
+            return (self.ended_at - self.started_at).total_seconds()
+        return 0.0
+
+
+class SessionNotFound(LookupError):
+    """No session matches what the user asked for."""
+
+
+def list_sessions(conn: Connection) -> list[SessionInfo]:
+    """All sessions, oldest first, with their sample and GPU record counts."""
+    n_samples = (select(SampleRow.session_id, func.count().label("n"))
+                 .group_by(SampleRow.session_id).subquery())
+    n_gpu = (select(GpuActivityRow.session_id, func.count().label("n"))
+             .group_by(GpuActivityRow.session_id).subquery())
+    q = (select(SessionRow, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
+         .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
+         .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
+         .order_by(SessionRow.id))
+    out = []
+    for row in conn.execute(q):
+        s = row[0] if isinstance(row[0], SessionRow) else None
+        cols = row._mapping
+        out.append(SessionInfo(
+            id=cols["id"] if s is None else s.id, name=cols["name"], kind=cols["kind"],
+            status=cols["status"], command=cols["command"], hz=cols["hz"],
+            started_at=cols["started_at"], ended_at=cols["ended_at"],
+            start_ns=cols["start_ns"], end_ns=cols["end_ns"], samples=int(row[-2]),
+            gpu_activities=int(row[-1]), meta=json.loads(cols["meta"] or "{}")))
+    return out
+
+
+def find_session(conn: Connection, ref: str | None) -> SessionInfo:
+    """A session by name or id; the newest when `ref` is None."""
+    sessions = list_sessions(conn)
+    if not sessions:
+        raise SessionNotFound("no sessions stored yet; record one with "
+                              "`kubeprof record -- COMMAND`")
+    if ref is None:
+        return sessions[-1]
+    for s in sessions:
+        if s.name == ref or str(s.id) == ref:
+            return s
+    names = ", ".join(s.name for s in sessions[-5:])
+    raise SessionNotFound(f"no session named {ref!r}; recent sessions: {names} "
+                          "(`kubeprof sessions` lists all)")
+
+
+def process_names(conn: Connection, session_id: int) -> dict[tuple[str, int], str]:
+    """(node, pid) -> process name, for labelling stacks."""
+    q = select(ProcessRow.node, ProcessRow.pid, ProcessRow.name, ProcessRow.cmdline).where(
+        ProcessRow.session_id == session_id)
+    return {(r.node, r.pid): (r.name or r.cmdline.split(" ", 1)[0]) for r in conn.execute(q)}
+
+
+def cpu_stacks(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, ...]:
+    """CPU samples grouped by (stack, pid, tid, thread)."""
+    q = (select(SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid,
+                SampleRow.thread, func.count().label("n"))
+         .where(SampleRow.session_id == session.id)
+         .group_by(SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid,
+                   SampleRow.thread))
+    rows = conn.execute(q).all()
+    stacks = load_stacks(conn, (r.stack_id for r in rows))
+    names = process_names(conn, session.id)
+    period_ns = int(1e9 / max(session.hz, 1))
+    return tuple(
+        WeightedStack(stack=stacks[r.stack_id], pid=r.pid, tid=r.tid, thread=r.thread,
+                      process=names.get((r.node, r.pid), str(r.pid)), samples=int(r.n),
+                      value_ns=int(r.n) * period_ns)
+        for r in rows
+    )
+
+
+def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
+    """All GPU activity records of a session, in start order, with launch stacks."""
+    q = (select(GpuActivityRow).where(GpuActivityRow.session_id == session_id)
+         .order_by(GpuActivityRow.start_ns))
+    rows = [r[0] for r in conn.execute(q)]
+    stacks = load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None))
+    return [
+        GpuActivity(kind=r.kind, name=r.name, start_ns=r.start_ns, end_ns=r.end_ns,
+                    device=r.device, pid=r.pid, correlation_id=r.correlation_id,
+                    stream=r.stream, demangled=r.demangled,
+                    grid=(r.grid_x, r.grid_y, r.grid_z), block=(r.block_x, r.block_y, r.block_z),
+                    registers=r.registers, shared_mem=r.shared_mem, bytes=r.bytes,
+                    stack=stacks.get(r.stack_id, ()) if r.stack_id is not None else ())
+        for r in rows
+    ]
+
+
+def gpu_metrics(conn: Connection, session_id: int) -> list[GpuMetricSample]:
+    """All GPU metric samples of a session, in time order."""
+    q = (select(GpuMetricRow).where(GpuMetricRow.session_id == session_id)
+         .order_by(GpuMetricRow.ts_ns))
+    return [GpuMetricSample(ts_ns=r.ts_ns, device=r.device, metric=r.metric, value=r.value,
+                            pid=r.pid, correlation_id=r.correlation_id)
+            for (r,) in conn.execute(q)]
+
+
+def counters(conn: Connection, session_id: int) -> dict[str, int]:
+    """Counters summed over nodes."""
+    q = (select(CounterRow.name, func.sum(CounterRow.value))
+         .where(CounterRow.session_id == session_id).group_by(CounterRow.name))
+    return {name: int(v) for name, v in conn.execute(q)}
+
+
+def load_profile(conn: Connection, session: SessionInfo) -> Profile:
+    """The CPU part of a session's profile; GPU stacks are added by the GPU analysis."""
+    meta = dict(session.meta)
+    meta.update({f"counter.{k}": str(v) for k, v in counters(conn, session.id).items()})
+    if session.command:
+        meta.setdefault("command", session.command)
+    return Profile(session=session.name, hz=session.hz, duration_s=session.duration_s,
+                   cpu=cpu_stacks(conn, session), meta=meta)

@@ -1,0 +1,217 @@
+"""The store: open a database at the current schema, write batches, close cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from kubeprof.model import Batch, stack_hash
+from kubeprof.storage import migrate
+from kubeprof.storage.bulk import insert_rows
+from kubeprof.storage.intern import Interner
+from kubeprof.storage.models import (
+    CounterRow,
+    GpuActivityRow,
+    GpuMetricRow,
+    ProcessRow,
+    SampleRow,
+    SessionRow,
+)
+
+
+class StoreError(RuntimeError):
+    """A storage problem, phrased for the user: what failed and how to fix it."""
+
+
+def default_url() -> str:
+    """The embedded default: `$KUBEPROF_STORE`, else an SQLite file in the XDG data dir."""
+    if env := os.environ.get("KUBEPROF_STORE"):
+        return env
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return f"sqlite:///{base / 'kubeprof' / 'kubeprof.db'}"
+
+
+def _prepare_sqlite_path(url: str) -> None:
+    path = url.split("sqlite:///", 1)[1] if "sqlite:///" in url else ""
+    if not path or path == ":memory:":
+        return
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the store folder {folder}: {exc.strerror}; "
+            "pass --store sqlite:////a/writable/path.db or set KUBEPROF_STORE"
+        ) from exc
+    target = Path(path) if Path(path).exists() else folder
+    if not os.access(target, os.W_OK):
+        raise StoreError(
+            f"the store {path} is not writable; "
+            "pass --store sqlite:////a/writable/path.db or set KUBEPROF_STORE"
+        )
+
+
+def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
+    cur = dbapi_conn.cursor()  # type: ignore[attr-defined]
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+class Store:
+    """A kubeprof database. Thread-compatible (one writer per Store object)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.interner = Interner()
+
+    @classmethod
+    def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
+        """Open (and migrate to the current schema) the database at `url`."""
+        url = url or default_url()
+        if url.startswith("sqlite"):
+            _prepare_sqlite_path(url)
+        elif url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        try:
+            engine = create_engine(url, pool_pre_ping=True)
+        except (SQLAlchemyError, ValueError) as exc:
+            raise StoreError(f"bad store URL {url!r}: {exc}; expected sqlite:///PATH "
+                             "or postgresql+psycopg://USER@HOST:PORT/DB") from exc
+        if engine.dialect.name == "sqlite":
+            event.listen(engine, "connect", _sqlite_pragmas)
+        store = cls(engine)
+        if migrate_schema:
+            try:
+                with engine.begin() as conn:
+                    migrate.upgrade(conn)
+            except OperationalError as exc:
+                raise StoreError(f"cannot open the store {engine.url!r}: "
+                                 f"{exc.orig}; check the URL and that the database is up "
+                                 "and writable") from exc
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def create_session(self, name: str, *, kind: str = "local", command: str = "",
+                       hz: int = 99, start_ns: int = 0,
+                       meta: Mapping[str, str] | None = None) -> int:
+        """Create a session; a taken name gets a numeric suffix. Returns its id."""
+        with self.engine.begin() as conn:
+            taken = set(conn.scalars(select(SessionRow.name).where(
+                SessionRow.name.like(f"{name}%"))))
+            final, n = name, 1
+            while final in taken:
+                n += 1
+                final = f"{name}-{n}"
+            row = SessionRow(
+                name=final, kind=kind, command=command, hz=hz, host=socket.gethostname(),
+                status="running", started_at=datetime.now(UTC), start_ns=start_ns,
+                end_ns=0, meta=json.dumps(dict(meta or {}), sort_keys=True),
+            )
+            result = conn.execute(
+                SessionRow.__table__.insert().returning(SessionRow.id),
+                [{c.key: getattr(row, c.key) for c in SessionRow.__table__.columns
+                  if c.key != "id"}],
+            )
+            return int(result.scalar_one())
+
+    def finish_session(self, session_id: int, *, status: str = "completed", end_ns: int = 0,
+                       meta: Mapping[str, str] | None = None) -> None:
+        """Mark a session ended; `meta` entries are merged into the stored ones."""
+        with self.engine.begin() as conn:
+            old = conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
+            merged = {**json.loads(old or "{}"), **dict(meta or {})}
+            conn.execute(update(SessionRow).where(SessionRow.id == session_id).values(
+                status=status, ended_at=datetime.now(UTC), end_ns=end_ns,
+                meta=json.dumps(merged, sort_keys=True)))
+
+    # -- data -------------------------------------------------------------------------------
+
+    def write_batch(self, session_id: int, batch: Batch, *, node: str = "") -> int:
+        """Store one batch in one transaction. Returns the number of rows written."""
+        with self.engine.begin() as conn:
+            return write_batch(conn, self.interner, session_id, batch, node=node)
+
+
+def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Batch, *,
+                node: str = "") -> int:
+    """Write `batch` on an open transaction (the ingest API adds its idempotency row to it)."""
+    stacks = [s.stack for s in batch.samples] + [a.stack for a in batch.gpu_activities if a.stack]
+    ids = interner.stack_ids_for(conn, stacks) if stacks else {}
+    samples = [
+        {"session_id": session_id, "node": node, "ts_ns": s.ts_ns, "pid": s.pid, "tid": s.tid,
+         "cpu": s.cpu, "thread": s.thread, "stack_id": ids[stack_hash(s.stack)]}
+        for s in batch.samples
+    ]
+    insert_rows(conn, SampleRow, samples)
+    activities = [
+        {"session_id": session_id, "node": node, "kind": a.kind, "name": a.name,
+         "demangled": a.demangled, "start_ns": a.start_ns, "end_ns": a.end_ns,
+         "device": a.device, "pid": a.pid, "correlation_id": a.correlation_id,
+         "stream": a.stream, "grid_x": a.grid[0], "grid_y": a.grid[1], "grid_z": a.grid[2],
+         "block_x": a.block[0], "block_y": a.block[1], "block_z": a.block[2],
+         "registers": a.registers, "shared_mem": a.shared_mem, "bytes": a.bytes,
+         "stack_id": ids[stack_hash(a.stack)] if a.stack else None}
+        for a in batch.gpu_activities
+    ]
+    insert_rows(conn, GpuActivityRow, activities)
+    metrics = [
+        {"session_id": session_id, "node": node, "ts_ns": m.ts_ns, "device": m.device,
+         "metric": m.metric, "value": m.value, "pid": m.pid, "correlation_id": m.correlation_id}
+        for m in batch.gpu_metrics
+    ]
+    insert_rows(conn, GpuMetricRow, metrics)
+    _upsert_processes(conn, session_id, node, batch)
+    _add_counters(conn, session_id, node, batch.counters)
+    return len(samples) + len(activities) + len(metrics) + len(batch.processes)
+
+
+def _dialect_insert(conn: Connection, table: type) -> object:
+    return (postgresql.insert(table) if conn.dialect.name == "postgresql"
+            else sqlite.insert(table))
+
+
+def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
+    if not batch.processes:
+        return
+    rows = {
+        p.pid: {"session_id": session_id, "node": node, "pid": p.pid, "ppid": p.ppid,
+                "name": p.name, "cmdline": p.cmdline, "container_id": p.container_id,
+                "pod_uid": p.pod_uid}
+        for p in batch.processes
+    }
+    stmt = _dialect_insert(conn, ProcessRow)
+    stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+        index_elements=["session_id", "node", "pid"],
+        set_={k: getattr(stmt.excluded, k)  # type: ignore[attr-defined]
+              for k in ("ppid", "name", "cmdline", "container_id", "pod_uid")},
+    )
+    conn.execute(stmt, list(rows.values()))
+
+
+def _add_counters(conn: Connection, session_id: int, node: str,
+                  counters: Mapping[str, int]) -> None:
+    if not counters:
+        return
+    stmt = _dialect_insert(conn, CounterRow)
+    stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+        index_elements=["session_id", "node", "name"],
+        set_={"value": CounterRow.__table__.c.value + stmt.excluded.value},  # type: ignore[attr-defined]
+    )
+    conn.execute(stmt, [{"session_id": session_id, "node": node, "name": k, "value": int(v)}
+                        for k, v in counters.items()])
