@@ -59,16 +59,15 @@ def list_sessions(conn: Connection) -> list[SessionInfo]:
                  .group_by(SampleRow.session_id).subquery())
     n_gpu = (select(GpuActivityRow.session_id, func.count().label("n"))
              .group_by(GpuActivityRow.session_id).subquery())
-    q = (select(SessionRow, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
+    q = (select(SessionRow.__table__, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
          .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
          .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
          .order_by(SessionRow.id))
     out = []
     for row in conn.execute(q):
-        s = row[0] if isinstance(row[0], SessionRow) else None
         cols = row._mapping
         out.append(SessionInfo(
-            id=cols["id"] if s is None else s.id, name=cols["name"], kind=cols["kind"],
+            id=cols["id"], name=cols["name"], kind=cols["kind"],
             status=cols["status"], command=cols["command"], hz=cols["hz"],
             started_at=cols["started_at"], ended_at=cols["ended_at"],
             start_ns=cols["start_ns"], end_ns=cols["end_ns"], samples=int(row[-2]),
@@ -120,9 +119,9 @@ def cpu_stacks(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, .
 
 def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
     """All GPU activity records of a session, in start order, with launch stacks."""
-    q = (select(GpuActivityRow).where(GpuActivityRow.session_id == session_id)
-         .order_by(GpuActivityRow.start_ns))
-    rows = [r[0] for r in conn.execute(q)]
+    t = GpuActivityRow.__table__
+    q = select(t).where(t.c.session_id == session_id).order_by(t.c.start_ns, t.c.id)
+    rows = conn.execute(q).all()
     stacks = load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None))
     return [
         GpuActivity(kind=r.kind, name=r.name, start_ns=r.start_ns, end_ns=r.end_ns,
@@ -137,11 +136,11 @@ def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
 
 def gpu_metrics(conn: Connection, session_id: int) -> list[GpuMetricSample]:
     """All GPU metric samples of a session, in time order."""
-    q = (select(GpuMetricRow).where(GpuMetricRow.session_id == session_id)
-         .order_by(GpuMetricRow.ts_ns))
+    t = GpuMetricRow.__table__
+    q = select(t).where(t.c.session_id == session_id).order_by(t.c.ts_ns, t.c.id)
     return [GpuMetricSample(ts_ns=r.ts_ns, device=r.device, metric=r.metric, value=r.value,
                             pid=r.pid, correlation_id=r.correlation_id)
-            for (r,) in conn.execute(q)]
+            for r in conn.execute(q)]
 
 
 def counters(conn: Connection, session_id: int) -> dict[str, int]:

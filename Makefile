@@ -1,0 +1,43 @@
+# One Makefile; CI (.ci/run) calls these targets verbatim.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+KUBEPROF := $(VENV)/bin/kubeprof
+DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
+
+.PHONY: setup demo test lint unit integration e2e cluster-build cluster-up cluster-down bench clean
+
+setup:  ## system packages, eBPF prerequisites, .venv with kubeprof (idempotent)
+	@scripts/setup.sh
+
+demo: setup  ## record the bundled example workload and write its reports to kubeprof-out/
+	@mkdir -p kubeprof-out
+	$(KUBEPROF) record --store $(DEMO_STORE) --output demo-$$(date +%s) -- $(PY) examples/demo_workload.py 5
+	$(KUBEPROF) report --store $(DEMO_STORE) --format text | tee kubeprof-out/demo.txt | head -40
+	$(KUBEPROF) report --store $(DEMO_STORE) --format html --out kubeprof-out/demo.html
+	@echo "open kubeprof-out/demo.html (self-contained flame graph); text in kubeprof-out/demo.txt"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+cluster-build: setup  ## build (or reuse) kube-apiserver, controller-manager, scheduler, etcd, kwok
+	tests/e2e/cluster/build.sh
+
+cluster-up: cluster-build  ## start control plane + kwok nodes + PostgreSQL; prints export lines
+	$(PY) -m tests.e2e.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m tests.e2e.cluster down; fi
+
+unit: setup
+	$(VENV)/bin/pytest -q tests/unit
+
+test: setup lint cluster-build  ## everything: lint, unit, eBPF integration, e2e on a real control plane
+	$(VENV)/bin/pytest -q -rs tests
+
+bench: setup
+	$(PY) bench/cpu_overhead.py
+	$(PY) bench/flamegraph_scale.py
+
+clean:
+	rm -rf kubeprof-out

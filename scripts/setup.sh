@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One-shot, idempotent set-up for a fresh machine of this project's kind (Debian, root):
+# system packages, eBPF prerequisites, and the virtual environment at .venv/ with kubeprof
+# installed editable. A second run checks stamps and returns in seconds.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# System packages. bcc comes from Debian (python3-bpfcc): the PyPI "bcc" is unrelated.
+PKGS="python3-bpfcc python3-venv linux-headers-amd64 bpftool postgresql-15 gcc openssl"
+missing=""
+for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        log "missing Debian packages:$missing; run as root or: sudo apt-get install$missing"
+        exit 1
+    fi
+    log "installing$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q $missing >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q $missing >/dev/null; }
+fi
+
+sh scripts/setup-ebpf.sh
+
+# The venv uses Debian's python3 with system site-packages, so `import bcc` works in it.
+STAMP=".venv/.kubeprof-installed-$(cat pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$STAMP" ]; then
+    if [ ! -x .venv/bin/python ]; then
+        log "creating .venv (Debian python3, --system-site-packages for bcc)"
+        /usr/bin/python3 -m venv --system-site-packages .venv
+    fi
+    log "installing kubeprof and its dependencies into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    rm -f .venv/.kubeprof-installed-*
+    touch "$STAMP"
+fi
+.venv/bin/python -c 'import bcc, kubeprof.cli' || { log "the venv cannot import bcc or kubeprof"; exit 1; }
+log "ready: $(.venv/bin/kubeprof --help | head -1)"
