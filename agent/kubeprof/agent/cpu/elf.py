@@ -1,0 +1,113 @@
+"""A small ELF64 reader: function symbols (.symtab and .dynsym) and load segments.
+
+Enough to name user-space addresses without a dependency: symbols sorted by address for
+bisection, and PT_LOAD segments to turn a file offset (from /proc/PID/maps) into the
+virtual address the symbol table speaks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+
+_SHT_SYMTAB = 2
+_SHT_DYNSYM = 11
+_PT_LOAD = 1
+_STT_FUNC = 2
+_STT_GNU_IFUNC = 10
+
+
+class ElfError(ValueError):
+    """Not an ELF file this reader understands (32-bit, big-endian, truncated)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A PT_LOAD program header: file bytes [offset, offset+filesz) load at vaddr."""
+
+    offset: int
+    vaddr: int
+    filesz: int
+
+
+@dataclass(slots=True)
+class ElfSymbols:
+    """Function symbols of one ELF file, sorted by start address."""
+
+    path: str
+    starts: list[int]
+    ends: list[int]  # start + size, or the next symbol's start when size is 0
+    names: list[str]
+    segments: list[Segment]
+    is_dyn: bool  # ET_DYN (shared object or PIE): mapped at a load bias
+
+    def file_offset_to_vaddr(self, offset: int) -> int | None:
+        """The link-time address of a file offset, via the PT_LOAD that holds it."""
+        for seg in self.segments:
+            if seg.offset <= offset < seg.offset + max(seg.filesz, 1):
+                return offset - seg.offset + seg.vaddr
+        return None
+
+    def lookup(self, vaddr: int) -> str | None:
+        """The function containing vaddr, or None."""
+        i = bisect.bisect_right(self.starts, vaddr) - 1
+        if i >= 0 and vaddr < self.ends[i]:
+            return self.names[i]
+        return None
+
+
+def read_symbols(path: str, open_path: str | None = None) -> ElfSymbols:
+    """Parse the ELF at open_path (default path); raise ElfError or OSError."""
+    with open(open_path or path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF":
+        raise ElfError(f"{path}: not an ELF file")
+    if data[4] != 2 or data[5] != 1:
+        raise ElfError(f"{path}: only 64-bit little-endian ELF is supported")
+    try:
+        return _parse(path, data)
+    except struct.error as e:
+        raise ElfError(f"{path}: truncated ELF ({e})") from e
+
+
+def _parse(path: str, data: bytes) -> ElfSymbols:
+    (e_type,) = struct.unpack_from("<H", data, 16)
+    e_phoff, e_shoff = struct.unpack_from("<QQ", data, 32)
+    e_phentsize, e_phnum, e_shentsize, e_shnum = struct.unpack_from("<HHHH", data, 54)
+
+    segments = []
+    for i in range(e_phnum):
+        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from(
+            "<IIQQQQ", data, e_phoff + i * e_phentsize
+        )
+        if p_type == _PT_LOAD:
+            segments.append(Segment(p_offset, p_vaddr, p_filesz))
+
+    sections = [
+        struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)
+    ]
+    syms: dict[int, tuple[int, str]] = {}
+    for _name, sh_type, _fl, _addr, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
+        if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
+            continue
+        str_off = sections[sh_link][4]
+        for off in range(sh_offset, sh_offset + sh_size, sh_entsize):
+            st_name, st_info, _other, st_shndx, st_value, st_size = struct.unpack_from(
+                "<IBBHQQ", data, off
+            )
+            if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
+                continue
+            end = data.index(b"\0", str_off + st_name)
+            name = data[str_off + st_name : end].decode(errors="replace")
+            if st_value not in syms or syms[st_value][0] < st_size:
+                syms[st_value] = (st_size, name.split("@", 1)[0])
+
+    starts = sorted(syms)
+    ends = []
+    for i, start in enumerate(starts):
+        size = syms[start][0]
+        nxt = starts[i + 1] if i + 1 < len(starts) else start + 4096
+        ends.append(start + size if size else nxt)
+    names = [syms[s][1] for s in starts]
+    return ElfSymbols(path, starts, ends, names, segments, is_dyn=e_type == 3)

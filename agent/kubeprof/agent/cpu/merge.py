@@ -1,0 +1,59 @@
+"""Pure joins of the kernel's view of a sample with py-spy's Python stacks.
+
+The kernel gives exact times, thread ids, kernel frames and the native frames near the
+leaf; py-spy gives the Python frames. A BPF sample takes the Python stack its thread had
+at that moment, and the Python frames replace the interpreter's own native frames: the
+native part kept is what runs below the innermost interpreter frame (a C extension,
+libc), so a stack reads Python callers -> interpreter -> native callee -> kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+
+from kubeprof.model import Frame, Stack
+
+_INTERPRETER = re.compile(r"^(python[\d.]*[dmu]*|libpython[\d.]+[dmu]*\.so.*)$")
+
+
+def python_stack_at(
+    times_ns: Sequence[int], stacks: Sequence[Stack], ts_ns: int, period_ns: int
+) -> Stack | None:
+    """The Python stack at ts_ns given a thread's change points, or None before the first.
+
+    py-spy reports a change at the first sample that saw it; the change itself happened
+    within the sampling period before that, so the boundary is taken half a period
+    earlier (the nearest-sample estimate).
+    """
+    i = bisect_right(times_ns, ts_ns + period_ns // 2) - 1
+    return stacks[i] if i >= 0 else None
+
+
+def is_interpreter_path(path: str) -> bool:
+    """Whether an ELF path is CPython itself (the python binary or libpython)."""
+    return bool(_INTERPRETER.match(path.rsplit("/", 1)[-1]))
+
+
+def is_interpreter(frame: Frame) -> bool:
+    """Whether a native frame is CPython's own code."""
+    return is_interpreter_path(frame.file)
+
+
+def merge_stack(python: Stack | None, native: Sequence[Frame], kernel: Sequence[Frame]) -> Stack:
+    """One root-first stack: Python frames, the native frames under them, kernel frames.
+
+    Without Python frames the native stack is kept whole. With them, native frames from
+    the root down to the innermost interpreter frame are dropped except that frame
+    itself, which marks where Python called into native code; if the kernel's walk
+    found no interpreter frame (no frame pointers), every native frame it found is kept
+    under the Python frames, since all of them ran below the innermost Python call.
+    """
+    if not python:
+        return (*native, *kernel)
+    cut = 0
+    for i, frame in enumerate(native):
+        if is_interpreter(frame):
+            cut = i
+    return (*python, *native[cut:], *kernel)

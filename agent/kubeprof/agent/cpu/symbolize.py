@@ -1,0 +1,224 @@
+"""Addresses to frames: ELF symbols through /proc/PID/maps, perf maps, and /proc/kallsyms.
+
+A process's maps are read while it lives and cached per pid, so samples drained just
+after the process exits still resolve; ELF symbol tables are cached per file (by device,
+inode and mtime) because many processes share libc and the interpreter.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
+
+from kubeprof.model import Frame, FrameKind
+
+UNKNOWN = "[unknown]"
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """One executable line of /proc/PID/maps."""
+
+    start: int
+    end: int
+    offset: int
+    inode: int
+    path: str  # "" for anonymous memory (JIT code lives there)
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """The executable mappings of a /proc/PID/maps text, sorted by start."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5 or "x" not in parts[1]:
+            continue
+        lo, hi = parts[0].split("-")
+        path = parts[5].strip() if len(parts) > 5 else ""
+        out.append(Mapping(int(lo, 16), int(hi, 16), int(parts[2], 16), int(parts[4]), path))
+    out.sort(key=lambda m: m.start)
+    return out
+
+
+@dataclass(slots=True)
+class SymbolTable:
+    """Sorted (start, end, name) triples: the shape of perf maps and kallsyms."""
+
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+    def lookup(self, addr: int) -> str | None:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i >= 0 and addr < self.ends[i]:
+            return self.names[i]
+        return None
+
+
+def parse_perf_map(text: str) -> SymbolTable:
+    """A /tmp/perf-PID.map text ("START SIZE name", hex) as a symbol table.
+
+    Later lines win over earlier ones at the same start, as JITs re-emit code there.
+    """
+    entries: dict[int, tuple[int, str]] = {}
+    for line in text.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) < 3:
+            continue
+        try:
+            start, size = int(parts[0], 16), int(parts[1], 16)
+        except ValueError:
+            continue
+        entries[start] = (start + size, parts[2].strip())
+    starts = sorted(entries)
+    return SymbolTable(starts, [entries[s][0] for s in starts], [entries[s][1] for s in starts])
+
+
+def parse_kallsyms(lines: Iterable[str]) -> SymbolTable:
+    """Text symbols of /proc/kallsyms; empty if addresses are hidden (kptr_restrict)."""
+    syms: list[tuple[int, str]] = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3 or parts[1] not in "tTwW":
+            continue
+        addr = int(parts[0], 16)
+        if addr:
+            syms.append((addr, parts[2]))
+    syms.sort()
+    starts = [a for a, _ in syms]
+    ends = [*starts[1:], starts[-1] + 4096] if starts else []
+    return SymbolTable(starts, ends, [n for _, n in syms])
+
+
+@dataclass(slots=True)
+class _Process:
+    maps: list[Mapping]
+    loaded_at: float
+    perf_map: SymbolTable | None = None
+    perf_map_mtime: float = 0.0
+
+
+class Symbolizer:
+    """Names user and kernel addresses; call `refresh(pid)` while a process lives."""
+
+    def __init__(self, proc: str = "/proc", perf_map_dir: str = "/tmp") -> None:
+        self._proc = proc
+        self._perf_map_dir = perf_map_dir
+        self._procs: dict[int, _Process] = {}
+        self._elfs: dict[tuple[int, int, float, str], ElfSymbols | None] = {}
+        self._kernel: SymbolTable | None = None
+
+    # -- processes ---------------------------------------------------------------------
+    def refresh(self, pid: int) -> bool:
+        """Re-read the pid's maps (and perf map); False if the process is gone."""
+        try:
+            with open(f"{self._proc}/{pid}/maps") as f:
+                maps = parse_maps(f.read())
+        except OSError:
+            return False
+        entry = self._procs.get(pid)
+        if entry is None:
+            self._procs[pid] = entry = _Process(maps, time.monotonic())
+        else:
+            entry.maps, entry.loaded_at = maps, time.monotonic()
+        self._load_perf_map(pid, entry)
+        return True
+
+    def forget(self, pid: int) -> None:
+        """Drop a pid's cache once its samples are all symbolized."""
+        self._procs.pop(pid, None)
+
+    def _load_perf_map(self, pid: int, entry: _Process) -> None:
+        path = f"{self._perf_map_dir}/perf-{pid}.map"
+        try:
+            mtime = os.stat(path).st_mtime
+            if entry.perf_map is not None and mtime == entry.perf_map_mtime:
+                return
+            with open(path) as f:
+                entry.perf_map, entry.perf_map_mtime = parse_perf_map(f.read()), mtime
+        except OSError:
+            pass
+
+    def _mapping(self, pid: int, addr: int) -> Mapping | None:
+        entry = self._procs.get(pid)
+        if entry is None:
+            if not self.refresh(pid):
+                return None
+            entry = self._procs[pid]
+        m = _find(entry.maps, addr)
+        if m is None and time.monotonic() - entry.loaded_at > 0.2 and self.refresh(pid):
+            m = _find(self._procs[pid].maps, addr)  # a library dlopen()ed since
+        return m
+
+    def _elf(self, pid: int, m: Mapping) -> ElfSymbols | None:
+        # Read through the process's root so container paths resolve from the host.
+        open_path = f"{self._proc}/{pid}/root{m.path}"
+        try:
+            st = os.stat(open_path)
+        except OSError:
+            open_path = m.path
+            try:
+                st = os.stat(open_path)
+            except OSError:
+                return None
+        key = (st.st_dev, st.st_ino, st.st_mtime, m.path)
+        if key not in self._elfs:
+            try:
+                self._elfs[key] = read_symbols(m.path, open_path)
+            except (OSError, ElfError):
+                self._elfs[key] = None
+        return self._elfs[key]
+
+    def user_frame(self, pid: int, addr: int) -> Frame:
+        """One user-space address (already adjusted for return addresses) as a frame."""
+        m = self._mapping(pid, addr)
+        if m is None or not m.path or m.path.startswith("["):
+            entry = self._procs.get(pid)
+            name = entry.perf_map.lookup(addr) if entry and entry.perf_map else None
+            if name:
+                return Frame(name, FrameKind.NATIVE, f"{self._perf_map_dir}/perf-{pid}.map")
+            return Frame(UNKNOWN, FrameKind.NATIVE, m.path if m else "")
+        elf = self._elf(pid, m)
+        name = None
+        if elf is not None:
+            vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
+            if vaddr is not None:
+                name = elf.lookup(vaddr)
+        return Frame(name or UNKNOWN, FrameKind.NATIVE, m.path)
+
+    def user_stack(self, pid: int, leaf_first: Sequence[int]) -> list[Frame]:
+        """A kernel-walked user stack (leaf first) as frames, root first."""
+        frames = [
+            self.user_frame(pid, addr if i == 0 else addr - 1)  # return address -> call
+            for i, addr in enumerate(leaf_first)
+        ]
+        frames.reverse()
+        return frames
+
+    # -- kernel ------------------------------------------------------------------------
+    def kernel_stack(self, leaf_first: Sequence[int]) -> list[Frame]:
+        """A kernel stack (leaf first) as frames, root first."""
+        if self._kernel is None:
+            try:
+                with open(f"{self._proc}/kallsyms") as f:
+                    self._kernel = parse_kallsyms(f)
+            except OSError:
+                self._kernel = SymbolTable()
+        frames = [
+            Frame(self._kernel.lookup(a if i == 0 else a - 1) or UNKNOWN, FrameKind.KERNEL)
+            for i, a in enumerate(leaf_first)
+        ]
+        frames.reverse()
+        return frames
+
+
+def _find(maps: list[Mapping], addr: int) -> Mapping | None:
+    i = bisect.bisect_right([m.start for m in maps], addr) - 1
+    if i >= 0 and addr < maps[i].end:
+        return maps[i]
+    return None
