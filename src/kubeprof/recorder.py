@@ -50,6 +50,8 @@ class RecordOptions:
     gpu: bool = False
     nvml_interval_s: float = 0.1
     poll_interval_s: float = 0.5
+    # Collectors already built by the caller (tests, the cluster agent); None = build them.
+    sources: list[Source] | None = None
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
 
 
@@ -138,7 +140,10 @@ def record(opts: RecordOptions) -> RecordResult:
     command = shlex.join(opts.command) if opts.command else f"--pid {opts.pid}"
     tmp = tempfile.mkdtemp(prefix="kubeprof-")
     gpu_socket = os.path.join(tmp, "gpu.sock") if opts.gpu else None
-    sources, env = _start_sources(opts, gpu_socket)
+    if opts.sources is not None:
+        sources, env = list(opts.sources), {}
+    else:
+        sources, env = _start_sources(opts, gpu_socket)
     start_ns = time.monotonic_ns()
     session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
                                       meta={"cpu": str(opts.cpu), "gpu": str(opts.gpu)})

@@ -1,0 +1,91 @@
+"""Whatever ends a recording, what the collectors delivered is stored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import pytest
+
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind
+from kubeprof.recorder import RecordError, RecordOptions, record
+from kubeprof.storage import Store
+from kubeprof.storage import queries as q
+
+STACK = (Frame("main", FrameKind.PYTHON, "/x.py", 1),)
+
+
+class CountingSource:
+    """A collector stand-in that yields one sample per poll and one more at stop."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.targets: list[int] = []
+        self.stopped = False
+
+    def add_target(self, pid: int) -> None:
+        self.targets.append(pid)
+
+    def _one(self) -> Batch:
+        self.n += 1
+        return Batch(samples=(CpuSample(self.n, 1, 1, "t", 0, STACK),))
+
+    def poll(self) -> Batch:
+        return self._one()
+
+    def stop(self) -> Batch:
+        self.stopped = True
+        return self._one()
+
+
+def _stored(url: str, name: str) -> int:
+    store = Store.open(url)
+    with store.engine.connect() as conn:
+        n = q.find_session(conn, name).samples
+    store.close()
+    return n
+
+
+def test_command_exit_flushes_everything(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    src = CountingSource()
+    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(0.5)"],
+                               store_url=url, sources=[src], poll_interval_s=0.05,
+                               name="exit"))
+    assert res.exit_code == 0 and src.stopped and src.targets
+    assert _stored(url, "exit") == src.n >= 2
+
+
+def test_duration_stops_the_command_and_keeps_samples(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    src = CountingSource()
+    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(60)"],
+                               store_url=url, sources=[src], poll_interval_s=0.05,
+                               duration_s=0.4, name="dur"))
+    assert _stored(url, "dur") == src.n >= 2
+    assert res.rows == src.n
+
+
+def test_ctrl_c_keeps_samples(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    src = CountingSource()
+    timer = threading.Timer(0.4, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(60)"],
+                         store_url=url, sources=[src], poll_interval_s=0.05, name="int"))
+    store = Store.open(url)
+    with store.engine.connect() as conn:
+        info = q.find_session(conn, "int")
+    store.close()
+    assert info.status == "interrupted"
+    assert info.samples == src.n >= 2
+
+
+def test_missing_command_is_a_clear_error_and_session_kept(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    with pytest.raises(RecordError, match=r"cannot start 'no-such-cmd-kp'.*PATH"):
+        record(RecordOptions(command=["no-such-cmd-kp"], store_url=url,
+                             sources=[CountingSource()], name="missing"))
+    assert _stored(url, "missing") == 1  # the stop() batch is still written
