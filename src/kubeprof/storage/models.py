@@ -180,3 +180,22 @@ class IngestedBatchRow(Base):
     agent: Mapped[str] = mapped_column(String(253), default="")
     rows: Mapped[int] = mapped_column(default=0)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SessionAggregateRow(Base):
+    """A cluster session's results at session end, per scope: session, node or pod.
+
+    Written by the operator's aggregation (an upsert, so re-running it after a restart
+    changes nothing); `detail` is a JSON object (top stacks, per-GPU idle ratios).
+    """
+
+    __tablename__ = "session_aggregates"
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    scope: Mapped[str] = mapped_column(String(8), primary_key=True)  # session | node | pod
+    key: Mapped[str] = mapped_column(String(253), primary_key=True)  # "" | node | pod uid
+    samples: Mapped[int] = mapped_column(default=0)
+    gpu_idle_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
+    detail: Mapped[str] = mapped_column(default="{}")
+    computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
