@@ -103,11 +103,11 @@ def load(hz: int) -> Any:
     """
     from bcc import BPF, PerfSWConfig, PerfType
 
-    bpf = BPF(text=program_text())
+    bpf = BPF(text=program_text().encode())
     bpf.attach_perf_event(
         ev_type=PerfType.SOFTWARE,
         ev_config=PerfSWConfig.CPU_CLOCK,
-        fn_name="on_cpu_clock",
+        fn_name=b"on_cpu_clock",
         sample_freq=hz,
         cpu=-1,
     )

@@ -30,7 +30,7 @@ from kubeprof.agent.cpu.merge import python_stack_at
 
 from kubeprof.model import Frame, FrameKind, Stack
 
-_THREAD_ROOT = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)$")
+_THREAD_ROOT = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: .*)?$")
 _PROCESS_ROOT = re.compile(r"^process \d+")
 _MAX_FAILURES = 5
 

@@ -40,8 +40,8 @@ class Sampler:
     def __init__(self, hz: int) -> None:
         self._bpf: Any = bpf_program.load(hz)
         self._pending: list[RawRecord] = []
-        self._targets = self._bpf["targets"]
-        self._bpf["events"].open_ring_buffer(self._on_event)
+        self._targets = self._bpf[b"targets"]
+        self._bpf[b"events"].open_ring_buffer(self._on_event)
 
     def _on_event(self, _ctx: int, data: int, _size: int) -> None:
         raw = ctypes.cast(data, ctypes.POINTER(bpf_program.RawSample)).contents
@@ -78,7 +78,7 @@ class Sampler:
     @property
     def dropped(self) -> int:
         """Samples the kernel could not reserve ring-buffer space for."""
-        return int(self._bpf["dropped"][ctypes.c_int(0)].value)
+        return int(self._bpf[b"dropped"][ctypes.c_int(0)].value)
 
     def close(self) -> None:
         """Detach and free the program; safe to call twice."""

@@ -1,0 +1,137 @@
+"""The CPU collector against real eBPF: Python shares, native symbols, children, faults."""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubeprof.agent.cpu.collector import CollectorError, CpuCollector
+
+from kubeprof.model import FrameKind
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cpu"
+
+pytestmark = [pytest.mark.bpf, pytest.mark.usefixtures("bpf_ready")]
+
+
+def record(cmd, *, poll_every=0.5, **kwargs):
+    """Drive the collector as `kubeprof record -- CMD` does; return (samples, procs, c)."""
+    c = CpuCollector(hz=99, **kwargs)
+    t0 = time.monotonic_ns()
+    proc = subprocess.Popen(cmd)
+    samples, procs = [], []
+    try:
+        c.add_target(proc.pid)
+        while proc.poll() is None:
+            time.sleep(poll_every)
+            b = c.poll()
+            samples += b.samples
+            procs += b.processes
+    finally:
+        b = c.stop()
+        samples += b.samples
+        procs += b.processes
+        proc.wait()
+    t1 = time.monotonic_ns()
+    for s in samples:
+        assert t0 <= s.ts_ns <= t1
+    return samples, procs, c
+
+
+def names(sample):
+    return [f.name for f in sample.stack]
+
+
+def test_python_hot_cold_shares(python_exe):
+    samples, procs, c = record([python_exe, str(FIXTURES / "hotcold.py"), "8"])
+    assert c.lost == 0
+    in_main = [s for s in samples if "main" in names(s)]
+    assert len(in_main) > 0.8 * len(samples) and len(in_main) >= 200
+    hot = sum("hot" in names(s) for s in in_main)
+    cold = sum("cold" in names(s) for s in in_main)
+    assert hot + cold >= 0.95 * len(in_main)
+    share = hot / (hot + cold)
+    assert abs(share - 0.80) < 0.06, f"hot share {share:.3f} from {hot}/{hot + cold}"
+    frame = next(f for s in in_main for f in s.stack if f.name == "hot")
+    assert frame.kind is FrameKind.PYTHON and frame.file.endswith("hotcold.py") and frame.line > 0
+    # Python frames come first, native (interpreter) frames below them, kernel at the leaf.
+    for s in in_main:
+        kinds = [f.kind for f in s.stack]
+        first_non_py = next((i for i, k in enumerate(kinds) if k is not FrameKind.PYTHON), None)
+        if first_non_py is not None:
+            assert FrameKind.PYTHON not in kinds[first_non_py:]
+        if FrameKind.KERNEL in kinds:
+            assert all(k is FrameKind.KERNEL for k in kinds[kinds.index(FrameKind.KERNEL) :])
+    assert any(f.kind is FrameKind.NATIVE for s in in_main for f in s.stack)
+    assert [p.pid for p in procs] == [in_main[0].pid]
+
+
+def test_native_program_frames_are_symbolized(hotloop):
+    samples, procs, _ = record([str(hotloop), "4"])
+    assert len(samples) >= 100
+    pid = procs[0].pid
+    assert all(s.pid == pid and s.tid == pid and s.thread == "hotloop" for s in samples)
+    assert all(0 <= s.cpu < os.cpu_count() for s in samples)
+    assert [s.ts_ns for s in samples] == sorted(s.ts_ns for s in samples)
+    hot = sum("hot_loop" in names(s) for s in samples)
+    cold = sum("cold_loop" in names(s) for s in samples)
+    assert hot + cold >= 0.9 * len(samples)
+    assert abs(hot / (hot + cold) - 0.80) < 0.07
+    s = next(s for s in samples if "hot_loop" in names(s))
+    main_i, hot_i = names(s).index("main"), names(s).index("hot_loop")
+    assert main_i < hot_i  # root first
+    assert s.stack[hot_i].kind is FrameKind.NATIVE and s.stack[hot_i].file == str(hotloop)
+
+
+def test_children_are_included(python_exe, hotloop):
+    script = f"import subprocess; subprocess.run([{str(hotloop)!r}, '2'])"
+    samples, procs, _ = record([python_exe, "-c", script])
+    parent = procs[0].pid
+    child_pids = {p.pid for p in procs if p.ppid == parent}
+    assert child_pids, procs
+    child_samples = [s for s in samples if s.pid in child_pids]
+    assert len(child_samples) >= 50
+    assert any("hot_loop" in names(s) for s in child_samples)
+
+
+def test_stop_without_poll_keeps_everything_and_is_idempotent(hotloop):
+    c = CpuCollector(hz=99)
+    proc = subprocess.Popen([str(hotloop), "1.5"])
+    c.add_target(proc.pid)
+    proc.wait()
+    batch = c.stop()  # e.g. Ctrl-C before the first poll
+    assert len(batch.samples) >= 50
+    assert batch.processes and batch.processes[0].pid == proc.pid
+    assert any("hot_loop" in names(s) for s in batch.samples)  # symbolized after exit
+    assert c.stop().samples == ()
+    assert c.poll().samples == ()
+
+
+def test_target_that_exits_at_once_gives_a_clear_note():
+    c = CpuCollector(hz=99)
+    proc = subprocess.Popen(["sleep", "0.05"])
+    try:
+        c.add_target(proc.pid)
+    except CollectorError as e:  # it may already be gone
+        assert "exited" in str(e) or "no process" in str(e)
+    proc.wait()
+    time.sleep(0.2)
+    batch = c.stop()
+    assert batch.samples == ()
+    assert any("no CPU samples" in w and str(proc.pid) in w for w in c.warnings)
+
+
+def test_unknown_pid_is_a_clear_error():
+    c = CpuCollector(hz=99)
+    try:
+        with pytest.raises(CollectorError, match="no process with PID"):
+            c.add_target(2**22 + 4321)
+        proc = subprocess.Popen(["true"])
+        proc_pid = proc.pid
+        time.sleep(0.3)  # a zombie: exited, not yet reaped
+        with pytest.raises(CollectorError, match="already exited"):
+            c.add_target(proc_pid)
+        proc.wait()
+    finally:
+        c.stop()

@@ -1,0 +1,138 @@
+"""Symbolization: a compiled test binary's live addresses, perf maps, kallsyms, maps."""
+
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from kubeprof.agent.cpu.elf import ElfError, read_symbols
+from kubeprof.agent.cpu.symbolize import (
+    UNKNOWN,
+    Symbolizer,
+    parse_kallsyms,
+    parse_maps,
+    parse_perf_map,
+)
+
+from kubeprof.model import FrameKind
+
+C_PROGRAM = textwrap.dedent(
+    """
+    #include <stdio.h>
+    #include <unistd.h>
+    __attribute__((noinline)) int alpha_fn(int x) { return x * 3 + 1; }
+    __attribute__((noinline)) int beta_fn(int x) { return alpha_fn(x) * 7; }
+    int main(void) {
+        printf("%p %p\\n", (void *)alpha_fn, (void *)beta_fn);
+        fflush(stdout);
+        pause();
+        return beta_fn(2);
+    }
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def binary(tmp_path_factory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed: apt-get install gcc")
+    d = tmp_path_factory.mktemp("elf")
+    src = d / "prog.c"
+    src.write_text(C_PROGRAM)
+    out = d / "prog"
+    subprocess.run(["gcc", "-O1", "-pie", "-fPIE", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def test_read_symbols_finds_functions_of_a_compiled_binary(binary):
+    syms = read_symbols(str(binary))
+    assert {"alpha_fn", "beta_fn", "main"} <= set(syms.names)
+    assert syms.is_dyn  # PIE
+    i = syms.names.index("alpha_fn")
+    assert syms.lookup(syms.starts[i]) == "alpha_fn"
+    assert syms.lookup(syms.ends[i] - 1) == "alpha_fn"
+
+
+def test_read_symbols_rejects_non_elf(tmp_path):
+    p = tmp_path / "x"
+    p.write_bytes(b"#!/bin/sh\n")
+    with pytest.raises(ElfError):
+        read_symbols(str(p))
+
+
+def test_live_process_addresses_resolve_through_load_bias(binary):
+    proc = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
+    try:
+        alpha, beta = (int(a, 16) for a in proc.stdout.readline().split())
+        sym = Symbolizer()
+        fa = sym.user_frame(proc.pid, alpha + 1)
+        fb = sym.user_frame(proc.pid, beta)
+        assert (fa.name, fa.kind, fa.file) == ("alpha_fn", FrameKind.NATIVE, str(binary))
+        assert fb.name == "beta_fn"
+        # Stacks come leaf first from the kernel and leave root first; callers are
+        # looked up at return address - 1.
+        frames = sym.user_stack(proc.pid, [alpha + 1, beta + 1])
+        assert [f.name for f in frames] == ["beta_fn", "alpha_fn"]
+    finally:
+        proc.kill()
+        proc.wait()
+    # Cached maps keep working after the process is gone.
+    assert sym.user_frame(proc.pid, alpha + 1).name == "alpha_fn"
+
+
+def test_perf_map_names_anonymous_code(tmp_path):
+    import os
+
+    pid = os.getpid()
+    addr = 0x10_0000  # below any mapping of this process
+    (tmp_path / f"perf-{pid}.map").write_text(f"{addr:x} 40 py::jitted:f\nzzz bad line\n")
+    frame = Symbolizer(perf_map_dir=str(tmp_path)).user_frame(pid, addr + 0x10)
+    assert frame.name == "py::jitted:f"
+    assert frame.file.endswith(f"perf-{pid}.map")
+    assert Symbolizer(perf_map_dir=str(tmp_path)).user_frame(pid, addr + 0x40).name == UNKNOWN
+
+
+def test_parse_perf_map_later_entries_win():
+    table = parse_perf_map("1000 10 old\n1000 20 new\n2000 8 other\n")
+    assert table.lookup(0x1018) == "new"
+    assert table.lookup(0x2007) == "other"
+    assert table.lookup(0x2008) is None
+    assert table.lookup(0xFFF) is None
+
+
+def test_parse_kallsyms_keeps_text_symbols_and_hides_zeroed():
+    text = [
+        "ffffffff81000000 T _stext",
+        "ffffffff81000100 t do_thing",
+        "ffffffff81000200 D some_data",
+        "ffffffff81000300 T next_fn [mod]",
+    ]
+    table = parse_kallsyms(text)
+    assert table.lookup(0xFFFFFFFF81000150) == "do_thing"
+    assert table.lookup(0xFFFFFFFF81000250) == "do_thing"  # data is not a boundary
+    assert table.lookup(0xFFFFFFFF81000300) == "next_fn"
+    hidden = parse_kallsyms(["0000000000000000 T _stext", "0000000000000000 t x"])
+    assert hidden.lookup(0x10) is None
+
+
+def test_parse_maps_keeps_executable_mappings_sorted():
+    text = (
+        "7f0000002000-7f0000003000 r-xp 00002000 08:01 42 /usr/lib/libc.so.6\n"
+        "55e000000000-55e000001000 r--p 00000000 08:01 7 /usr/bin/prog\n"
+        "7f0000010000-7f0000011000 rwxp 00000000 00:00 0 \n"
+    )
+    maps = parse_maps(text)
+    assert [m.path for m in maps] == ["/usr/lib/libc.so.6", ""]
+    assert maps[0].offset == 0x2000 and maps[0].inode == 42
+
+
+def test_kernel_stack_is_root_first_and_unknown_when_unresolvable(tmp_path):
+    (tmp_path / "kallsyms").write_text(
+        "ffffffff81000000 T entry_SYSCALL_64\nffffffff81000100 T do_sys\n"
+    )
+    sym = Symbolizer(proc=str(tmp_path))
+    frames = sym.kernel_stack([0xFFFFFFFF81000105, 0xFFFFFFFF81000010])
+    assert [f.name for f in frames] == ["entry_SYSCALL_64", "do_sys"]
+    assert all(f.kind is FrameKind.KERNEL for f in frames)
+    assert sym.kernel_stack([0x1])[0].name == UNKNOWN
