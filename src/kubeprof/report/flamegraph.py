@@ -1,0 +1,123 @@
+"""The self-contained HTML flame graph page (canvas renderer, CPU/GPU toggle, extra sections).
+
+Python does the heavy part once: stacks are merged into a pre-order CallTree (tree.py) and
+embedded as an interned name table plus flat integer arrays, values divided by their common
+divisor so they stay short. flamegraph.js draws it on a <canvas>, lays out only the zoomed
+subtree and skips frames under half a pixel, which keeps 100,000+ distinct stacks fluid.
+The page has no external references: CSS and JS are inlined from the package data files.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from collections.abc import Sequence
+from importlib import resources
+
+from kubeprof.model import FrameKind
+from kubeprof.report.aggregate import Profile
+from kubeprof.report.tree import CallTree, build_tree
+from kubeprof.report.views import available_views, format_ns, view_info, view_stacks
+
+KINDS = [k.value for k in FrameKind]
+# (hue, saturation %, lightness %, hue spread) per frame kind; the legend and JS share it.
+PALETTE: dict[str, tuple[int, int, int, int]] = {
+    "python": (205, 62, 70, 30),
+    "native": (28, 85, 62, 22),
+    "kernel": (2, 70, 66, 12),
+    "cuda_api": (280, 50, 72, 24),
+    "gpu": (118, 50, 58, 30),
+    "process": (0, 0, 80, 0),
+}
+
+
+def _asset(name: str) -> str:
+    return resources.files("kubeprof.report").joinpath(name).read_text(encoding="utf-8")
+
+
+def tree_payload(tree: CallTree, *, title: str, unit: str) -> dict[str, object]:
+    """A CallTree as the page's compact JSON: names, per-name kinds and per-node arrays."""
+    scale = math.gcd(*tree.node_value) or 1
+    kind_index = {k: i for i, k in enumerate(KINDS)}
+    return {
+        "title": title,
+        "unit": unit,
+        "scale": scale,  # node value * scale = nanoseconds
+        "names": tree.names,
+        "kinds": [kind_index[k] for k in tree.name_kinds],
+        "name": tree.node_name,
+        "depth": tree.node_depth,
+        "value": [v // scale for v in tree.node_value],
+        "samples": tree.node_samples,
+    }
+
+
+def embed_json(data: object) -> str:
+    """JSON safe inside <script>: '<' only occurs in strings, so escape it everywhere."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
+
+
+def _header(profile: Profile) -> str:
+    esc = html.escape
+    cpu_n = sum(ws.samples for ws in profile.cpu)
+    items = [
+        ("duration", f"{profile.duration_s:.1f} s"),
+        ("CPU samples", f"{cpu_n:,} at {profile.hz} Hz"),
+        ("CPU time", format_ns(sum(ws.value_ns for ws in profile.cpu))),
+    ]
+    if profile.gpu:
+        items.append(("GPU launches", f"{sum(ws.samples for ws in profile.gpu):,}"))
+        items.append(("GPU time", format_ns(sum(ws.value_ns for ws in profile.gpu))))
+    items += sorted(profile.meta.items())
+    stats = "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in items)
+    return f"<h1>kubeprof: {esc(profile.session)}</h1>\n<dl>{stats}</dl>"
+
+
+def _legend() -> str:
+    return "".join(
+        f'<span><i style="background:hsl({h},{s}%,{lum}%)"></i>{kind}</span>'
+        for kind, (h, s, lum, _) in PALETTE.items()
+    )
+
+
+def _extra(sections: Sequence[tuple[str, str]]) -> str:
+    return "\n".join(
+        f'<section class="kp-extra"><h2>{html.escape(title)}</h2>\n{body}\n</section>'
+        for title, body in sections
+    )
+
+
+def render_html(
+    profile: Profile,
+    *,
+    view: str | None = None,
+    extra_sections: Sequence[tuple[str, str]] = (),
+    group: str = "process",
+) -> str:
+    """The flame graph page with every view that has data; `view` picks the one shown first.
+
+    `extra_sections` are (title, already-escaped HTML) pairs placed under the graph.
+    `group` puts synthetic "name [pid]" (and thread) frames above the stacks.
+    """
+    names = available_views(profile)
+    initial = view or names[0]
+    if initial not in names:
+        names.append(view_info(initial).name)
+    payload_views = {}
+    for name in names:
+        info = view_info(name)
+        tree = build_tree(view_stacks(profile, name), group=group)
+        payload_views[name] = tree_payload(tree, title=info.title, unit=info.count_unit)
+    data = {"kinds": KINDS, "palette": PALETTE, "initial": initial, "views": payload_views}
+    parts = {
+        "TITLE": html.escape(f"kubeprof: {profile.session}"),
+        "CSS": _asset("flamegraph.css"),
+        "HEADER": _header(profile),
+        "LEGEND": _legend(),
+        "EXTRA": _extra(extra_sections),
+        "DATA": embed_json(data),
+        "JS": _asset("flamegraph.js"),
+    }
+    return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts[m.group(1)], _asset("flamegraph.html"))

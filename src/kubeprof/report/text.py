@@ -1,0 +1,173 @@
+"""Terminal summary: where the time went, by process, thread, function and stack.
+
+All percentages are of the view's whole total (so numbers in different sections add up
+against the same base). Rows are ordered by value, then by label, so output is
+deterministic; lines are cut to ``width`` columns.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from kubeprof.model import Frame, FrameKind
+from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.report.views import available_views, format_ns, view_info, view_stacks
+
+FuncKey = tuple[str, str, str]  # (kind, name, file): functions merge across line numbers
+
+
+def function_key(frame: Frame) -> FuncKey:
+    """Functions are named by kind, name and (for Python) file; lines are merged."""
+    return (frame.kind.value, frame.name, frame.file if frame.kind is FrameKind.PYTHON else "")
+
+
+def function_label(key: FuncKey) -> str:
+    """One-line function name, like Frame.label() without the line number."""
+    kind, name, file = key
+    return Frame(name, FrameKind(kind), file).label()
+
+
+def fit(text: str, width: int) -> str:
+    """Cut a line to `width` columns, marking the cut with '...'."""
+    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+
+def pct(part: float, whole: float) -> str:
+    """Fixed-width percentage; 0 of 0 is 0 %."""
+    return f"{(100.0 * part / whole) if whole else 0.0:6.2f}%"
+
+
+def function_times(
+    stacks: Iterable[WeightedStack],
+) -> tuple[dict[FuncKey, int], dict[FuncKey, int]]:
+    """Self and total value_ns per function; recursion counts once towards total."""
+    self_ns: dict[FuncKey, int] = defaultdict(int)
+    total_ns: dict[FuncKey, int] = defaultdict(int)
+    for ws in stacks:
+        if not ws.stack:
+            continue
+        self_ns[function_key(ws.stack[-1])] += ws.value_ns
+        for key in {function_key(f) for f in ws.stack}:
+            total_ns[key] += ws.value_ns
+    return self_ns, total_ns
+
+
+def _ranked(values: dict, top: int) -> list:
+    """Keys by value descending, then by label, at most `top`."""
+    return sorted(values, key=lambda k: (-values[k], str(k)))[:top]
+
+
+def function_table(
+    stacks: Sequence[WeightedStack], total: int, *, by: str, top: int, width: int, indent: str
+) -> list[str]:
+    """Top functions by "self" or "total" time, with both percentages."""
+    self_ns, total_ns = function_times(stacks)
+    ranked = _ranked(self_ns if by == "self" else total_ns, top)
+    ranked = [k for k in ranked if (self_ns if by == "self" else total_ns)[k] > 0]
+    lines = [
+        f"{indent}Top functions by {by} time",
+        f"{indent}  self%   total%       self  function",
+    ]
+    for key in ranked:
+        row = (
+            f"{indent}{pct(self_ns.get(key, 0), total)} {pct(total_ns[key], total)} "
+            f"{format_ns(self_ns.get(key, 0)):>10}  {function_label(key)}"
+        )
+        lines.append(fit(row, width))
+    return lines
+
+
+def stack_table(
+    stacks: Sequence[WeightedStack], total: int, *, top: int, width: int, indent: str
+) -> list[str]:
+    """Top distinct stacks (merged across threads), leaf first."""
+    merged: dict[tuple[str, ...], list[int]] = {}
+    for ws in stacks:
+        key = tuple(f.label() for f in reversed(ws.stack)) or ("[empty stack]",)
+        acc = merged.setdefault(key, [0, 0])
+        acc[0] += ws.value_ns
+        acc[1] += ws.samples
+    ranked = sorted(merged, key=lambda k: (-merged[k][0], k))[:top]
+    lines = [
+        f"{indent}Top stacks (leaf <- caller <- ... <- root)",
+        f"{indent}  total%    count  stack",
+    ]
+    for key in ranked:
+        value, count = merged[key]
+        lines.append(fit(f"{indent}{pct(value, total)} {count:>8}  {' <- '.join(key)}", width))
+    return lines
+
+
+def _group(stacks: Iterable[WeightedStack], key: str) -> dict[tuple, list[WeightedStack]]:
+    """Stacks by process (pid, name) or by thread (tid, name)."""
+    groups: dict[tuple, list[WeightedStack]] = defaultdict(list)
+    for ws in stacks:
+        groups[(ws.pid, ws.process) if key == "process" else (ws.tid, ws.thread)].append(ws)
+    return groups
+
+
+def _by_value(groups: dict[tuple, list[WeightedStack]]) -> list[tuple]:
+    totals = {k: sum(ws.value_ns for ws in v) for k, v in groups.items()}
+    return sorted(groups, key=lambda k: (-totals[k], k))
+
+
+def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100) -> list[str]:
+    """One view's sections: processes, then per process its functions, threads and stacks."""
+    info = view_info(view)
+    stacks = view_stacks(profile, view)
+    total = sum(ws.value_ns for ws in stacks)
+    count = sum(ws.samples for ws in stacks)
+    lines = [f"== {info.title}: {format_ns(total)} in {count} {info.count_unit} ==", ""]
+    if not stacks:
+        return [*lines, "(no data)", ""]
+    processes = _group(stacks, "process")
+    lines.append("Processes")
+    lines.append("  total%       time    count  process")
+    for pid, name in _by_value(processes):
+        members = processes[(pid, name)]
+        value = sum(ws.value_ns for ws in members)
+        n = sum(ws.samples for ws in members)
+        lines.append(
+            fit(f"{pct(value, total)} {format_ns(value):>10} {n:>8}  {name} [{pid}]", width)
+        )
+    for pid, name in _by_value(processes):
+        members = processes[(pid, name)]
+        value = sum(ws.value_ns for ws in members)
+        lines += ["", fit(f"-- process {name} [{pid}]: {pct(value, total).strip()} --", width)]
+        lines += function_table(members, total, by="self", top=top, width=width, indent="")
+        lines += function_table(members, total, by="total", top=top, width=width, indent="")
+        lines += stack_table(members, total, top=top, width=width, indent="")
+        threads = _group(members, "thread")
+        shown = _by_value(threads)[:top]
+        for tid, tname in shown:
+            tstacks = threads[(tid, tname)]
+            tvalue = sum(ws.value_ns for ws in tstacks)
+            lines += ["", fit(f"   thread {tname} [{tid}]: {pct(tvalue, total).strip()}", width)]
+            sub = max(3, top // 2)
+            lines += function_table(tstacks, total, by="self", top=sub, width=width, indent="   ")
+            lines += function_table(tstacks, total, by="total", top=sub, width=width, indent="   ")
+        if len(threads) > len(shown):
+            lines.append(f"   ({len(threads) - len(shown)} more threads not shown)")
+    return [*lines, ""]
+
+
+def render_text(
+    profile: Profile, *, view: str | None = None, top: int = 10, width: int = 100
+) -> str:
+    """The terminal report; both CPU and GPU views unless `view` names one."""
+    views = [view] if view else available_views(profile)
+    cpu_n = sum(ws.samples for ws in profile.cpu)
+    head = [
+        fit(f"kubeprof report: {profile.session}", width),
+        fit(
+            f"duration {profile.duration_s:.1f} s, {profile.hz} Hz, {cpu_n} CPU samples, "
+            f"{sum(ws.samples for ws in profile.gpu)} GPU launches",
+            width,
+        ),
+        *(fit(f"{k}: {v}", width) for k, v in sorted(profile.meta.items())),
+        "Percentages are of each view's total.",
+        "",
+    ]
+    body = [line for v in views for line in render_view(profile, v, top=top, width=width)]
+    return "\n".join(head + body)

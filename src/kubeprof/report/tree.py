@@ -1,0 +1,143 @@
+"""The merged call tree, as flat arrays in pre-order, built once in Python for the flame graph.
+
+A flame graph of 100,000+ distinct stacks cannot be one object (or one DOM node) per frame.
+Here stacks are merged into a tree whose nodes are stored as parallel arrays in depth-first
+pre-order, children sorted by label: a node's subtree is then the contiguous index range
+``[i, end[i])``, so the page lays out a zoomed subtree in one linear pass and skips whole
+subtrees that are too narrow to draw. Frame labels are interned into a name table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kubeprof.model import Frame, FrameKind
+from kubeprof.report.aggregate import WeightedStack
+
+GROUPS = ("none", "process", "thread")
+
+
+@dataclass(frozen=True, slots=True)
+class CallTree:
+    """Merged stacks; node 0 is the synthetic root, every array is indexed by node."""
+
+    names: list[str]  # interned frame labels
+    name_kinds: list[str]  # FrameKind value of each interned label
+    node_name: list[int]  # index into names
+    node_depth: list[int]  # 0 for the root
+    node_value: list[int]  # inclusive value_ns
+    node_samples: list[int]  # inclusive samples (CPU) or launches (GPU)
+    node_end: list[int]  # one past the last node of this node's subtree
+
+    def __len__(self) -> int:
+        return len(self.node_name)
+
+    def self_value(self, node: int) -> int:
+        """Exclusive value_ns of a node: its value less its children's."""
+        child_total = 0
+        i = node + 1
+        end = self.node_end[node]
+        while i < end:
+            child_total += self.node_value[i]
+            i = self.node_end[i]
+        return self.node_value[node] - child_total
+
+    def children(self, node: int) -> list[int]:
+        """Direct children of a node, in drawing order."""
+        out = []
+        i = node + 1
+        while i < self.node_end[node]:
+            out.append(i)
+            i = self.node_end[i]
+        return out
+
+
+def group_frames(ws: WeightedStack, group: str) -> tuple[Frame, ...]:
+    """Synthetic PROCESS frames put above a stack so processes (and threads) stay apart."""
+    if group == "none":
+        return ()
+    proc = Frame(f"{ws.process or 'process'} [{ws.pid}]", FrameKind.PROCESS)
+    if group == "process":
+        return (proc,)
+    return (proc, Frame(f"{ws.thread or 'thread'} [{ws.tid}]", FrameKind.PROCESS))
+
+
+def build_tree(
+    stacks: Iterable[WeightedStack], *, group: str = "process", root: str = "all"
+) -> CallTree:
+    """Merge weighted stacks into a CallTree; frames merge when label and kind are equal."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}: expected one of {', '.join(GROUPS)}")
+    names: list[str] = [root]
+    name_kinds: list[str] = [FrameKind.PROCESS.value]
+    name_ids: dict[tuple[str, str], int] = {(root, FrameKind.PROCESS.value): 0}
+    frame_ids: dict[Frame, int] = {}
+    parent: list[int] = [-1]
+    node_name: list[int] = [0]
+    value: list[int] = [0]
+    samples: list[int] = [0]
+    child_of: dict[tuple[int, int], int] = {}
+
+    for ws in stacks:
+        v, s = ws.value_ns, ws.samples
+        value[0] += v
+        samples[0] += s
+        node = 0
+        for frame in group_frames(ws, group) + ws.stack:
+            nid = frame_ids.get(frame)
+            if nid is None:
+                key = (frame.label(), frame.kind.value)
+                nid = name_ids.get(key)
+                if nid is None:
+                    nid = name_ids[key] = len(names)
+                    names.append(key[0])
+                    name_kinds.append(key[1])
+                frame_ids[frame] = nid
+            child = child_of.get((node, nid))
+            if child is None:
+                child = child_of[(node, nid)] = len(node_name)
+                parent.append(node)
+                node_name.append(nid)
+                value.append(0)
+                samples.append(0)
+            value[child] += v
+            samples[child] += s
+            node = child
+    del child_of, frame_ids
+    return _preorder(names, name_kinds, parent, node_name, value, samples)
+
+
+def _preorder(
+    names: list[str],
+    name_kinds: list[str],
+    parent: list[int],
+    node_name: list[int],
+    value: list[int],
+    samples: list[int],
+) -> CallTree:
+    """Renumber nodes depth-first, children sorted by label, and record subtree ends."""
+    n = len(node_name)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for node in range(1, n):
+        kids[parent[node]].append(node)
+    out_name, out_depth, out_value, out_samples = [], [], [], []
+    out_end = [0] * n
+    open_nodes: list[int] = []  # new indices of ancestors still open, by depth
+    todo: list[tuple[int, int]] = [(0, 0)]  # (old node, depth)
+    while todo:
+        old, depth = todo.pop()
+        while len(open_nodes) > depth:
+            out_end[open_nodes.pop()] = len(out_name)
+        open_nodes.append(len(out_name))
+        out_name.append(node_name[old])
+        out_depth.append(depth)
+        out_value.append(value[old])
+        out_samples.append(samples[old])
+        children = kids[old]
+        if children:
+            children.sort(key=lambda c: names[node_name[c]], reverse=True)
+            todo.extend((c, depth + 1) for c in children)
+    for idx in open_nodes:
+        out_end[idx] = n
+    return CallTree(names, name_kinds, out_name, out_depth, out_value, out_samples, out_end)
