@@ -144,7 +144,8 @@ class Cluster:
                     shutil.rmtree(child)
                 else:
                     child.unlink()
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o711)  # traversable, not listable: postgres/ inside runs as another user
         (d / MARKER).write_text("run folder of tests/e2e/cluster; safe to delete when down\n")
 
     def _fresh_start(self, scale: float) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
 
 class ComponentError(RuntimeError):
     """A component failed to start or become ready; the message names it and its log."""
@@ -52,6 +54,7 @@ def start(name: str, argv: list[str], run_dir: Path, env: dict[str, str] | None 
             env={**os.environ, **(env or {})},
             start_new_session=True,
         )
+    _CHILDREN[p.pid] = p  # keep the handle: no "still running" ResourceWarning on GC
     exe = Path(argv[0]).resolve()
     (pids / f"{name}.pid").write_text(f"{p.pid}\n{exe}\n")
     return Proc(name, p.pid, exe, log)
@@ -77,6 +80,11 @@ def is_ours(pid: int, exe: Path) -> bool:
 
 
 def _reap(pid: int) -> None:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _CHILDREN[pid]
+        return
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
 
