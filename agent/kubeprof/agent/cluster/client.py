@@ -1,0 +1,89 @@
+"""HTTP client of the operator's ingest API (stdlib only: the agent image stays small).
+
+Every answer is sorted into one of four outcomes the shipper acts on: stored, retry later
+(network, 5xx, 429, 503 "database down"), reject this batch (4xx about the body), or the
+session is over / we are not allowed (401, 403, 404, 409, 410).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Outcome(Enum):
+    """What the shipper should do with a batch after one attempt."""
+
+    STORED = "stored"  # stored now, or already stored earlier (duplicate id)
+    RETRY = "retry"  # keep it and try again after a backoff
+    REJECTED = "rejected"  # the body itself is bad; set it aside
+    FORBIDDEN = "forbidden"  # our token is not valid for this session
+    SESSION_OVER = "session_over"  # the session no longer accepts data
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One ingest answer."""
+
+    outcome: Outcome
+    status: int  # HTTP status, 0 for a network error
+    detail: str  # server message or the network error, for the log
+    data: dict[str, Any]
+
+
+def classify(status: int) -> Outcome:
+    """HTTP status -> outcome (pure, so the policy is unit-tested)."""
+    if 200 <= status < 300:
+        return Outcome.STORED
+    if status in (401, 403):
+        return Outcome.FORBIDDEN
+    if status in (404, 409, 410):
+        return Outcome.SESSION_OVER
+    if status in (400, 413, 415, 422):
+        return Outcome.REJECTED
+    return Outcome.RETRY
+
+
+class IngestClient:
+    """Talks to one session's ingest endpoints with the session's bearer token."""
+
+    def __init__(self, base_url: str, namespace: str, session: str, token: str,
+                 *, timeout_s: float = 30.0) -> None:
+        q = urllib.parse.quote
+        self.base = f"{base_url.rstrip('/')}/v1/sessions/{q(namespace)}/{q(session)}"
+        self._auth = f"Bearer {token}"
+        self.timeout_s = timeout_s
+
+    def post_batch(self, body: bytes, batch_id: str) -> Answer:
+        """POST one gzip-compressed batch."""
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip",
+                   "X-Kubeprof-Batch-Id": batch_id}
+        return self._call("POST", "/batches", body, headers)
+
+    def targets(self, node: str) -> Answer:
+        """GET the session's target pods on `node` and its phase and end time."""
+        return self._call("GET", f"/targets?node={urllib.parse.quote(node)}", None, {})
+
+    def _call(self, method: str, path: str, body: bytes | None,
+              headers: dict[str, str]) -> Answer:
+        req = urllib.request.Request(self.base + path, data=body, method=method,
+                                     headers={**headers, "Authorization": self._auth})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        except (OSError, ValueError) as e:  # refused, reset, timeout, DNS
+            return Answer(Outcome.RETRY, 0, f"{type(e).__name__}: {e}", {})
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError:
+            data = {"message": raw[:200].decode(errors="replace")}
+        if not isinstance(data, dict):
+            data = {}
+        return Answer(classify(status), status, str(data.get("message", "")), data)

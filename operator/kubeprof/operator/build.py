@@ -1,0 +1,191 @@
+"""Pure builders of the objects a session owns: its agent DaemonSet and its token Secret.
+
+No API calls here: each function returns the object as a dict, so tests check exactly
+what would be sent to the API server.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubeprof.operator.config import (
+    GROUP,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_SESSION,
+    TOKEN_KEY,
+    VERSION,
+    OperatorConfig,
+)
+
+TOKEN_MOUNT = "/var/run/kubeprof"
+HOST_PROC = "/host/proc"
+
+
+def label_value(name: str) -> str:
+    """A label value for a session name (label values stop at 63 characters)."""
+    if len(name) <= 63:
+        return name
+    return f"{name[:50]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def child_name(session: str, suffix: str) -> str:
+    """`kubeprof-<session>-<suffix>`, shortened with a hash to stay a valid DNS label."""
+    full = f"kubeprof-{session}-{suffix}"
+    if len(full) <= 55:  # DaemonSet pods add a 5-character suffix plus a dash
+        return full
+    digest = hashlib.sha256(session.encode()).hexdigest()[:8]
+    keep = 55 - len("kubeprof--") - len(suffix) - 9
+    return f"kubeprof-{session[:keep]}-{digest}-{suffix}"
+
+
+def owner_reference(session: Mapping[str, Any]) -> dict[str, Any]:
+    """Owner reference to the ProfilingSession, so Kubernetes deletes children with it."""
+    meta = session["metadata"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def labels(session: Mapping[str, Any], component: str) -> dict[str, str]:
+    return {LABEL_SESSION: label_value(session["metadata"]["name"]),
+            LABEL_COMPONENT: component,
+            "app.kubernetes.io/name": "kubeprof",
+            "app.kubernetes.io/managed-by": "kubeprof-operator"}
+
+
+def secret_name(session: Mapping[str, Any]) -> str:
+    return child_name(session["metadata"]["name"], "ingest")
+
+
+def daemonset_name(session: Mapping[str, Any]) -> str:
+    return child_name(session["metadata"]["name"], "agent")
+
+
+def build_secret(session: Mapping[str, Any], token: str) -> dict[str, Any]:
+    """The Secret holding the session's ingest token (mounted into the agent pods)."""
+    meta = session["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": secret_name(session), "namespace": meta["namespace"],
+                     "labels": labels(session, "ingest-token"),
+                     "ownerReferences": [owner_reference(session)]},
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def collectors_for(spec: Mapping[str, Any]) -> list[str]:
+    """Agent collectors the session's profilers section asks for."""
+    prof = spec.get("profilers") or {}
+    out = []
+    if (prof.get("cpu") or {}).get("enabled", True):
+        out.append("cpu")
+    if (prof.get("gpu") or {}).get("enabled", True):
+        out.append("nvml")
+    return out
+
+
+def node_affinity(nodes: Sequence[str]) -> dict[str, Any]:
+    """Required affinity to exactly `nodes`, by node name.
+
+    `matchFields` on metadata.name (what the DaemonSet controller itself uses) takes one
+    value per requirement, so each node is its own term; terms are ORed. Node names are
+    exact, unlike the kubernetes.io/hostname label, which may differ from the name.
+    """
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+            for n in sorted(set(nodes))]}}}
+
+
+def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
+    return {"name": name, "hostPath": {"path": path, "type": kind}}
+
+
+def build_daemonset(session: Mapping[str, Any], nodes: Sequence[str], config: OperatorConfig,
+                    end_time: float) -> dict[str, Any]:
+    """The session's agent DaemonSet, pinned to `nodes` (must be non-empty)."""
+    if not nodes:
+        raise ValueError("an agent DaemonSet needs at least one node")
+    meta, spec = session["metadata"], session.get("spec") or {}
+    prof = spec.get("profilers") or {}
+    cpu, gpu = prof.get("cpu") or {}, prof.get("gpu") or {}
+    lbl = labels(session, "agent")
+    selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent"}
+    env = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "KUBEPROF_INGEST_URL", "value": config.ingest_url},
+        {"name": "KUBEPROF_SESSION_NAMESPACE", "value": meta["namespace"]},
+        {"name": "KUBEPROF_SESSION", "value": meta["name"]},
+        {"name": "KUBEPROF_TOKEN_FILE", "value": f"{TOKEN_MOUNT}/{TOKEN_KEY}"},
+        {"name": "KUBEPROF_SESSION_END", "value": f"{end_time:.3f}"},
+        {"name": "KUBEPROF_COLLECTORS", "value": ",".join(collectors_for(spec))},
+        {"name": "KUBEPROF_CPU_HZ", "value": str(int(cpu.get("frequencyHz", 99)))},
+        {"name": "KUBEPROF_NVML_INTERVAL_S",
+         "value": f"{int(gpu.get('metricsIntervalMs', 1000)) / 1000:g}"},
+        {"name": "KUBEPROF_PROC_ROOT", "value": HOST_PROC},
+        {"name": "KUBEPROF_SPOOL_DIR", "value": "/var/lib/kubeprof/spool"},
+    ]
+    container = {
+        "name": "agent",
+        "image": config.agent_image,
+        "imagePullPolicy": config.agent_image_pull_policy,
+        "command": ["kubeprof", "agent"],
+        "env": env,
+        "resources": {"requests": {"cpu": config.agent_cpu, "memory": config.agent_memory},
+                      "limits": {"cpu": config.agent_cpu, "memory": config.agent_memory}},
+        "securityContext": {
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsUser": 0,  # capabilities below are granted to root only
+            "capabilities": {"add": list(config.agent_capabilities), "drop": ["ALL"]},
+            # RuntimeDefault seccomp refuses bpf() and perf_event_open() to non-SYS_ADMIN.
+            "seccompProfile": {"type": "Unconfined"},
+        },
+        "volumeMounts": [
+            {"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+            {"name": "tracefs", "mountPath": "/sys/kernel/tracing", "readOnly": True},
+            {"name": "modules", "mountPath": "/lib/modules", "readOnly": True},
+            {"name": "usr-src", "mountPath": "/usr/src", "readOnly": True},
+            {"name": "host-proc", "mountPath": HOST_PROC, "readOnly": True},
+            {"name": "spool", "mountPath": "/var/lib/kubeprof/spool"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    pod_spec: dict[str, Any] = {
+        "hostPID": True,  # see every process on the node; pods are told apart by cgroup
+        "affinity": node_affinity(nodes),
+        "tolerations": [{"operator": "Exists"}],  # GPU nodes are often tainted
+        "terminationGracePeriodSeconds": 60,  # time to flush the last batches
+        "automountServiceAccountToken": False,  # agents talk only to the ingest API
+        "containers": [container],
+        "volumes": [
+            {"name": "token", "secret": {"secretName": secret_name(session),
+                                         "defaultMode": 0o400}},
+            _host("tracefs", "/sys/kernel/tracing"),
+            _host("modules", "/lib/modules"),
+            _host("usr-src", "/usr/src"),
+            _host("host-proc", "/proc"),
+            _host("spool", config.agent_spool_host_path, "DirectoryOrCreate"),
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    if config.agent_service_account:
+        pod_spec["serviceAccountName"] = config.agent_service_account
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": daemonset_name(session), "namespace": meta["namespace"],
+                     "labels": lbl, "ownerReferences": [owner_reference(session)]},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            # OnDelete: changing the node list must not restart agents already running.
+            "updateStrategy": {"type": "OnDelete"},
+            "template": {"metadata": {"labels": lbl}, "spec": pod_spec},
+        },
+    }

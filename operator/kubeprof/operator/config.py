@@ -1,0 +1,54 @@
+"""Operator settings: one object, one comment per setting, filled from flags and environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GROUP = "kubeprof.dev"
+VERSION = "v1alpha1"
+PLURAL = "profilingsessions"
+KIND = "ProfilingSession"
+LABEL_SESSION = "kubeprof.dev/session"  # on every child object: the owning session's name
+LABEL_COMPONENT = "app.kubernetes.io/component"
+TOKEN_KEY = "token"  # key of the ingest token inside the session's Secret
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """What the operator needs to know about its environment."""
+
+    # SQLAlchemy URL of the results database (postgresql+psycopg://...; sqlite:/// in tests).
+    database_url: str
+    # Address the ingest API and /metrics listen on.
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 8080
+    # URL agents use to reach the ingest API (the operator Service), written into the DaemonSet.
+    ingest_url: str = "http://kubeprof-operator.kubeprof.svc:8080"
+    # Image the agent DaemonSet runs (it must contain `kubeprof agent`).
+    agent_image: str = "ghcr.io/kubeprof/kubeprof:0.1.0"
+    agent_image_pull_policy: str = "IfNotPresent"
+    # ServiceAccount for agent pods ("" = the namespace default; agents need no API rights).
+    agent_service_account: str = ""
+    # Linux capabilities the agent adds (all others dropped): BPF and PERFMON to load and
+    # attach the perf-event sampler, SYS_PTRACE to read other processes' memory and maps
+    # (py-spy, symbolization), SYS_RESOURCE to raise RLIMIT_MEMLOCK on older kernels.
+    agent_capabilities: tuple[str, ...] = ("BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE")
+    # Agent container resources (requests = limits for CPU keeps overhead predictable).
+    agent_cpu: str = "500m"
+    agent_memory: str = "512Mi"
+    # Host folder where agents spool batches while the ingest API is unreachable.
+    agent_spool_host_path: str = "/var/lib/kubeprof/spool"
+    # Seconds between reconcile passes of a session (re-resolve pods, agents, phase).
+    reconcile_interval_s: float = 5.0
+    # Seconds after the session's end during which late batches are still accepted.
+    drain_s: float = 15.0
+    # How many top CPU stacks go into .status (the CR must stay small).
+    status_top_stacks: int = 5
+    # How many nodes / pods get their own line in .status.summary.
+    status_top_targets: int = 5
+    # Largest accepted (compressed) ingest body.
+    max_body_bytes: int = 64 << 20
+    # Threads writing batches to the database concurrently.
+    ingest_writers: int = 2
+    # Namespaces to watch; empty = all namespaces.
+    namespaces: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,115 @@
+"""The operator's writes to the results database: session rows and idempotent batches.
+
+A batch is stored in one transaction together with its row in `ingested_batches`; the id
+row goes first with ON CONFLICT DO NOTHING, so a retried batch (the agent never heard the
+answer, or the operator restarted) is recognised and skipped, and a batch whose
+transaction failed leaves no trace and is simply sent again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from kubeprof.model import Batch
+from kubeprof.storage.intern import Interner
+from kubeprof.storage.models import IngestedBatchRow, SessionRow
+from kubeprof.storage.store import write_batch
+
+
+def store_name(namespace: str, name: str, uid: str) -> str:
+    """The sessions.name of a ProfilingSession: unique even when a name is reused."""
+    return f"{namespace}/{name}@{uid[:8]}"
+
+
+def _insert(conn: Connection, table: type) -> object:
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def ensure_session(engine: Engine, namespace: str, name: str, uid: str, *, hz: int,
+                   started_at: datetime, meta: Mapping[str, str]) -> int:
+    """The session's row id, creating the row on first call (idempotent)."""
+    sname = store_name(namespace, name, uid)
+    with engine.begin() as conn:
+        stmt = _insert(conn, SessionRow).values(  # type: ignore[attr-defined]
+            name=sname, kind="cluster", command=f"ProfilingSession {namespace}/{name}", hz=hz,
+            host="", status="running", started_at=started_at, start_ns=0, end_ns=0,
+            meta=json.dumps(dict(meta), sort_keys=True),
+        ).on_conflict_do_nothing(index_elements=["name"])
+        conn.execute(stmt)
+        return int(conn.scalar(select(SessionRow.id).where(SessionRow.name == sname)))
+
+
+def merge_meta(engine: Engine, session_id: int, meta: Mapping[str, str]) -> None:
+    """Merge entries into sessions.meta (e.g. pod UID -> pod name, kept for the reports)."""
+    with engine.begin() as conn:
+        old = conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
+        merged = {**json.loads(old or "{}"), **dict(meta)}
+        conn.execute(update(SessionRow).where(SessionRow.id == session_id)
+                     .values(meta=json.dumps(merged, sort_keys=True)))
+
+
+def session_meta(conn: Connection, session_id: int) -> dict[str, str]:
+    return json.loads(conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
+                      or "{}")
+
+
+def finish_session(engine: Engine, session_id: int, status: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(update(SessionRow).where(SessionRow.id == session_id)
+                     .values(status=status, ended_at=datetime.now(UTC)))
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What storing one batch did."""
+
+    duplicate: bool  # the id was stored before; nothing written now
+    rows: int  # rows written now (or written the first time, for a duplicate)
+
+
+class BatchWriter:
+    """Writes batches idempotently; safe to call from several threads at once."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._local = threading.local()
+
+    def _interner(self) -> Interner:
+        it = getattr(self._local, "interner", None)
+        if it is None:
+            it = self._local.interner = Interner()
+        return it
+
+    def store(self, session_id: int, batch_id: str, agent: str, batch: Batch) -> Stored:
+        """Store `batch` once per (session, batch id)."""
+        interner = self._interner()
+        try:
+            with self.engine.begin() as conn:
+                stmt = _insert(conn, IngestedBatchRow).values(  # type: ignore[attr-defined]
+                    session_id=session_id, batch_id=batch_id, agent=agent, rows=0,
+                    received_at=datetime.now(UTC),
+                ).on_conflict_do_nothing(index_elements=["session_id", "batch_id"])
+                if conn.execute(stmt).rowcount == 0:
+                    prev = conn.scalar(select(IngestedBatchRow.rows).where(
+                        IngestedBatchRow.session_id == session_id,
+                        IngestedBatchRow.batch_id == batch_id))
+                    return Stored(True, int(prev or 0))
+                rows = write_batch(conn, interner, session_id, batch, node=agent)
+                conn.execute(update(IngestedBatchRow).where(
+                    IngestedBatchRow.session_id == session_id,
+                    IngestedBatchRow.batch_id == batch_id).values(rows=rows))
+                return Stored(False, rows)
+        except BaseException:
+            # Ids interned inside a rolled-back transaction do not exist: forget them all.
+            self._local.interner = Interner()
+            raise

@@ -1,0 +1,134 @@
+"""`kubeprof operator`: reconcile ProfilingSessions, serve the ingest API (what the chart runs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+DESCRIPTION = """\
+Run the kubeprof operator against the current kubeconfig (or the in-cluster
+ServiceAccount). It watches ProfilingSession resources, creates each session's agent
+DaemonSet on the nodes of the selected pods, serves the ingest API the agents push to
+(plus Prometheus /metrics and /healthz on the same port), stores everything in the
+results database and writes a summary into each session's .status.
+
+Each flag falls back to the environment variable named in its help, then to the default.
+"""
+
+EPILOG = """\
+example (development, against a local cluster and Postgres):
+  kubeprof operator --database-url postgresql+psycopg://kubeprof@127.0.0.1:5432/kubeprof \\
+      --listen 127.0.0.1:8080 --ingest-url http://127.0.0.1:8080
+"""
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kubeprof operator", description=DESCRIPTION,
+                                epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--database-url", default=_env("KUBEPROF_DATABASE_URL"),
+                   help="SQLAlchemy URL of the results database, e.g. postgresql+psycopg://"
+                        "USER:PASS@HOST:5432/DB; migrated on start (env KUBEPROF_DATABASE_URL)")
+    p.add_argument("--listen", default=_env("KUBEPROF_LISTEN", "0.0.0.0:8080"),
+                   help="HOST:PORT of the ingest API, /metrics and /healthz (env "
+                        "KUBEPROF_LISTEN, default %(default)s)")
+    p.add_argument("--ingest-url",
+                   default=_env("KUBEPROF_INGEST_URL",
+                                "http://kubeprof-operator.kubeprof.svc:8080"),
+                   help="URL agents use to reach the ingest API, written into each agent "
+                        "DaemonSet (env KUBEPROF_INGEST_URL, default %(default)s)")
+    p.add_argument("--agent-image",
+                   default=_env("KUBEPROF_AGENT_IMAGE", "ghcr.io/kubeprof/kubeprof:0.1.0"),
+                   help="image of the agent pods; must provide `kubeprof agent` (env "
+                        "KUBEPROF_AGENT_IMAGE, default %(default)s)")
+    p.add_argument("--agent-service-account", default=_env("KUBEPROF_AGENT_SERVICE_ACCOUNT"),
+                   help="ServiceAccount of agent pods; agents need no API rights (env "
+                        "KUBEPROF_AGENT_SERVICE_ACCOUNT, default: the namespace default)")
+    p.add_argument("--namespace", action="append",
+                   default=[n for n in _env("KUBEPROF_WATCH_NAMESPACES").split(",") if n],
+                   help="watch ProfilingSessions only in this namespace (repeatable; env "
+                        "KUBEPROF_WATCH_NAMESPACES, comma-separated; default: all)")
+    p.add_argument("--reconcile-interval", type=float,
+                   default=float(_env("KUBEPROF_RECONCILE_INTERVAL_S", "5")),
+                   help="seconds between reconcile passes of a session: re-resolve pods, "
+                        "re-pin agents, advance the phase (env KUBEPROF_RECONCILE_INTERVAL_S, "
+                        "default %(default)s)")
+    p.add_argument("--drain", type=float, default=float(_env("KUBEPROF_DRAIN_S", "15")),
+                   help="seconds after a session's end during which late batches are "
+                        "accepted before aggregation (env KUBEPROF_DRAIN_S, default "
+                        "%(default)s)")
+    p.add_argument("--ingest-writers", type=int,
+                   default=int(_env("KUBEPROF_INGEST_WRITERS", "2")),
+                   help="threads writing batches to the database concurrently (env "
+                        "KUBEPROF_INGEST_WRITERS, default %(default)s)")
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
+                   help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
+    p.add_argument("--verbose", action="store_true",
+                   default=_env("KUBEPROF_VERBOSE") not in ("", "0"),
+                   help="log every handler run (env KUBEPROF_VERBOSE=1)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.database_url:
+        print("kubeprof operator: error: --database-url is required (or set "
+              "KUBEPROF_DATABASE_URL)", file=sys.stderr)
+        return 2
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit():
+        print(f"kubeprof operator: error: --listen wants HOST:PORT, got {args.listen!r}",
+              file=sys.stderr)
+        return 2
+
+    import kopf
+    from kubeprof.operator import handlers
+    from kubeprof.operator.config import OperatorConfig
+    from kubeprof.operator.db import BatchWriter
+    from kubeprof.operator.ingest import IngestApi
+    from kubeprof.operator.kube import Kube
+    from kubeprof.operator.reconcile import Context
+    from kubeprof.operator.registry import Registry
+
+    from kubeprof.storage import Store, StoreError
+
+    config = OperatorConfig(
+        database_url=args.database_url, listen_host=host or "0.0.0.0", listen_port=int(port),
+        ingest_url=args.ingest_url, agent_image=args.agent_image,
+        agent_service_account=args.agent_service_account,
+        reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
+        ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace))
+    try:
+        store = Store.open(config.database_url)
+    except StoreError as exc:
+        print(f"kubeprof operator: error: {exc}", file=sys.stderr)
+        return 2
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's login reads it from there
+    kube = Kube(args.kubeconfig)
+    registry = Registry()
+
+    async def exists(namespace: str, name: str) -> bool:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, kube.session_exists, namespace, name)
+
+    api = IngestApi(registry, BatchWriter(store.engine), exists, writers=config.ingest_writers,
+                    max_body_bytes=config.max_body_bytes)
+    memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
+    kopf_registry = kopf.OperatorRegistry()
+    handlers.register(kopf_registry, config)
+    kopf.configure(verbose=args.verbose)
+    try:
+        kopf.run(registry=kopf_registry, standalone=True, memo=memo,
+                 clusterwide=not config.namespaces, namespaces=config.namespaces)
+    finally:
+        api.pool.shutdown(wait=False)
+        store.close()
+    return 0

@@ -1,0 +1,74 @@
+"""Selector -> target pods -> nodes: pure functions over pod objects from the API.
+
+A pod is a target when it matches the label selector in the target namespace, runs on a
+node (spec.nodeName set), is not finished, and its node matches the optional node
+selector. The agent on a node profiles the pods the operator lists for that node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One pod to profile."""
+
+    uid: str
+    name: str
+    namespace: str
+    node: str
+
+
+def label_selector(selector: Mapping[str, Any]) -> str:
+    """A metav1.LabelSelector as the `labelSelector=` query string the API understands."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], sorted(e.get("values") or [])
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise ValueError(f"unknown selector operator {op!r} for key {key!r}")
+    return ",".join(parts)
+
+
+def node_matches(labels: Mapping[str, str], node_selector: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in node_selector.items())
+
+
+def resolve(pods: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping[str, str]],
+            node_selector: Mapping[str, str] | None = None) -> list[Target]:
+    """Target pods among `pods` (already filtered by namespace and labels by the API)."""
+    out = []
+    for pod in pods:
+        meta, spec = pod.get("metadata", {}), pod.get("spec", {})
+        status = pod.get("status", {})
+        node = spec.get("nodeName")
+        if not node or status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        if meta.get("deletionTimestamp"):
+            continue
+        if node_selector and not node_matches(node_labels.get(node, {}), node_selector):
+            continue
+        out.append(Target(meta["uid"], meta["name"], meta.get("namespace", ""), node))
+    return sorted(out, key=lambda t: (t.node, t.namespace, t.name))
+
+
+def nodes_of(targets: Iterable[Target]) -> list[str]:
+    """Distinct nodes of the targets, sorted (the DaemonSet's affinity list)."""
+    return sorted({t.node for t in targets})
+
+
+def by_node(targets: Iterable[Target]) -> dict[str, list[Target]]:
+    out: dict[str, list[Target]] = {}
+    for t in targets:
+        out.setdefault(t.node, []).append(t)
+    return out
