@@ -53,3 +53,8 @@ def test_is_interpreter_recognises_cpython_binaries_only():
     assert is_interpreter(Frame("x", FrameKind.NATIVE, "/usr/bin/python3"))
     assert not is_interpreter(SHA)
     assert not is_interpreter(Frame("x", FrameKind.NATIVE, "/opt/pythonista/bin/tool"))
+
+
+def test_merge_with_pyspy_native_stack_adds_only_kernel_frames():
+    py_native = (*PY_HOT, SHA)  # py-spy --native ends in native frames
+    assert merge_stack(py_native, [START, EVAL, SHA], KERNEL) == (*py_native, *KERNEL)

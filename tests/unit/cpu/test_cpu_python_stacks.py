@@ -62,3 +62,14 @@ def test_hex_thread_ids_and_unknown_threads():
     tls = parse_chrometrace(events, PID, 0)
     assert set(tls) == {0x1F}
     assert [f.name for f in tls[0x1F].stacks[-1]] == ["f"]
+
+
+def test_native_frames_from_pyspy_native_are_native():
+    events = [
+        _ev("B", "thread (5)", 0, filename="", line=0),
+        _ev("B", "main", 0, line=3),
+        _ev("B", "0x7f00", 0, filename="/usr/lib/libcrypto.so.3", line=0),
+    ]
+    (tl,) = parse_chrometrace(events, PID, 0).values()
+    assert [f.kind for f in tl.stacks[-1]] == [FrameKind.PYTHON, FrameKind.NATIVE]
+    assert tl.stacks[-1][1].file == "/usr/lib/libcrypto.so.3"

@@ -13,7 +13,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from kubeprof.model import Frame, Stack
+from kubeprof.model import Frame, FrameKind, Stack
 
 _INTERPRETER = re.compile(r"^(python[\d.]*[dmu]*|libpython[\d.]+[dmu]*\.so.*)$")
 
@@ -49,9 +49,13 @@ def merge_stack(python: Stack | None, native: Sequence[Frame], kernel: Sequence[
     itself, which marks where Python called into native code; if the kernel's walk
     found no interpreter frame (no frame pointers), every native frame it found is kept
     under the Python frames, since all of them ran below the innermost Python call.
+    When py-spy unwound native code itself (--native), its stack ends in native frames
+    and only the kernel frames are added.
     """
     if not python:
         return (*native, *kernel)
+    if python[-1].kind is FrameKind.NATIVE:  # py-spy --native already walked native code
+        return (*python, *kernel)
     cut = 0
     for i, frame in enumerate(native):
         if is_interpreter(frame):

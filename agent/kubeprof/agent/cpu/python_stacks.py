@@ -53,6 +53,15 @@ class Segment:
     timelines: dict[int, Timeline]
 
 
+def _frame(event: dict) -> Frame:
+    """A chrometrace B event as a frame: Python code, or native code (py-spy --native)."""
+    filename = event["args"].get("filename") or ""
+    line = int(event["args"].get("line") or 0)
+    if filename.endswith(".py") or line > 0:
+        return Frame(event["name"], FrameKind.PYTHON, filename, line)
+    return Frame(event["name"], FrameKind.NATIVE, filename)
+
+
 def parse_chrometrace(events: list[dict], pid: int, origin_ns: int) -> dict[int, Timeline]:
     """py-spy chrometrace events -> per-OS-thread timelines of root-first Python stacks.
 
@@ -72,12 +81,7 @@ def parse_chrometrace(events: list[dict], pid: int, origin_ns: int) -> dict[int,
         if tid is None:
             return
         stack = tuple(
-            Frame(
-                e["name"],
-                FrameKind.PYTHON,
-                e["args"].get("filename") or "",
-                int(e["args"].get("line") or 0),
-            )
+            _frame(e)
             for e in frames
             if not _THREAD_ROOT.match(e["name"]) and not _PROCESS_ROOT.match(e["name"])
         )
@@ -137,6 +141,8 @@ class _Run:
         self.path = path
         self.start_ns = time.monotonic_ns()
         self.exit_ns = 0
+        self.sigint_ns = 0
+        self.period_ns = 1_000_000_000 // hz
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._waiter = threading.Thread(target=self._wait, daemon=True)
         self._waiter.start()
@@ -145,9 +151,22 @@ class _Run:
         self.proc.wait()
         self.exit_ns = time.monotonic_ns()  # close to py-spy's final write
 
+    def origin_ns(self, write_clock_ns: int) -> int:
+        """py-spy's clock origin on CLOCK_MONOTONIC, from the time of its final write.
+
+        The closing E events carry py-spy's clock at write time W. W comes before exit
+        (which we see late when this process is busy); after SIGINT, py-spy writes at
+        its next sampling tick, so W lies in [sigint, sigint + period].
+        """
+        write = self.exit_ns
+        if self.sigint_ns:
+            write = max(self.sigint_ns, min(self.exit_ns, self.sigint_ns + self.period_ns))
+        return max(write - write_clock_ns, self.start_ns)
+
     def finish(self, pid: int, timeout: float = 10.0) -> Segment | None:
         """Stop py-spy (SIGINT makes it write its file) and parse what it saw."""
         if self.proc.poll() is None:
+            self.sigint_ns = time.monotonic_ns()
             self.proc.send_signal(signal.SIGINT)
         self._waiter.join(timeout)
         if self._waiter.is_alive():
@@ -166,9 +185,7 @@ class _Run:
         times = [int(e["ts"]) for e in events if "ts" in e]
         if not times:
             return None
-        # The closing E events carry py-spy's clock at write time; the write ends just
-        # before exit, so origin = exit - that clock (bounded below by our spawn time).
-        origin = max(self.exit_ns - max(times) * 1000, self.start_ns)
+        origin = self.origin_ns(max(times) * 1000)
         timelines = parse_chrometrace(events, pid, origin)
         first = min((tl.times_ns[0] for tl in timelines.values() if tl.times_ns), default=0)
         return Segment(pid, first, origin + max(times) * 1000, timelines)
@@ -183,6 +200,7 @@ class PythonUnwinder:
             raise FileNotFoundError("py-spy not found: pip install py-spy")
         self.pid, self._exe, self._hz, self._native = pid, exe, hz, native
         self._segment_ns = int(segment_s * 1e9)
+        self.period_ns = 1_000_000_000 // hz  # py-spy's sampling period
         self._dir = tempfile.mkdtemp(prefix=f"kubeprof-pyspy-{pid}-")
         self._n = 0
         self._run: _Run | None = self._start()
