@@ -1,0 +1,399 @@
+"""Recorder/agent side of the GPU wire: accept tracers, join launches to GPU records.
+
+A background thread accepts connections on the unix socket (one per traced process) and
+decodes frames; ``poll()`` turns what arrived into ``kubeprof.model`` records, joining each
+kernel/memcpy/memset to the Python stack captured at its launch by correlation id. Counters
+in each returned ``Batch`` are increments since the previous one (sum them for totals).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeprof.agent.gpu.demangle import demangle_many
+from kubeprof.agent.gpu.wire import FrameDecoder, FrameError
+
+from kubeprof.model import Batch, Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
+
+MAX_LAUNCHES = 1_000_000  # remembered launches per process; oldest forgotten first
+
+_COPY_KINDS = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
+_SYNC_TYPES = {1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
+_MARKER_START, _MARKER_END = 2, 4
+
+
+@dataclass
+class _Conn:
+    """What one traced process has told us so far."""
+
+    sock: socket.socket
+    decoder: FrameDecoder = field(default_factory=FrameDecoder)
+    pid: int = 0
+    strings: list[str] = field(default_factory=list)
+    raw_stacks: dict[int, list[list[int]]] = field(default_factory=dict)
+    stacks: dict[int, Stack] = field(default_factory=dict)
+    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ctx_device: dict[int, int] = field(default_factory=dict)
+    open_markers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)  # target's cumulative counters
+    said_bye: bool = False
+    closed: bool = False
+
+
+class GpuReceiver:
+    """Listen on ``socket_path``; ``poll()`` and finally ``stop()`` return Batches."""
+
+    def __init__(self, socket_path: str, *, mode: int = 0o600) -> None:
+        self.socket_path = socket_path
+        self.mode = mode
+        self.messages: list[str] = []  # one-line notes from tracers and about them
+        self._sel = selectors.DefaultSelector()
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._inbox: list[tuple[_Conn, dict[str, Any], dict[str, list[tuple[int, ...]]]]] = []
+        self._events: list[tuple[_Conn, str]] = []  # (conn, "closed"|"bad_frame")
+        self._demangled: dict[str, str] = {}
+        self._counters: dict[str, int] = {}
+
+    def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
+                os.unlink(self.socket_path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.socket_path)
+        os.chmod(self.socket_path, self.mode)
+        listener.listen(64)
+        listener.setblocking(False)
+        self._listener = listener
+        self._sel.register(listener, selectors.EVENT_READ, None)
+        self._thread = threading.Thread(target=self._run, name="kubeprof-gpu-receiver", daemon=True)
+        self._thread.start()
+
+    # ---- I/O thread ----
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._sel.select(timeout=0.1):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._read(key.data)
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        with contextlib.suppress(BlockingIOError):
+            sock, _ = self._listener.accept()
+            sock.setblocking(False)
+            self._sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        try:
+            frames = list(conn.decoder.feed(data))
+        except FrameError:
+            with self._lock:
+                self._events.append((conn, "bad_frame"))
+            self._close(conn)
+            return
+        if frames:
+            with self._lock:
+                self._inbox.extend((conn, h, r) for h, r in frames)
+
+    def _close(self, conn: _Conn) -> None:
+        with contextlib.suppress(Exception):
+            self._sel.unregister(conn.sock)
+        conn.sock.close()
+        with self._lock:
+            self._events.append((conn, "closed"))
+
+    # ---- public ----
+    def poll(self) -> Batch:
+        """Everything that arrived since the last call, joined and converted."""
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            events, self._events = self._events, []
+        self._demangle([h for _, h, _ in inbox])
+        acts: list[GpuActivity] = []
+        metrics: list[GpuMetricSample] = []
+        for conn, header, records in inbox:
+            self._apply(conn, header, records, acts)
+            for start, end, device, milli, name in records.get("pm", ()):
+                metrics.append(
+                    GpuMetricSample(
+                        (start + end) // 2,
+                        device,
+                        f"pm:{self._string(conn, name)}",
+                        milli / 1000.0,
+                        pid=conn.pid,
+                    )
+                )
+        for conn, what in events:
+            self._event(conn, what)
+        counters, self._counters = self._counters, {}
+        return Batch(gpu_activities=tuple(acts), gpu_metrics=tuple(metrics), counters=counters)
+
+    def stop(self, timeout_s: float = 5.0) -> Batch:
+        """Wait (bounded) for connected tracers to finish, stop, and return the rest."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            conns = [k.data for k in self._sel.get_map().values() if k.data is not None]
+            if not conns:
+                break
+            time.sleep(0.05)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        for key in list(self._sel.get_map().values()):
+            if key.data is not None:
+                self._close(key.data)
+        if self._listener is not None:
+            self._listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+        return self.poll()
+
+    # ---- conversion ----
+    def _count(self, key: str, n: int = 1) -> None:
+        if n:
+            self._counters[key] = self._counters.get(key, 0) + n
+
+    def _demangle(self, headers: list[dict[str, Any]]) -> None:
+        new = [s for h in headers for s in h.get("strings", ()) if s.startswith("_Z")]
+        new = [s for s in new if s not in self._demangled]
+        if new:
+            self._demangled.update(demangle_many(new))
+
+    def _apply(
+        self,
+        conn: _Conn,
+        header: dict[str, Any],
+        records: dict[str, list[tuple[int, ...]]],
+        out: list[GpuActivity],
+    ) -> None:
+        kind = header.get("t")
+        if kind == "hello":
+            conn.pid = int(header.get("pid", 0))
+            conn.strings.clear()
+            conn.raw_stacks.clear()
+            conn.stacks.clear()
+            self._count("gpu_processes")
+        base = int(header.get("strings_base", 0))
+        strings = header.get("strings", [])
+        if strings:
+            del conn.strings[base:]
+            conn.strings.extend(strings)
+        sbase = int(header.get("stacks_base", 1))
+        for i, frames in enumerate(header.get("stacks", [])):
+            conn.raw_stacks[sbase + i] = frames
+            conn.stacks.pop(sbase + i, None)
+        self._update_target_counters(conn, header.get("counters", {}))
+        for level, text in header.get("messages", ()):
+            self.messages.append(f"pid {conn.pid}: {level}: {text}")
+        if kind == "message":
+            text = f"pid {header.get('pid', conn.pid)}: {header.get('text', '')}"
+            self.messages.append(text)
+            if header.get("level") == "error":
+                self._count("gpu_tracer_errors")
+        elif kind == "bye":
+            conn.said_bye = True
+        for rec in records.get("launch", ()):
+            conn.launches[rec[0]] = (rec[1], rec[2])
+        if len(conn.launches) > MAX_LAUNCHES:
+            for key in list(conn.launches)[: len(conn.launches) - MAX_LAUNCHES]:
+                del conn.launches[key]
+        self._kernels(conn, records.get("kernel", ()), out)
+        self._copies(conn, records, out)
+        self._syncs(conn, records.get("sync", ()), out)
+        self._markers(conn, records.get("marker", ()), out)
+
+    def _update_target_counters(self, conn: _Conn, counters: dict[str, int]) -> None:
+        for key in ("dropped", "convert_errors", "sender_errors"):
+            new = int(counters.get(key, 0))
+            old = conn.counters.get(key, 0)
+            if new > old:
+                self._count(f"gpu_{key}", new - old)
+        conn.counters.update({k: int(v) for k, v in counters.items()})
+
+    def _string(self, conn: _Conn, sid: int) -> str:
+        return conn.strings[sid] if 0 <= sid < len(conn.strings) else f"[string {sid}]"
+
+    def _stack(self, conn: _Conn, corr: int) -> Stack:
+        launch = conn.launches.get(corr)
+        if launch is None:
+            return ()
+        sid, api = launch
+        key = sid * 1_000_003 + api
+        stack = conn.stacks.get(key)
+        if stack is None:
+            frames = []
+            for name, file, line, kind in reversed(conn.raw_stacks.get(sid, [])):
+                if kind == 0:
+                    frames.append(
+                        Frame(
+                            self._string(conn, name),
+                            FrameKind.PYTHON,
+                            self._string(conn, file),
+                            line,
+                        )
+                    )
+                else:
+                    frames.append(Frame(self._string(conn, name), FrameKind.NATIVE))
+            frames.append(Frame(self._string(conn, api), FrameKind.CUDA_API))
+            stack = conn.stacks[key] = tuple(frames)
+        return stack
+
+    def _kernels(self, conn: _Conn, rows: Any, out: list[GpuActivity]) -> None:
+        unattributed = 0
+        for (
+            start,
+            end,
+            device,
+            corr,
+            stream,
+            name,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            regs,
+            smem,
+            _graph,
+            ctx,
+        ) in rows:
+            conn.ctx_device[ctx] = device
+            raw = self._string(conn, name)
+            stack = self._stack(conn, corr)
+            if not stack or len(stack) < 2:
+                unattributed += 1
+            out.append(
+                GpuActivity(
+                    kind="kernel",
+                    name=raw,
+                    start_ns=start,
+                    end_ns=end,
+                    device=device,
+                    pid=conn.pid,
+                    correlation_id=corr,
+                    stream=stream,
+                    demangled=self._demangled.get(raw, raw),
+                    grid=(gx, gy, gz),
+                    block=(bx, by, bz),
+                    registers=regs,
+                    shared_mem=smem,
+                    stack=stack,
+                )
+            )
+        self._count("gpu_kernels", len(rows))
+        self._count("gpu_unattributed_kernels", unattributed)
+
+    def _copies(self, conn: _Conn, records: dict[str, Any], out: list[GpuActivity]) -> None:
+        for start, end, device, corr, stream, nbytes, copy_kind in records.get("memcpy", ()):
+            out.append(
+                GpuActivity(
+                    kind="memcpy",
+                    name=f"memcpy {_COPY_KINDS.get(copy_kind, copy_kind)}",
+                    start_ns=start,
+                    end_ns=end,
+                    device=device,
+                    pid=conn.pid,
+                    correlation_id=corr,
+                    stream=stream,
+                    bytes=nbytes,
+                    stack=self._stack(conn, corr),
+                )
+            )
+        for start, end, device, corr, stream, nbytes in records.get("memset", ()):
+            out.append(
+                GpuActivity(
+                    kind="memset",
+                    name="memset",
+                    start_ns=start,
+                    end_ns=end,
+                    device=device,
+                    pid=conn.pid,
+                    correlation_id=corr,
+                    stream=stream,
+                    bytes=nbytes,
+                    stack=self._stack(conn, corr),
+                )
+            )
+
+    def _syncs(self, conn: _Conn, rows: Any, out: list[GpuActivity]) -> None:
+        for start, end, ctx, corr, stream, sync_type in rows:
+            out.append(
+                GpuActivity(
+                    kind="sync",
+                    name=_SYNC_TYPES.get(sync_type, f"sync {sync_type}"),
+                    start_ns=start,
+                    end_ns=end,
+                    device=conn.ctx_device.get(ctx, -1),
+                    pid=conn.pid,
+                    correlation_id=corr,
+                    stream=stream,
+                )
+            )
+
+    def _markers(self, conn: _Conn, rows: Any, out: list[GpuActivity]) -> None:
+        for ts, mid, flags, name, tid in rows:
+            if flags & _MARKER_START:
+                conn.open_markers[mid] = (ts, name, tid)
+            elif flags & _MARKER_END and mid in conn.open_markers:
+                start, name_id, tid0 = conn.open_markers.pop(mid)
+                out.append(
+                    GpuActivity(
+                        kind="nvtx",
+                        name=self._string(conn, name_id),
+                        start_ns=start,
+                        end_ns=ts,
+                        device=-1,
+                        pid=conn.pid,
+                        correlation_id=0,
+                        stream=tid0,
+                    )
+                )
+
+    def _event(self, conn: _Conn, what: str) -> None:
+        if what == "bad_frame":
+            self._count("gpu_bad_frames")
+            self.messages.append(f"pid {conn.pid}: corrupt GPU trace stream; connection dropped")
+        elif what == "closed" and not conn.closed:
+            conn.closed = True
+            if not conn.said_bye and conn.pid:
+                self._count("gpu_target_exited_early")
+                self.messages.append(
+                    f"pid {conn.pid} exited before the GPU tracer's final flush; "
+                    "records after its last flush are lost, the rest is kept"
+                )
+            if conn.decoder.pending_bytes:
+                self._count("gpu_partial_frames")
+            conn.launches.clear()

@@ -1,0 +1,482 @@
+"""In-process CUDA tracer on cupti-python: GPU activity records plus the Python stack per launch.
+
+CUPTI's activity API delivers kernel, memcpy, memset, synchronization and NVTX records in
+buffers, asynchronously; its callback API calls us synchronously at each launch, on the
+launching thread, which is the only moment the Python stack is available. Both are joined by
+CUPTI's correlation id, in the receiver.
+
+Launches come through the runtime (``cudaLaunchKernel``...) and, for libraries such as cuBLAS
+that bypass it, directly through the driver (``cuLaunchKernel``...). A runtime launch also
+fires a nested driver callback with a different correlation id; the kernel record carries the
+runtime one, so nested driver callbacks are skipped (a per-thread "inside a runtime call" flag
+set on runtime enter, cleared on runtime exit).
+
+Every failure here is reported as one line and turns tracing off; the workload runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubeprof.agent.gpu.pm_sampling import PmSampler
+from kubeprof.agent.gpu.stacks import StackTable, main_thread_frame
+from kubeprof.agent.gpu.wire import Sender
+
+# Which API calls get a Python stack: name prefixes of CUPTI callback ids.
+_RUNTIME_PREFIXES = (
+    "cudaLaunchKernel",
+    "cudaLaunchCooperativeKernel",
+    "cudaGraphLaunch",
+    "cudaMemcpy",
+    "cudaMemset",
+    "__cudaLaunchKernel",
+)
+_DRIVER_PREFIXES = (
+    "cuLaunchKernel",
+    "cuLaunchCooperativeKernel",
+    "cuGraphLaunch",
+    "cuMemcpy",
+    "cuMemset",
+    "cuLaunchGrid",
+)
+_DRIVER_EXACT = ("cuLaunch",)
+
+ACTIVITY_KINDS = ("kernel", "memcpy", "memset", "sync", "nvtx")
+FOREIGN_MARKER = "[launched by a native thread; main thread shown]"
+
+
+class TracerError(RuntimeError):
+    """Tracing cannot start; the message is one line meant for the user."""
+
+
+@dataclass(frozen=True)
+class TracerConfig:
+    """What to trace; every field can be set through a KUBEPROF_GPU_* variable."""
+
+    stacks: str = "callsite"  # callsite (default), full (walk every launch), off
+    key_depth: int = 8  # frames in a call-site key (see stacks.py)
+    revalidate_every: int = 64  # re-walk a call site every N hits
+    kinds: tuple[str, ...] = ("kernel", "memcpy", "memset", "sync", "nvtx")
+    flush_ms: int = 500  # CUPTI delivers buffers at least this often
+    foreign: str = "main"  # launches from threads with no Python frames: main | none
+    max_queued: int = 1_000_000  # records per kind held in the target before dropping
+    callbacks: bool = True  # False: activity records only, no launch stacks (the cost floor)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> TracerConfig:
+        e = os.environ if env is None else env
+        d = cls()
+        kinds = tuple(k for k in e.get("KUBEPROF_GPU_KINDS", ",".join(d.kinds)).split(",") if k)
+        bad = [k for k in kinds if k not in ACTIVITY_KINDS]
+        if bad:
+            raise TracerError(f"unknown KUBEPROF_GPU_KINDS {bad} (known: {ACTIVITY_KINDS})")
+        return cls(
+            stacks=e.get("KUBEPROF_GPU_STACKS", d.stacks),
+            key_depth=int(e.get("KUBEPROF_GPU_KEY_DEPTH", d.key_depth)),
+            revalidate_every=int(e.get("KUBEPROF_GPU_REVALIDATE", d.revalidate_every)),
+            kinds=kinds,
+            flush_ms=int(e.get("KUBEPROF_GPU_FLUSH_MS", d.flush_ms)),
+            foreign=e.get("KUBEPROF_GPU_FOREIGN", d.foreign),
+            max_queued=int(e.get("KUBEPROF_GPU_MAX_QUEUED", d.max_queued)),
+            callbacks=e.get("KUBEPROF_GPU_CALLBACKS", "1") != "0",
+        )
+
+
+def preflight() -> None:
+    """Fork-safe checks before touching CUPTI (nothing here initialises CUDA)."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        raise TracerError("no NVIDIA driver: libcuda.so.1 cannot be loaded") from None
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        raise TracerError("no GPU: no /dev/nvidia<N> device in this process's view")
+
+
+def _loaded_libcupti() -> str:
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            if "libcupti.so" in line:
+                return line.split()[-1]
+    return ""
+
+
+def _version_check(cupti_mod: Any) -> dict[str, str]:
+    """Refuse a libcupti whose CUDA major differs from cupti-python's; report versions."""
+    from importlib import metadata
+
+    info = {"libcupti": _loaded_libcupti()}
+    for dist in ("cupti-python", "nvidia-cuda-cupti"):
+        try:
+            info[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            info[dist] = ""
+    lib = os.path.basename(info["libcupti"])
+    want = info["cupti-python"].split(".")[0]
+    if lib.startswith("libcupti.so.") and want:
+        have = lib[len("libcupti.so.") :].split(".")[0]
+        if have.isdigit() and have != want:
+            raise TracerError(
+                f"wrong libcupti: {info['libcupti']} is CUDA {have}, cupti-python "
+                f"{info['cupti-python']} needs CUDA {want}"
+            )
+    return info
+
+
+class CuptiTracer:
+    """Owns the CUPTI subscription; records flow into a ``Sender``."""
+
+    def __init__(self, sender: Sender, config: TracerConfig | None = None) -> None:
+        self.sender = sender
+        self.config = config or TracerConfig()
+        self.stacks = StackTable(
+            sender.intern,
+            sender.define_stack,
+            mode=self.config.stacks,
+            key_depth=self.config.key_depth,
+            revalidate_every=self.config.revalidate_every,
+        )
+        self._cupti: Any = None
+        self._subscriber: Any = None
+        self._cbids: list[tuple[int, int]] = []
+        self._activity_kinds: list[int] = []
+        self._offset = 0  # host CLOCK_MONOTONIC minus CUPTI timestamp, ns
+        self._active = False
+        self._stopped = False
+        self.info: dict[str, str] = {}
+        self.pm: PmSampler | None = None
+
+    # ---- lifecycle ----
+    def start(self) -> None:
+        """Subscribe and enable; raises TracerError with a one-line reason."""
+        preflight()
+        try:
+            from cupti import cupti
+        except ImportError as exc:
+            raise TracerError(
+                f"cupti-python is not importable ({exc}); pip install cupti-python"
+            ) from None
+        self._cupti = cupti
+        try:
+            cupti.get_timestamp()  # first call loads libcupti
+        except Exception as exc:  # noqa: BLE001 - must never break the workload
+            raise TracerError(f"libcupti cannot be loaded: {_one_line(exc)}") from None
+        self.info = _version_check(cupti)
+        self._subscribe()
+        try:
+            self._measure_offset()
+            self._enable_callbacks(True)
+            self._enable_activities(True)
+            cupti.activity_flush_period(self.config.flush_ms)
+        except Exception:
+            self._teardown()
+            raise
+        self.pm = PmSampler.from_env(self.sender, lambda: self._offset)
+        self.sender.tick_hooks.append(self._tick)
+        self.sender.hello.update(
+            {"versions": self.info, "config": self.config.__dict__, "clock_offset_ns": self._offset}
+        )
+        os.register_at_fork(after_in_child=self._after_fork)
+        self._active = True
+
+    def _subscribe(self) -> None:
+        cupti = self._cupti
+        try:
+            if hasattr(cupti, "subscribe_v2"):
+                params = cupti.SubscriberParams()
+                params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
+                params.subscriber_name = "kubeprof"
+                self._subscriber = cupti.subscribe_v2(self._make_callback(), None, params.ptr)
+            else:
+                self._subscriber = cupti.subscribe(self._make_callback(), None)
+        except cupti.cuptiError as exc:
+            if exc.status == cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+                other = ""
+                with contextlib.suppress(Exception):
+                    other = f" ({params.old_subscriber_name})" if params.old_subscriber_name else ""
+                raise TracerError(
+                    f"CUPTI is already in use by another profiler{other} "
+                    "(Nsight Systems, torch.profiler, ...); GPU tracing off"
+                ) from None
+            raise TracerError(f"CUPTI subscribe failed: {_cupti_error(cupti, exc)}") from None
+
+    def _enable_callbacks(self, on: bool) -> None:
+        cupti = self._cupti
+        if not self.config.callbacks:
+            return
+        if not self._cbids:
+            rt, drv = cupti.CallbackDomain.RUNTIME_API, cupti.CallbackDomain.DRIVER_API
+            for name, member in cupti.RuntimeApiTraceCbid.__members__.items():
+                bare = name.split("__", 1)[-1] if name.startswith("_RuntimeApiTraceCbid") else name
+                if bare.startswith(_RUNTIME_PREFIXES):
+                    self._cbids.append((int(rt), int(member)))
+            for name, member in cupti.DriverApiTraceCbid.__members__.items():
+                if name.startswith(_DRIVER_PREFIXES) or name in _DRIVER_EXACT:
+                    self._cbids.append((int(drv), int(member)))
+            self._cbids = sorted(set(self._cbids))
+        for domain, cbid in self._cbids:
+            cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+
+    def _enable_activities(self, on: bool) -> None:
+        cupti = self._cupti
+        ak = cupti.ActivityKind
+        wanted = {
+            "kernel": [ak.CONCURRENT_KERNEL],  # KERNEL would serialise kernels
+            "memcpy": [ak.MEMCPY],
+            "memset": [ak.MEMSET],
+            "sync": [ak.SYNCHRONIZATION],
+            "nvtx": [ak.MARKER],
+        }
+        if on:
+            if not self._activity_kinds:
+                cupti.activity_register_callbacks(_buffer_requested, self._buffer_completed)
+            self._activity_kinds = []
+            for kind in self.config.kinds:
+                for k in wanted[kind]:
+                    try:
+                        cupti.activity_enable(k)
+                        self._activity_kinds.append(k)
+                    except cupti.cuptiError as exc:
+                        if kind == "kernel":
+                            raise TracerError(
+                                f"CUPTI kernel activity unavailable: {_cupti_error(cupti, exc)}"
+                            ) from None
+                        _warn(f"CUPTI {kind} activity unavailable: {_cupti_error(cupti, exc)}")
+        else:
+            for k in self._activity_kinds:
+                with contextlib.suppress(Exception):
+                    cupti.activity_disable(k)
+
+    def pause(self) -> None:
+        """Stop tracing without tearing down (used by benchmarks to interleave)."""
+        if self._active:
+            self._enable_callbacks(False)
+            self._enable_activities(False)
+            self._active = False
+
+    def resume(self) -> None:
+        if not self._active and not self._stopped and self._subscriber is not None:
+            self._enable_callbacks(True)
+            self._enable_activities(True)
+            self._active = True
+
+    def flush(self) -> None:
+        """Force CUPTI to hand over every completed record now."""
+        if self._cupti is not None and not self._stopped:
+            with contextlib.suppress(Exception):
+                self._cupti.activity_flush_all(1)
+
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Flush, unsubscribe and send the rest; idempotent, never raises."""
+        if self._stopped:
+            return
+        self.flush()
+        if self.pm is not None:
+            with contextlib.suppress(Exception):
+                self.pm.stop()
+        self._teardown()
+        self._stopped = True
+        self._active = False
+        with contextlib.suppress(Exception):
+            self.sender.close(timeout_s)
+
+    def _teardown(self) -> None:
+        cupti = self._cupti
+        if cupti is None:
+            return
+        self._enable_activities(False)
+        if self._subscriber is not None:
+            with contextlib.suppress(Exception):
+                cupti.unsubscribe(self._subscriber)
+            self._subscriber = None
+
+    def _after_fork(self) -> None:
+        """A forked child (DataLoader worker) must not share our socket or state."""
+        self._stopped = True
+        self._active = False
+        self.sender.path = ""
+        self.sender._sock = None
+        for q in self.sender.queues.values():
+            q.clear()
+
+    # ---- clock ----
+    def _measure_offset(self) -> None:
+        best = None
+        for _ in range(5):
+            t0 = time.monotonic_ns()
+            c = self._cupti.get_timestamp()
+            t1 = time.monotonic_ns()
+            if best is None or t1 - t0 < best[0]:
+                best = (t1 - t0, (t0 + t1) // 2 - c)
+        self._offset = best[1] if best else 0
+
+    def _tick(self) -> None:
+        """Runs on the sender thread before each drain."""
+        if self._cupti is not None and not self._stopped:
+            self._measure_offset()
+            if self.pm is not None:
+                self.pm.tick(launches_seen=self.stacks.stats["walks"] > 0)
+        self.sender.counters.update({f"stack_{k}": v for k, v in self.stacks.stats.items()})
+
+    # ---- callbacks (hot paths) ----
+    def _make_callback(self) -> Any:
+        cupti = self._cupti
+        runtime = int(cupti.CallbackDomain.RUNTIME_API)
+        enter = int(cupti.ApiCallbackSite.API_ENTER)
+        getframe = sys._getframe
+        get_ident = threading.get_ident
+        capture = self.stacks.capture
+        queue = self.sender.queues["launch"]
+        max_queued = self.sender.max_queued
+        counters = self.sender.counters
+        intern = self.sender.intern
+        api_ids: dict[tuple[int, int], int] = {}
+        in_runtime: dict[int, int] = {}
+        foreign_main = self.config.foreign == "main"
+
+        def on_api(_userdata: Any, domain: int, cbid: int, cbdata: Any) -> None:
+            site = cbdata.callback_site
+            tid = get_ident()
+            if domain == runtime:
+                if site != enter:
+                    in_runtime[tid] = 0
+                    return
+                in_runtime[tid] = 1
+            elif site != enter or in_runtime.get(tid):
+                return
+            try:
+                frame = getframe(1)
+            except ValueError:  # a native thread: no Python frames at all
+                frame = None
+            if frame is not None:
+                sid = capture(frame)
+            elif foreign_main:
+                sid = capture(main_thread_frame(), marker=FOREIGN_MARKER)
+            else:
+                sid = 0
+            api = api_ids.get((domain, cbid))
+            if api is None:
+                api = api_ids[(domain, cbid)] = intern(cbdata.function_name or str(cbid))
+            if len(queue) >= max_queued:
+                counters["dropped"] += 1
+                return
+            queue.append((cbdata.correlation_id, sid, api, tid))
+
+        return on_api
+
+    def _buffer_completed(self, activities: list) -> None:
+        try:
+            self._convert(activities)
+        except Exception as exc:  # noqa: BLE001 - a bad record must not kill CUPTI's thread
+            self.sender.counters["convert_errors"] = (
+                self.sender.counters.get("convert_errors", 0) + 1
+            )
+            _warn(f"record conversion failed: {exc!r}")
+
+    def _convert(self, activities: list) -> None:
+        ak = self._cupti.ActivityKind
+        kern = (int(ak.CONCURRENT_KERNEL), int(ak.KERNEL))
+        memcpy, memset = int(ak.MEMCPY), int(ak.MEMSET)
+        sync, marker = int(ak.SYNCHRONIZATION), int(ak.MARKER)
+        off = self._offset
+        intern = self.sender.intern
+        out: dict[str, list[tuple[int, ...]]] = {
+            k: [] for k in ("kernel", "memcpy", "memset", "sync", "marker")
+        }
+        kernels = out["kernel"]
+        for a in activities:
+            k = a.kind
+            if k in kern:
+                kernels.append(
+                    (
+                        a.start + off,
+                        a.end + off,
+                        a.device_id,
+                        a.correlation_id,
+                        a.stream_id,
+                        intern(a.name),
+                        a.grid_x,
+                        a.grid_y,
+                        a.grid_z,
+                        a.block_x,
+                        a.block_y,
+                        a.block_z,
+                        a.registers_per_thread,
+                        a.static_shared_memory + a.dynamic_shared_memory,
+                        a.graph_id,
+                        a.context_id,
+                    )
+                )
+            elif k == memcpy:
+                out["memcpy"].append(
+                    (
+                        a.start + off,
+                        a.end + off,
+                        a.device_id,
+                        a.correlation_id,
+                        a.stream_id,
+                        a.bytes,
+                        a.copy_kind,
+                    )
+                )
+            elif k == memset:
+                out["memset"].append(
+                    (
+                        a.start + off,
+                        a.end + off,
+                        a.device_id,
+                        a.correlation_id,
+                        a.stream_id,
+                        a.bytes,
+                    )
+                )
+            elif k == sync:
+                out["sync"].append(
+                    (
+                        a.start + off,
+                        a.end + off,
+                        a.context_id,
+                        a.correlation_id,
+                        a.stream_id,
+                        a.type,
+                    )
+                )
+            elif k == marker:
+                tid = 0
+                with contextlib.suppress(Exception):
+                    tid = a.object_id.pt.thread_id
+                out["marker"].append(
+                    (a.timestamp + off, a.id, a.flags_, intern(a.name) if a.name else 0, tid)
+                )
+        for kind, rows in out.items():
+            if rows:
+                self.sender.put_many(kind, rows)
+
+
+def _buffer_requested() -> tuple[int, int]:
+    return 8 << 20, 0
+
+
+def _cupti_error(cupti: Any, exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    try:
+        return cupti.Result(status).name
+    except Exception:  # noqa: BLE001 - must never break the workload
+        return _one_line(exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _warn(text: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"kubeprof-gpu: {text}\n")
+        sys.stderr.flush()

@@ -1,0 +1,258 @@
+"""GPU tracing overhead on a launch-bound and a compute-bound PyTorch loop.
+
+Each mode runs in its own process; inside it, baseline and profiled repetitions alternate
+(ABAB, BABA, ...) so drift between processes (±20 % on the H200) cancels out. The profiled
+repetition is timed inside the profiler's session (start/stop costs excluded, for kubeprof
+and torch.profiler alike).
+
+    python bench/gpu_overhead.py --reps 10 --out results.json     # parent: all modes
+    modes: kubeprof (call-site stacks, the default), kubeprof_full (walk every launch),
+           kubeprof_nostack (callbacks, no stack), kubeprof_activity (records only),
+           kineto (torch.profiler CPU+CUDA), kineto_stack (with_stack=True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OPS = 20_000  # launch-bound ops per repetition
+MATMULS = 50
+MODES = {
+    "kubeprof": {"KUBEPROF_GPU_STACKS": "callsite"},
+    "kubeprof_full": {"KUBEPROF_GPU_STACKS": "full"},
+    "kubeprof_nostack": {"KUBEPROF_GPU_STACKS": "off"},
+    "kubeprof_activity": {"KUBEPROF_GPU_CALLBACKS": "0"},
+    "kineto": {},
+    "kineto_stack": {},
+}
+NO_MULTICAST = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+# ---------------------------------------------------------------- child
+def child(mode: str, reps: int, matmul_n: int) -> dict:
+    import torch
+
+    x = torch.ones(256, device="cuda")
+    a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+
+    def launch_bound() -> None:
+        for _ in range(OPS // 2):
+            x.add_(1.0)
+            x.mul_(0.5)
+        torch.cuda.synchronize()
+
+    def compute_bound() -> None:
+        for _ in range(MATMULS):
+            torch.matmul(a, a, out=c)
+        torch.cuda.synchronize()
+
+    tracer = None
+    if mode.startswith("kubeprof"):
+        from kubeprof.agent.gpu import inject
+
+        tracer = inject._tracer
+        if tracer is None:
+            raise SystemExit("kubeprof tracer not loaded (run through the parent)")
+
+    def profiled(fn: object) -> float:
+        if tracer is not None:
+            tracer.resume()
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            tracer.pause()
+            return dt
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with profile(activities=acts, with_stack=mode == "kineto_stack"):
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+        return dt
+
+    def plain(fn: object) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    if tracer is not None:
+        tracer.pause()
+    for _ in range(2):  # warm-up: allocator, cuBLAS heuristics, profiler first-use costs
+        plain(launch_bound)
+        plain(compute_bound)
+        profiled(launch_bound)
+        profiled(compute_bound)
+    res: dict[str, list[float]] = {
+        "base_launch": [],
+        "prof_launch": [],
+        "base_compute": [],
+        "prof_compute": [],
+    }
+    for r in range(reps):
+        order = ("base", "prof") if r % 2 == 0 else ("prof", "base")
+        for which in order:
+            run = plain if which == "base" else profiled
+            res[f"{which}_launch"].append(run(launch_bound))
+            res[f"{which}_compute"].append(run(compute_bound))
+    if tracer is not None:
+        tracer.resume()
+    profiled_reps = reps + 2
+    return {
+        "mode": mode,
+        **res,
+        "expected_launch_kernels": profiled_reps * OPS,
+        "expected_matmul_launches": profiled_reps * MATMULS,
+        "tflops": 2 * matmul_n**3 * MATMULS / statistics.median(res["base_compute"]) / 1e12,
+    }
+
+
+# ---------------------------------------------------------------- parent
+def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
+    sys.path[:0] = [str(REPO / "src"), str(REPO / "agent")]
+    from kubeprof.agent.gpu.inject import tracer_env
+    from kubeprof.agent.gpu.receiver import GpuReceiver
+
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--reps",
+        str(reps),
+        "--matmul-n",
+        str(matmul_n),
+    ]
+    env = {
+        **os.environ,
+        **NO_MULTICAST,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "src"), str(REPO / "agent"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    rx = None
+    if mode.startswith("kubeprof"):
+        sock = os.path.join(tempfile.mkdtemp(prefix="kpbench-"), "gpu.sock")
+        rx = GpuReceiver(sock)
+        rx.start()
+        env.update(tracer_env(sock, base=env))
+        env.update(MODES[mode])
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    kernels = attributed = launch_kernels = launch_attr = 0
+    counters: dict[str, int] = {}
+
+    def take(batch: object) -> None:
+        nonlocal kernels, attributed, launch_kernels, launch_attr
+        for a in batch.gpu_activities:  # type: ignore[attr-defined]
+            if a.kind != "kernel":
+                continue
+            kernels += 1
+            has = any(f.kind.value == "python" for f in a.stack)
+            attributed += has
+            if "elementwise" in a.name:
+                launch_kernels += 1
+                launch_attr += any(f.name == "launch_bound" for f in a.stack)
+        for k, v in batch.counters.items():  # type: ignore[attr-defined]
+            counters[k] = counters.get(k, 0) + v
+
+    while proc.poll() is None:
+        if rx:
+            take(rx.poll())
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    if rx:
+        take(rx.stop())
+    if proc.returncode != 0:
+        return {"mode": mode, "error": err[-2000:]}
+    res = json.loads(out.strip().splitlines()[-1])
+    res["wall_s"] = time.perf_counter() - t0
+    if rx:
+        res.update(
+            kernels=kernels,
+            attributed_kernels=attributed,
+            elementwise_kernels=launch_kernels,
+            elementwise_in_launch_bound=launch_attr,
+            counters=counters,
+        )
+    return res
+
+
+def summarise(r: dict) -> dict:
+    med = {
+        k: statistics.median(r[k])
+        for k in ("base_launch", "prof_launch", "base_compute", "prof_compute")
+    }
+    return {
+        "mode": r["mode"],
+        "launch_base_s": med["base_launch"],
+        "launch_prof_s": med["prof_launch"],
+        "launch_slowdown": med["prof_launch"] / med["base_launch"],
+        "added_us_per_op": (med["prof_launch"] - med["base_launch"]) / OPS * 1e6,
+        "compute_slowdown": med["prof_compute"] / med["base_compute"],
+        "tflops": r.get("tflops"),
+        "launch_kernels_expected": r["expected_launch_kernels"],
+        "kernels": r.get("kernels"),
+        "elementwise_kernels": r.get("elementwise_kernels"),
+        "elementwise_with_launch_bound_frame": r.get("elementwise_in_launch_bound"),
+        "attributed_kernels": r.get("attributed_kernels"),
+        "dropped": (r.get("counters") or {}).get("gpu_dropped", 0),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--child", default="")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--matmul-n", type=int, default=8192)
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.reps, args.matmul_n)), flush=True)
+        return
+    rows, raw = [], []
+    for mode in args.modes.split(","):
+        r = run_mode(mode, args.reps, args.matmul_n)
+        raw.append(r)
+        if "error" in r:
+            print(f"{mode}: FAILED\n{r['error']}", flush=True)
+            continue
+        s = summarise(r)
+        rows.append(s)
+        print(json.dumps(s), flush=True)
+    print(
+        "\n| mode | launch-bound slowdown | added µs/op | compute-bound slowdown "
+        "| kernels seen / launched |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for s in rows:
+        seen = "-"
+        if s["kernels"]:
+            seen = f"{s['elementwise_kernels']:,} / {s['launch_kernels_expected']:,}"
+        print(
+            f"| {s['mode']} | {s['launch_slowdown']:.2f}× | {s['added_us_per_op']:.2f} "
+            f"| {s['compute_slowdown']:.3f}× | {seen} |"
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps({"summary": rows, "raw": raw}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Analysis: pure functions from stored records to numbers and findings (no I/O here)."""

@@ -1,0 +1,97 @@
+"""GPU time per Python stack: flame-graph stacks ending in the kernel that ran.
+
+Each kernel (and memcpy/memset) becomes ``launch stack + GPU frame``; the launch stack is
+Python frames then the CUDA API call, as the tracer captured it. Work whose launch stack is
+unknown is kept (under an "[unattributed]" frame) so GPU time always adds up.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kubeprof.analysis.kernel_names import short_name
+from kubeprof.model import Frame, FrameKind, GpuActivity, Stack
+from kubeprof.report.aggregate import WeightedStack
+
+GPU_WORK = frozenset({"kernel", "memcpy", "memset"})
+UNATTRIBUTED = Frame("[unattributed: no launch stack]", FrameKind.NATIVE)
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """How much GPU time has a Python launch stack."""
+
+    total_ns: int
+    attributed_ns: int
+    count: int
+    attributed_count: int
+
+    @property
+    def share(self) -> float:
+        return self.attributed_ns / self.total_ns if self.total_ns else 1.0
+
+
+def has_python_stack(stack: Stack) -> bool:
+    """True when the launch stack holds at least one Python frame."""
+    return any(f.kind is FrameKind.PYTHON for f in stack)
+
+
+def attribution(
+    activities: Iterable[GpuActivity], kinds: frozenset[str] = frozenset({"kernel"})
+) -> Attribution:
+    """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
+    tot = att = n = na = 0
+    for a in activities:
+        if a.kind in kinds:
+            d = a.end_ns - a.start_ns
+            tot += d
+            n += 1
+            if has_python_stack(a.stack):
+                att += d
+                na += 1
+    return Attribution(tot, att, n, na)
+
+
+def gpu_frame(a: GpuActivity) -> Frame:
+    """The leaf frame: short kernel label, the raw (mangled) name kept in ``file``."""
+    if a.kind == "kernel":
+        return Frame(short_name(a.demangled or a.name), FrameKind.GPU, a.name)
+    return Frame(a.name, FrameKind.GPU)
+
+
+def gpu_stacks(
+    activities: Iterable[GpuActivity],
+    process_names: Mapping[int, str] | None = None,
+    kinds: frozenset[str] = GPU_WORK,
+) -> tuple[WeightedStack, ...]:
+    """WeightedStacks for Profile.gpu: one per (process, device, stack); value = GPU ns."""
+    names = process_names or {}
+    acc: dict[tuple[int, int, Stack], list[int]] = defaultdict(lambda: [0, 0])
+    leaf_cache: dict[tuple[str, str, str], Frame] = {}
+    for a in activities:
+        if a.kind not in kinds:
+            continue
+        key = (a.kind, a.name, a.demangled)
+        leaf = leaf_cache.get(key)
+        if leaf is None:
+            leaf = leaf_cache[key] = gpu_frame(a)
+        launch = a.stack if has_python_stack(a.stack) else (UNATTRIBUTED, *a.stack)
+        slot = acc[(a.pid, a.device, (*launch, leaf))]
+        slot[0] += 1
+        slot[1] += a.end_ns - a.start_ns
+    out = [
+        WeightedStack(
+            stack=stack,
+            pid=pid,
+            tid=device,
+            thread=f"cuda:{device}",
+            process=names.get(pid, str(pid)),
+            samples=n,
+            value_ns=ns,
+        )
+        for (pid, device, stack), (n, ns) in acc.items()
+    ]
+    out.sort(key=lambda w: (-w.value_ns, w.pid, w.tid))
+    return tuple(out)

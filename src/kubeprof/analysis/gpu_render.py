@@ -1,0 +1,152 @@
+"""Text and HTML views of a GpuSummary (the HTML is a pre-escaped section to embed)."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubeprof.analysis.gpu_report import GpuSummary
+
+_SHOWN_METRICS = (
+    "gpu_util_pct",
+    "sm_clock_mhz",
+    "power_mw",
+    "mem_used_bytes",
+    "gpm_sm_active_pct",
+    "gpm_tensor_active_pct",
+    "gpm_dram_bw_pct",
+)
+_BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.1f} µs"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _strip(values: tuple[float, ...], width: int = 60) -> str:
+    if not values:
+        return ""
+    step = max(1, len(values) // width)
+    cells = [
+        sum(values[i : i + step]) / len(values[i : i + step]) for i in range(0, len(values), step)
+    ]
+    return "".join(_BLOCKS[min(8, round(v * 8))] for v in cells)
+
+
+def render_gpu_text(s: GpuSummary) -> str:
+    """Plain-text GPU section."""
+    out = ["GPU", "==="]
+    if not s.kernels:
+        out.append("no kernels recorded")
+    out.append(
+        f"kernels: {s.kernels:,}  GPU kernel time: {_ms(s.kernel_ns)}  "
+        f"attributed to a Python stack: {_pct(s.attributed_share)}"
+    )
+    out.append(
+        f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "
+        f"active window {_pct(s.session_active.idle_ratio)} "
+        f"({_ms(s.active_end_ns - s.active_start_ns)} from first to last kernel)"
+    )
+    for dev, r in sorted(s.devices.items()):
+        act = s.devices_active.get(dev)
+        out.append(
+            f"  cuda:{dev}  idle {_pct(r.idle_ratio)} of session, "
+            f"{_pct(act.idle_ratio) if act else '-'} of active window  "
+            f"|{_strip(s.timeline.get(dev, ()))}|"
+        )
+    for pid, r in sorted(s.processes.items()):
+        act = s.processes_active.get(pid)
+        out.append(
+            f"  pid {pid}  idle {_pct(r.idle_ratio)} of session, "
+            f"{_pct(act.idle_ratio) if act else '-'} of active window on {r.devices} GPU(s)"
+        )
+    out.append(
+        f"memcpy: {_ms(s.memcpy_ns)} ({s.memcpy_bytes / 2**20:,.1f} MiB)  "
+        f"memset: {_ms(s.memset_ns)}  "
+        f"host waiting in sync calls: {_ms(s.sync_ns)}  NVTX ranges: {s.nvtx_ranges}"
+    )
+    if s.top_kernels:
+        out += [
+            "",
+            "Top kernels by GPU time",
+            f"{'total':>12} {'share':>7} {'count':>8} {'mean':>11}  grid / block  kernel",
+        ]
+        for k in s.top_kernels:
+            out.append(
+                f"{_ms(k.total_ns):>12} {_pct(k.share):>7} {k.count:>8,} {_us(k.mean_ns):>11}  "
+                f"{k.grid}/{k.block}  {k.name}"
+            )
+    shown = [m for m in s.metrics if m.metric in _SHOWN_METRICS and m.pid == 0]
+    if shown:
+        out += ["", "NVML (device-wide)"]
+        for m in shown:
+            out.append(
+                f"  cuda:{m.device} {m.metric:<22} mean {m.mean:>12,.1f}  "
+                f"max {m.max:>12,.1f}  ({m.samples} samples)"
+            )
+    if s.counters:
+        out += ["", "counters: " + ", ".join(f"{k}={v}" for k, v in sorted(s.counters.items()))]
+    return "\n".join(out) + "\n"
+
+
+def render_gpu_html(s: GpuSummary) -> str:
+    """A self-contained, escaped ``<section>`` for the HTML report."""
+    e = escape
+    rows = []
+    for dev, r in sorted(s.devices.items()):
+        act = s.devices_active.get(dev)
+        bars = "".join(
+            f'<span style="display:inline-block;width:4px;height:16px;background:'
+            f'rgba(118,185,0,{max(0.05, v):.2f})" title="{100 * v:.0f}% busy"></span>'
+            for v in s.timeline.get(dev, ())
+        )
+        rows.append(
+            f"<tr><td>cuda:{dev}</td><td>{_pct(r.idle_ratio)}</td>"
+            f"<td>{_pct(act.idle_ratio) if act else '-'}</td><td>{bars}</td></tr>"
+        )
+    procs = "".join(
+        f"<tr><td>{pid}</td><td>{_pct(r.idle_ratio)}</td>"
+        f"<td>{_pct(s.processes_active[pid].idle_ratio) if pid in s.processes_active else '-'}</td>"
+        f"<td>{r.devices}</td></tr>"
+        for pid, r in sorted(s.processes.items())
+    )
+    kernels = "".join(
+        f"<tr><td>{e(_ms(k.total_ns))}</td><td>{_pct(k.share)}</td><td>{k.count:,}</td>"
+        f"<td>{e(_us(k.mean_ns))}</td><td>{e(str(k.grid))} / {e(str(k.block))}</td>"
+        f'<td title="{e(k.demangled)}&#10;{e(k.raw)}">{e(k.name)}</td></tr>'
+        for k in s.top_kernels
+    )
+    metrics = "".join(
+        f"<tr><td>cuda:{m.device}</td><td>{e(m.metric)}</td><td>{m.mean:,.1f}</td><td>{m.max:,.1f}</td></tr>"
+        for m in s.metrics
+        if m.metric in _SHOWN_METRICS and m.pid == 0
+    )
+    return (
+        '<section class="kubeprof-gpu"><h2>GPU</h2>'
+        f"<p>{s.kernels:,} kernels, {e(_ms(s.kernel_ns))} of GPU kernel time, "
+        f"{_pct(s.attributed_share)} attributed to a Python stack. GPU idle ratio: "
+        f"<b>{_pct(s.session.idle_ratio)}</b> of the session, "
+        f"<b>{_pct(s.session_active.idle_ratio)}</b> of the active window.</p>"
+        "<table><tr><th>device</th><th>idle (session)</th><th>idle (active)</th>"
+        "<th>timeline</th></tr>"
+        f"{''.join(rows)}</table>"
+        "<table><tr><th>pid</th><th>idle (session)</th><th>idle (active)</th><th>GPUs</th></tr>"
+        f"{procs}</table>"
+        "<h3>Top kernels</h3><table><tr><th>total</th><th>share</th><th>count</th><th>mean</th>"
+        f"<th>grid / block</th><th>kernel</th></tr>{kernels}</table>"
+        + (
+            f"<h3>NVML</h3><table><tr><th>device</th><th>metric</th><th>mean</th><th>max</th></tr>{metrics}</table>"
+            if metrics
+            else ""
+        )
+        + "</section>"
+    )

@@ -1,0 +1,142 @@
+"""The GPU part of a report: idle ratios, top kernels, attribution, NVML summaries.
+
+``gpu_summary`` gathers numbers from stored records; ``gpu_profile_stacks`` gives the GPU
+flame-graph stacks for ``Profile.gpu``; ``render_gpu_text`` / ``render_gpu_html`` (in
+gpu_render.py, re-exported here) show a summary.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kubeprof.analysis import gpu_idle
+from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
+from kubeprof.analysis.gpu_idle import IdleRatio
+from kubeprof.analysis.gpu_timeline import active_window, buckets, busy_by_device
+from kubeprof.analysis.top_kernels import KernelStat, top_kernels
+from kubeprof.model import GpuActivity, GpuMetricSample
+from kubeprof.report.aggregate import WeightedStack
+
+TIMELINE_BUCKETS = 120
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    """One NVML/GPM/PM metric of one device (or process) over the session."""
+
+    device: int
+    metric: str
+    pid: int
+    mean: float
+    max: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """Everything the GPU section of a report shows."""
+
+    session_start_ns: int
+    session_end_ns: int
+    active_start_ns: int  # first kernel start (0 if no kernel)
+    active_end_ns: int  # last kernel end
+    session: IdleRatio  # all devices, session window
+    session_active: IdleRatio  # all devices, active window
+    devices: dict[int, IdleRatio]  # per device, session window
+    devices_active: dict[int, IdleRatio]
+    processes: dict[int, IdleRatio]  # per pid, session window
+    processes_active: dict[int, IdleRatio]
+    top_kernels: tuple[KernelStat, ...]
+    kernels: int
+    kernel_ns: int
+    attributed_ns: int  # kernel time with a Python launch stack
+    attributed_share: float
+    memcpy_ns: int
+    memcpy_bytes: int
+    memset_ns: int
+    sync_ns: int  # host time spent waiting in CUDA synchronization calls
+    nvtx_ranges: int
+    timeline: dict[int, tuple[float, ...]] = field(default_factory=dict)  # busy per bucket
+    metrics: tuple[MetricSummary, ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+def gpu_summary(
+    activities: Sequence[GpuActivity],
+    metrics: Sequence[GpuMetricSample],
+    session_start_ns: int,
+    session_end_ns: int,
+    *,
+    top: int = 15,
+    counters: Mapping[str, int] | None = None,
+) -> GpuSummary:
+    """Summarise a session's GPU records over [session_start_ns, session_end_ns)."""
+    s0, s1 = session_start_ns, session_end_ns
+    a0, a1 = active_window(activities)
+    att = attribution(activities)
+    busy = busy_by_device(activities)
+    tl_end = max(s1, a1)
+    return GpuSummary(
+        session_start_ns=s0,
+        session_end_ns=s1,
+        active_start_ns=a0,
+        active_end_ns=a1,
+        session=gpu_idle.session(activities, s0, s1),
+        session_active=gpu_idle.session(activities, a0, a1),
+        devices=gpu_idle.by_device(activities, s0, s1),
+        devices_active=gpu_idle.by_device(activities, a0, a1),
+        processes=gpu_idle.by_process(activities, s0, s1),
+        processes_active=gpu_idle.by_process(activities, a0, a1),
+        top_kernels=tuple(top_kernels(activities, top)),
+        kernels=att.count,
+        kernel_ns=att.total_ns,
+        attributed_ns=att.attributed_ns,
+        attributed_share=att.share,
+        memcpy_ns=_sum_ns(activities, "memcpy"),
+        memcpy_bytes=sum(a.bytes for a in activities if a.kind == "memcpy"),
+        memset_ns=_sum_ns(activities, "memset"),
+        sync_ns=_sum_ns(activities, "sync"),
+        nvtx_ranges=sum(1 for a in activities if a.kind == "nvtx"),
+        timeline={
+            d: buckets(iv, min(s0, a0 or s0), tl_end, TIMELINE_BUCKETS) for d, iv in busy.items()
+        },
+        metrics=summarise_metrics(metrics),
+        counters=dict(counters or {}),
+    )
+
+
+def gpu_profile_stacks(
+    activities: Sequence[GpuActivity], process_names: Mapping[int, str] | None = None
+) -> tuple[WeightedStack, ...]:
+    """Stacks for ``Profile.gpu``: Python frames → CUDA API → kernel, value = GPU ns."""
+    return gpu_stacks(activities, process_names)
+
+
+def summarise_metrics(metrics: Sequence[GpuMetricSample]) -> tuple[MetricSummary, ...]:
+    """Mean and max of each (device, metric, pid) series."""
+    acc: dict[tuple[int, str, int], list[float]] = defaultdict(list)
+    for m in metrics:
+        if not m.correlation_id:
+            acc[(m.device, m.metric, m.pid)].append(m.value)
+    return tuple(
+        MetricSummary(dev, name, pid, sum(v) / len(v), max(v), len(v))
+        for (dev, name, pid), v in sorted(acc.items())
+    )
+
+
+def _sum_ns(activities: Sequence[GpuActivity], kind: str) -> int:
+    return sum(a.end_ns - a.start_ns for a in activities if a.kind == kind)
+
+
+from kubeprof.analysis.gpu_render import render_gpu_html, render_gpu_text  # noqa: E402
+
+__all__ = [
+    "GpuSummary",
+    "MetricSummary",
+    "gpu_profile_stacks",
+    "gpu_summary",
+    "render_gpu_html",
+    "render_gpu_text",
+]

@@ -1,0 +1,131 @@
+"""On a GPU: the tracer captures real training loops, attributes kernel time, sees idle GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import trace_io
+from harness import REPO, python, run_traced
+
+from kubeprof.analysis import gpu_idle
+from kubeprof.analysis.gpu_attribution import attribution
+from kubeprof.analysis.gpu_report import gpu_summary, render_gpu_text
+from kubeprof.analysis.gpu_timeline import active_window
+
+pytestmark = pytest.mark.gpu
+FIXTURES_OUT = os.environ.get("KUBEPROF_GPU_FIXTURES_OUT", "")
+MAX_FIXTURE_KERNELS = 12_000
+
+
+def _save(name: str, traced, extra: dict) -> None:
+    """Write a trimmed trace fixture (first MAX_FIXTURE_KERNELS kernels' time span)."""
+    if not FIXTURES_OUT:
+        return
+    kernels = sorted(traced.kernels, key=lambda a: a.start_ns)
+    cut = kernels[min(len(kernels), MAX_FIXTURE_KERNELS) - 1].end_ns if kernels else traced.end_ns
+    keep = [a for a in traced.activities if a.start_ns <= cut]
+    metrics = [m for m in traced.metrics if m.ts_ns <= cut]
+    meta = {
+        "session_start_ns": traced.start_ns,
+        "session_end_ns": min(traced.end_ns, cut),
+        "full_session_end_ns": traced.end_ns,
+        "counters": traced.counters,
+        **extra,
+    }
+    Path(FIXTURES_OUT).mkdir(parents=True, exist_ok=True)
+    trace_io.dump(Path(FIXTURES_OUT) / f"{name}.jsonl.gz", meta, keep, metrics)
+
+
+def _report(name: str, traced) -> dict:
+    a0, a1 = active_window(traced.activities)
+    att = attribution(traced.activities)
+    rep = {
+        "name": name,
+        "returncode": traced.returncode,
+        "kernels": att.count,
+        "kernel_ms": att.total_ns / 1e6,
+        "attributed_share": att.share,
+        "idle_active": gpu_idle.session(traced.activities, a0, a1).idle_ratio,
+        "idle_session": gpu_idle.session(
+            traced.activities, traced.start_ns, traced.end_ns
+        ).idle_ratio,
+        "counters": traced.counters,
+        "messages": traced.messages[:5],
+        "stdout_tail": traced.stdout[-300:],
+        "stderr_tail": traced.stderr[-600:],
+    }
+    print(json.dumps(rep))
+    summary = gpu_summary(traced.activities, traced.metrics, traced.start_ns, traced.end_ns)
+    print(render_gpu_text(summary))
+    out = os.environ.get("KUBEPROF_GPU_REPORT_OUT")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(rep) + "\n")
+    return rep
+
+
+def test_torch_fast_vs_slow_dataloader() -> None:
+    base = [python(), str(REPO / "examples" / "train_torch.py"), "--steps", "150"]
+    fast = run_traced(base, nvml=True)
+    slow = run_traced([*base, "--slow-ms", "40"], nvml=True)
+    rf, rs = _report("torch_fast", fast), _report("torch_slow", slow)
+    _save("torch_fast", fast, {"command": "examples/train_torch.py --steps 150", "report": rf})
+    _save(
+        "torch_slow",
+        slow,
+        {"command": "examples/train_torch.py --steps 150 --slow-ms 40", "report": rs},
+    )
+    for r in (rf, rs):
+        assert r["returncode"] == 0, r
+        assert r["kernels"] > 150 * 50, r
+        assert r["attributed_share"] >= 0.99, r
+    assert rs["idle_active"] > rf["idle_active"] + 0.2, (rf, rs)
+    metrics = {m.metric for m in fast.metrics}
+    assert {"gpu_util_pct", "power_mw", "sm_clock_mhz"} <= metrics
+
+
+def test_jax_loop() -> None:
+    base = [python(), str(REPO / "examples" / "train_jax.py"), "--steps", "150"]
+    fast = run_traced(base)
+    slow = run_traced([*base, "--slow-ms", "20"])
+    rf, rs = _report("jax_fast", fast), _report("jax_slow", slow)
+    _save("jax_fast", fast, {"command": "examples/train_jax.py --steps 150", "report": rf})
+    _save(
+        "jax_slow",
+        slow,
+        {"command": "examples/train_jax.py --steps 150 --slow-ms 20", "report": rs},
+    )
+    assert rf["returncode"] == 0 and rf["kernels"] > 150, rf
+    assert rf["attributed_share"] >= 0.99, rf
+    assert rs["idle_active"] > rf["idle_active"], (rf, rs)
+
+
+def test_callsite_stacks_match_full_walks() -> None:
+    """Call-site caching must attribute GPU time like walking every launch does."""
+    base = [python(), str(REPO / "examples" / "train_torch.py"), "--steps", "40"]
+    res = {}
+    for mode in ("full", "callsite"):
+        t = run_traced(base, env={"KUBEPROF_GPU_STACKS": mode})
+        _report(f"torch_stacks_{mode}", t)
+        dist: dict = {}
+        total = 0
+        for k in t.kernels:
+            key = tuple((f.name, f.file, f.line) for f in k.stack)
+            dist[key] = dist.get(key, 0) + 1
+            total += 1
+        res[mode] = {key: n / total for key, n in dist.items()}
+    keys = set(res["full"]) | set(res["callsite"])
+    tv = 0.5 * sum(abs(res["full"].get(k, 0) - res["callsite"].get(k, 0)) for k in keys)
+    print(
+        json.dumps(
+            {
+                "stack_distribution_total_variation": tv,
+                "stacks_full": len(res["full"]),
+                "stacks_callsite": len(res["callsite"]),
+            }
+        )
+    )
+    assert tv < 0.02

@@ -1,0 +1,168 @@
+"""A stand-in for cupti-python's ``cupti.cupti`` module, enough to drive the tracer on a CPU.
+
+It mimics what the tracer uses: subscription, per-cbid callbacks (enter and exit), activity
+buffers handed to the completion callback on flush. ``launch()`` plays a CUDA launch: the
+runtime enter/exit callbacks around a nested driver enter/exit, then a kernel record.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+
+class cuptiError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"CUPTI error {status}")
+        self.status = status
+
+
+class Result(enum.IntEnum):
+    SUCCESS = 0
+    ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED = 39
+    ERROR_NOT_SUPPORTED = 27
+
+
+class CallbackDomain(enum.IntEnum):
+    DRIVER_API = 1
+    RUNTIME_API = 2
+
+
+class ApiCallbackSite(enum.IntEnum):
+    API_ENTER = 0
+    API_EXIT = 1
+
+
+class RuntimeApiTraceCbid(enum.IntEnum):
+    cudaMalloc_v3020 = 20
+    cudaLaunchKernel_v7000 = 211
+    cudaMemcpyAsync_v3020 = 41
+    cudaGraphLaunch_v10000 = 311
+
+
+class DriverApiTraceCbid(enum.IntEnum):
+    cuMemAlloc_v2 = 30
+    cuLaunchKernel = 307
+    cuLaunchKernelEx = 652
+
+
+class ActivityKind(enum.IntEnum):
+    MEMCPY = 1
+    MEMSET = 2
+    KERNEL = 3
+    MARKER = 12
+    CONCURRENT_KERNEL = 10
+    SYNCHRONIZATION = 38
+
+
+SUBSCRIBER_PARAMS_SIZE = 16
+
+
+class SubscriberParams:
+    def __init__(self) -> None:
+        self.struct_size = 0
+        self.subscriber_name = ""
+        self.old_subscriber_name = "nsys"
+        self.ptr = 1
+
+
+@dataclass
+class FakeCupti:
+    """State of the fake library; ``module()`` exposes it with cupti's function names."""
+
+    busy: bool = False  # another subscriber exists
+    callback: Any = None
+    enabled: set = field(default_factory=set)
+    activities: set = field(default_factory=set)
+    completed: Any = None
+    pending: list = field(default_factory=list)
+    next_corr: int = 1
+    now: int = 1_000_000
+
+    def module(self) -> SimpleNamespace:
+        m = SimpleNamespace(
+            cuptiError=cuptiError,
+            Result=Result,
+            CallbackDomain=CallbackDomain,
+            ApiCallbackSite=ApiCallbackSite,
+            RuntimeApiTraceCbid=RuntimeApiTraceCbid,
+            DriverApiTraceCbid=DriverApiTraceCbid,
+            ActivityKind=ActivityKind,
+            SUBSCRIBER_PARAMS_SIZE=SUBSCRIBER_PARAMS_SIZE,
+            SubscriberParams=SubscriberParams,
+        )
+        m.get_timestamp = lambda: self.now
+        m.subscribe_v2 = self._subscribe
+        m.unsubscribe = lambda sub: setattr(self, "callback", None)
+        m.enable_callback = self._enable_callback
+        m.activity_register_callbacks = lambda req, done: setattr(self, "completed", done)
+        m.activity_enable = lambda k: self.activities.add(int(k))
+        m.activity_disable = lambda k: self.activities.discard(int(k))
+        m.activity_flush_period = lambda ms: None
+        m.activity_flush_all = lambda flag: self.flush()
+        return m
+
+    def _subscribe(self, callback: Any, userdata: Any, ptr: int) -> int:
+        if self.busy:
+            raise cuptiError(Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        self.callback = callback
+        return 7
+
+    def _enable_callback(self, on: int, sub: int, domain: int, cbid: int) -> None:
+        (self.enabled.add if on else self.enabled.discard)((int(domain), int(cbid)))
+
+    def _call(self, domain: CallbackDomain, cbid: int, site: ApiCallbackSite, corr: int) -> None:
+        if self.callback and (int(domain), int(cbid)) in self.enabled:
+            data = SimpleNamespace(
+                callback_site=int(site), correlation_id=corr, function_name=f"api{int(cbid)}"
+            )
+            self.callback(None, int(domain), int(cbid), data)
+
+    def launch(
+        self, name: str = "_Z6kernelv", duration: int = 1000, driver_only: bool = False
+    ) -> int:
+        """One kernel launch as the real library reports it; returns its correlation id."""
+        corr, nested = self.next_corr, self.next_corr + 1
+        self.next_corr += 2
+        rt, drv = CallbackDomain.RUNTIME_API, CallbackDomain.DRIVER_API
+        enter, leave = ApiCallbackSite.API_ENTER, ApiCallbackSite.API_EXIT
+        if driver_only:  # cuBLAS-style launch straight through the driver
+            self._call(drv, DriverApiTraceCbid.cuLaunchKernel, enter, corr)
+            self._call(drv, DriverApiTraceCbid.cuLaunchKernel, leave, corr)
+        else:
+            self._call(rt, RuntimeApiTraceCbid.cudaLaunchKernel_v7000, enter, corr)
+            self._call(drv, DriverApiTraceCbid.cuLaunchKernel, enter, nested)
+            self._call(drv, DriverApiTraceCbid.cuLaunchKernel, leave, nested)
+            self._call(rt, RuntimeApiTraceCbid.cudaLaunchKernel_v7000, leave, corr)
+        if int(ActivityKind.CONCURRENT_KERNEL) in self.activities:
+            self.pending.append(
+                SimpleNamespace(
+                    kind=int(ActivityKind.CONCURRENT_KERNEL),
+                    start=self.now,
+                    end=self.now + duration,
+                    device_id=0,
+                    correlation_id=corr,
+                    stream_id=7,
+                    name=name,
+                    grid_x=2,
+                    grid_y=1,
+                    grid_z=1,
+                    block_x=128,
+                    block_y=1,
+                    block_z=1,
+                    registers_per_thread=32,
+                    static_shared_memory=0,
+                    dynamic_shared_memory=256,
+                    graph_id=0,
+                    context_id=1,
+                )
+            )
+        self.now += duration + 500
+        return corr
+
+    def flush(self) -> None:
+        if self.completed and self.pending:
+            batch, self.pending = self.pending, []
+            self.completed(batch)

@@ -1,0 +1,128 @@
+"""The tracer against a fake cupti: joins, nested driver launches, failures, no blocking."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+
+import pytest
+from fake_cupti import FakeCupti
+from kubeprof.agent.gpu import tracer as tracer_mod
+from kubeprof.agent.gpu.receiver import GpuReceiver
+from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig, TracerError
+from kubeprof.agent.gpu.wire import Sender
+
+from kubeprof.model import FrameKind
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    fk = FakeCupti()
+    pkg = types.ModuleType("cupti")
+    pkg.cupti = fk.module()
+    monkeypatch.setitem(sys.modules, "cupti", pkg)
+    monkeypatch.setitem(sys.modules, "cupti.cupti", pkg.cupti)
+    monkeypatch.setattr(tracer_mod, "preflight", lambda: None)
+    monkeypatch.setattr(tracer_mod, "_version_check", lambda c: {"libcupti": ""})
+    monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
+    return fk
+
+
+@pytest.fixture
+def wire(tmp_path):
+    path = str(tmp_path / "gpu.sock")
+    rx = GpuReceiver(path)
+    rx.start()
+    tx = Sender(path, interval_s=0.02)
+    yield rx, tx
+    tx.close(1.0)
+    rx.stop(1.0)
+
+
+def model_forward(fk: FakeCupti, n: int) -> None:
+    for _ in range(n):
+        fk.launch("_Z4gemmv")
+    fk.launch("nvjet_sm90_tst", driver_only=True)
+
+
+def test_every_kernel_joined_to_its_python_stack(fake, wire):
+    rx, tx = wire
+    tr = CuptiTracer(tx, TracerConfig(kinds=("kernel",)))
+    tr.start()
+    tx.start()
+    model_forward(fake, 100)
+    tr.stop()
+    acts = rx.stop(2.0).gpu_activities
+    assert len(acts) == 101
+    for a in acts:
+        names = [f.name for f in a.stack]
+        assert "model_forward" in names, names
+        assert a.stack[-1].kind is FrameKind.CUDA_API
+    apis = {a.stack[-1].name for a in acts}
+    assert apis == {"api211", "api307"}  # runtime launch, and the driver-only one
+    assert all(a.demangled in ("gemm()", "nvjet_sm90_tst") for a in acts)
+    assert acts[0].shared_mem == 256 and acts[0].grid == (2, 1, 1)
+
+
+def test_nested_driver_callbacks_are_not_sent(fake, wire):
+    _, tx = wire
+    tr = CuptiTracer(tx, TracerConfig(kinds=("kernel",)))
+    tr.start()
+    fake.launch()
+    assert len(tx.queues["launch"]) == 1  # runtime enter only; nested driver skipped
+    tr._teardown()
+
+
+def test_multiple_subscribers_is_one_clear_error(fake, wire):
+    _, tx = wire
+    fake.busy = True
+    with pytest.raises(TracerError, match="already in use by another profiler"):
+        CuptiTracer(tx).start()
+    assert not fake.activities
+
+
+def test_pause_resume_stops_records(fake, wire):
+    rx, tx = wire
+    tr = CuptiTracer(tx, TracerConfig(kinds=("kernel",)))
+    tr.start()
+    tx.start()
+    tr.pause()
+    fake.launch()
+    tr.resume()
+    fake.launch()
+    tr.stop()
+    assert len(rx.stop(2.0).gpu_activities) == 1
+
+
+def test_receiver_gone_never_blocks_and_counts_drops(fake, tmp_path, capsys):
+    tx = Sender(str(tmp_path / "nobody.sock"), interval_s=0.01)
+    tr = CuptiTracer(tx, TracerConfig(kinds=("kernel",)))
+    tr.start()
+    tx.start()
+    t0 = time.monotonic()
+    for _ in range(2000):
+        fake.launch()
+    tr.stop(timeout_s=0.5)
+    assert time.monotonic() - t0 < 5
+    assert tx.counters["dropped"] >= 4000  # 2000 launches + 2000 kernels
+    assert "GPU records dropped" in capsys.readouterr().err
+
+
+def test_bounded_queue_in_target(fake, tmp_path):
+    tx = Sender(str(tmp_path / "nobody.sock"), max_queued=100)
+    tr = CuptiTracer(tx, TracerConfig(kinds=("kernel",)))
+    tr.start()
+    for _ in range(500):
+        fake.launch()
+    assert len(tx.queues["launch"]) == 100
+    assert tx.counters["dropped"] == 400
+    tr._teardown()
+
+
+def test_config_from_env_rejects_unknown_kinds():
+    with pytest.raises(TracerError, match="unknown KUBEPROF_GPU_KINDS"):
+        TracerConfig.from_env({"KUBEPROF_GPU_KINDS": "kernel,bogus"})
+    cfg = TracerConfig.from_env({"KUBEPROF_GPU_STACKS": "full", "KUBEPROF_GPU_CALLBACKS": "0"})
+    assert cfg.stacks == "full" and not cfg.callbacks
