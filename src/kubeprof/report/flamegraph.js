@@ -4,7 +4,9 @@
 (function () {
   "use strict";
   var ROW = 18, MIN_PX = 0.5, FONT = "11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace";
+  var t0 = performance.now();
   var DATA = JSON.parse(document.getElementById("kp-data").textContent);
+  var tParsed = performance.now();
   var canvas = document.getElementById("kp-canvas");
   var ctx = canvas.getContext("2d");
   var tip = document.getElementById("kp-tip");
@@ -220,6 +222,18 @@
     resizing = true;
     requestAnimationFrame(function () { resizing = false; layout(); });
   });
-  selectView(DATA.initial);
+  // Optional start state from the URL: #view=gpu&search=sgemm&zoom=42 (zoom is a node index).
+  var start = {};
+  (typeof location !== "undefined" ? location.hash.slice(1) : "").split("&").forEach(function (kv) {
+    var p = kv.split("=");
+    if (p[0]) start[p[0]] = decodeURIComponent(p[1] || "");
+  });
+  if (start.search) searchEl.value = start.search;
+  selectView(DATA.views[start.view] ? start.view : DATA.initial);
+  var z = parseInt(start.zoom, 10);
+  if (z > 0 && z < V.n) setZoom(z);
+  // Timings for benchmarks (bench/flamegraph_scale.py reads them from the DOM).
+  canvas.dataset.parseMs = (tParsed - t0).toFixed(1);
+  canvas.dataset.firstDrawMs = (performance.now() - tParsed).toFixed(1);
   window.kubeprofFlamegraph = { selectView: selectView, setZoom: setZoom, search: function (t) { searchEl.value = t; runSearch(); } };
 })();

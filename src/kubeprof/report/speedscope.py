@@ -42,10 +42,12 @@ def speedscope_document(
         raise ValueError(f"unknown group {group!r}: expected 'thread' or 'process'")
     frame_index: dict[Frame, int] = {}
     frames: list[dict[str, str | int]] = []
-    groups: dict[tuple, list[WeightedStack]] = defaultdict(list)
+    groups: dict[tuple[int, str, int, str], list[WeightedStack]] = defaultdict(list)
     for ws in view_stacks(profile, view):
-        key = (ws.pid, ws.process, ws.tid, ws.thread) if group == "thread" else (ws.pid, ws.process)
-        groups[key].append(ws)
+        per_thread = group == "thread"
+        groups[
+            (ws.pid, ws.process, ws.tid if per_thread else 0, ws.thread if per_thread else "")
+        ].append(ws)
 
     profiles = []
     for key in sorted(groups):

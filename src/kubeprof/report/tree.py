@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 
 from kubeprof.model import Frame, FrameKind
 from kubeprof.report.aggregate import WeightedStack
@@ -73,55 +74,62 @@ def build_tree(
     name_kinds: list[str] = [FrameKind.PROCESS.value]
     name_ids: dict[tuple[str, str], int] = {(root, FrameKind.PROCESS.value): 0}
     frame_ids: dict[Frame, int] = {}
-    parent: list[int] = [-1]
     node_name: list[int] = [0]
     value: list[int] = [0]
     samples: list[int] = [0]
-    child_of: dict[tuple[int, int], int] = {}
+    kids: list[dict[int, int] | None] = [None]  # per node: name id -> child node
+    prefixes: dict[tuple[int, int, str, str], list[int]] = {}  # group frames, per thread
+
+    def intern(frame: Frame) -> int:
+        key = (frame.label(), frame.kind.value)
+        nid = name_ids.get(key)
+        if nid is None:
+            nid = name_ids[key] = len(names)
+            names.append(key[0])
+            name_kinds.append(key[1])
+        frame_ids[frame] = nid
+        return nid
 
     for ws in stacks:
         v, s = ws.value_ns, ws.samples
+        pkey = (ws.pid, ws.tid, ws.process, ws.thread)
+        prefix = prefixes.get(pkey)
+        if prefix is None:
+            prefix = prefixes[pkey] = [intern(f) for f in group_frames(ws, group)]
         value[0] += v
         samples[0] += s
         node = 0
-        for frame in group_frames(ws, group) + ws.stack:
-            nid = frame_ids.get(frame)
-            if nid is None:
-                key = (frame.label(), frame.kind.value)
-                nid = name_ids.get(key)
-                if nid is None:
-                    nid = name_ids[key] = len(names)
-                    names.append(key[0])
-                    name_kinds.append(key[1])
-                frame_ids[frame] = nid
-            child = child_of.get((node, nid))
+        for nid in chain(prefix, (frame_ids.get(f) or intern(f) for f in ws.stack)):
+            children = kids[node]
+            if children is None:
+                children = kids[node] = {}
+            child = children.get(nid)
             if child is None:
-                child = child_of[(node, nid)] = len(node_name)
-                parent.append(node)
+                child = children[nid] = len(node_name)
                 node_name.append(nid)
                 value.append(0)
                 samples.append(0)
+                kids.append(None)
             value[child] += v
             samples[child] += s
             node = child
-    del child_of, frame_ids
-    return _preorder(names, name_kinds, parent, node_name, value, samples)
+    return _preorder(names, name_kinds, kids, node_name, value, samples)
 
 
 def _preorder(
     names: list[str],
     name_kinds: list[str],
-    parent: list[int],
+    kids: list[dict[int, int] | None],
     node_name: list[int],
     value: list[int],
     samples: list[int],
 ) -> CallTree:
     """Renumber nodes depth-first, children sorted by label, and record subtree ends."""
     n = len(node_name)
-    kids: list[list[int]] = [[] for _ in range(n)]
-    for node in range(1, n):
-        kids[parent[node]].append(node)
-    out_name, out_depth, out_value, out_samples = [], [], [], []
+    out_name: list[int] = []
+    out_depth: list[int] = []
+    out_value: list[int] = []
+    out_samples: list[int] = []
     out_end = [0] * n
     open_nodes: list[int] = []  # new indices of ancestors still open, by depth
     todo: list[tuple[int, int]] = [(0, 0)]  # (old node, depth)
@@ -136,8 +144,9 @@ def _preorder(
         out_samples.append(samples[old])
         children = kids[old]
         if children:
-            children.sort(key=lambda c: names[node_name[c]], reverse=True)
-            todo.extend((c, depth + 1) for c in children)
+            # reverse label order on the stack, so children come out in label order
+            order = sorted(children, key=names.__getitem__, reverse=True)
+            todo.extend((children[nid], depth + 1) for nid in order)
     for idx in open_nodes:
         out_end[idx] = n
     return CallTree(names, name_kinds, out_name, out_depth, out_value, out_samples, out_end)

@@ -116,13 +116,18 @@ def test_hundred_thousand_stacks(tmp_path):
 def test_headless_chromium_runs_the_page(profile, tmp_path):
     path = tmp_path / "page.html"
     path.write_text(render_html(profile), encoding="utf-8")
-    dom = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    status = re.search(r'id="kp-status"[^>]*>([^<]*)<', dom)
-    assert status and status.group(1).startswith("CPU time: 2.00 s total;")
-    assert 'aria-pressed="true"' in dom  # the view toggle was built
+
+    def dom(url: str) -> str:
+        cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+
+    def text_of(page: str, element_id: str) -> str:
+        found = re.search(rf'id="{element_id}"[^>]*>([^<]*)<', page)
+        return found.group(1) if found else ""
+
+    first = dom(path.as_uri())
+    assert text_of(first, "kp-status").startswith("CPU time: 2.00 s total;")
+    assert 'aria-pressed="true"' in first  # the view toggle was built
+    gpu = dom(path.as_uri() + "#view=gpu&search=sgemm")  # start state from the URL
+    assert text_of(gpu, "kp-status").startswith("GPU time: 4.0 ms total;")
+    assert text_of(gpu, "kp-match") == "matched: 75.00% of total"
