@@ -84,7 +84,8 @@ class IngestApi:
             return _json(410, f"session is {entry.phase.value}; no more data accepted",
                          phase=entry.phase.value)
         body = await request.read()
-        gz = request.headers.get("Content-Encoding", "") == "gzip"
+        # aiohttp may already have undone Content-Encoding: gzip; look at the magic bytes.
+        gz = body[:2] == b"\x1f\x8b"
         loop = asyncio.get_running_loop()
         try:
             batch_id, node, batch = await loop.run_in_executor(

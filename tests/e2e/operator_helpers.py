@@ -1,0 +1,321 @@
+"""Helpers for the operator e2e tests: real `kubeprof operator` / `kubeprof agent` processes,
+a workload process placed in a kubelet-named pod cgroup, and polling.
+
+Every process started here is stopped by its own PID; every cgroup made here is removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.e2e.cluster import Cluster
+from tests.e2e.cluster.ports import pick
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBEPROF = [sys.executable, "-m", "kubeprof.cli"]
+CRD = ROOT / "crds" / "profilingsession.yaml"
+EXAMPLE = ROOT / "examples" / "profilingsession.yaml"
+
+# The workload standing for a pod's container: distinctive Python function names.
+WORKLOAD = """
+import sys, time
+def kubeprof_e2e_inner(n):
+    t = 0
+    for i in range(n):
+        t += i * i % 7
+    return t
+def kubeprof_e2e_hot():
+    return kubeprof_e2e_inner(50_000)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    kubeprof_e2e_hot()
+"""
+
+
+def poll(fn: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    """Call fn until it returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+def apply_crd(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "-f", str(CRD))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/profilingsessions.kubeprof.dev"
+    )
+
+
+def session_yaml(name: str, namespace: str, app: str, duration: str = "30s", **spec: Any) -> str:
+    """A ProfilingSession selecting app=<app> in `namespace` on GPU nodes."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"]["target"]["namespace"] = namespace
+    doc["spec"]["target"]["podSelector"] = {"matchLabels": {"app": app}}
+    doc["spec"]["duration"] = duration
+    doc["spec"].update(spec)
+    return yaml.safe_dump(doc)
+
+
+def deployment_yaml(name: str, namespace: str, replicas: int = 1) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                        "containers": [{"name": "main", "image": "registry.invalid/trainer:0"}],
+                    },
+                },
+            },
+        }
+    )
+
+
+def get_json(cluster: Cluster, *args: str) -> Any:
+    r = cluster.kubectl(*args, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def session(cluster: Cluster, namespace: str, name: str) -> dict:
+    return get_json(cluster, "get", "profilingsession", "-n", namespace, name) or {}
+
+
+def phase(cluster: Cluster, namespace: str, name: str) -> str:
+    return (session(cluster, namespace, name).get("status") or {}).get("phase", "")
+
+
+def running_pods(cluster: Cluster, namespace: str, app: str) -> list[dict]:
+    pods = get_json(cluster, "get", "pods", "-n", namespace, "-l", f"app={app}") or {}
+    return [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
+
+
+def session_token(cluster: Cluster, namespace: str, name: str) -> str:
+    sec = poll(
+        lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),
+        60,
+        f"Secret of {name}",
+    )
+    return base64.b64decode(sec["data"]["token"]).decode()
+
+
+def delete_session(cluster: Cluster, namespace: str, name: str) -> None:
+    cluster.kubectl(
+        "delete", "profilingsession", "-n", namespace, name, "--wait=false", check=False
+    )
+
+
+@dataclass
+class Proc:
+    """A child process with its log file; stop() is SIGTERM then SIGKILL, by PID."""
+
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                return self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+        return self.popen.wait(10)
+
+    def kill(self) -> None:
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait(10)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def _spawn(argv: list[str], env: dict[str, str], log: Path) -> Proc:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(log, "ab")  # noqa: SIM115 - the child owns it; closed when the test ends
+    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    return Proc(
+        subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT), log
+    )
+
+
+@dataclass
+class Operator:
+    """A `kubeprof operator` subprocess on a free port."""
+
+    cluster: Cluster
+    database_url: str
+    workdir: Path
+    port: int = field(default_factory=lambda: pick(1)[0])
+    drain_s: float = 4.0
+    interval_s: float = 1.0
+    proc: Proc | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Operator:
+        argv = [
+            *KUBEPROF,
+            "operator",
+            "--database-url",
+            self.database_url,
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--ingest-url",
+            self.url,
+            "--reconcile-interval",
+            str(self.interval_s),
+            "--drain",
+            str(self.drain_s),
+            "--agent-image",
+            "registry.invalid/kubeprof:e2e",
+        ]
+        self.proc = _spawn(
+            argv, {"KUBECONFIG": str(self.cluster.kubeconfig)}, self.workdir / "operator.log"
+        )
+        poll(self._healthy, 60, "operator /healthz")
+        return self
+
+    def _healthy(self) -> bool:
+        import urllib.request
+
+        if self.proc is not None and not self.proc.alive():
+            raise AssertionError(f"operator exited:\n{self.proc.text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                return r.read() == b"ok"
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+
+
+def start_agent(
+    op: Operator, namespace: str, name: str, node: str, token: str, workdir: Path, *extra: str
+) -> Proc:
+    """A real `kubeprof agent` for `node`, as the DaemonSet would run it."""
+    token_file = workdir / f"token-{name}"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    env = {
+        "NODE_NAME": node,
+        "KUBEPROF_INGEST_URL": op.url,
+        "KUBEPROF_SESSION_NAMESPACE": namespace,
+        "KUBEPROF_SESSION": name,
+        "KUBEPROF_TOKEN_FILE": str(token_file),
+        "KUBEPROF_SPOOL_DIR": str(workdir / f"spool-{node}"),
+        "KUBEPROF_RESCAN_INTERVAL_S": "1",
+        "KUBEPROF_POLL_INTERVAL_S": "0.5",
+        "KUBEPROF_DRAIN_TIMEOUT_S": "120",
+    }
+    return _spawn(
+        [*KUBEPROF, "agent", "--collectors", "cpu", *extra],
+        env,
+        workdir / f"agent-{name}-{node}.log",
+    )
+
+
+def cgroup2_root() -> Path:
+    """Where cgroup v2 is mounted (pure v2, or the hybrid layout's `unified`)."""
+    for p in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if (p / "cgroup.procs").exists() and (p / "cgroup.controllers").exists():
+            return p
+    raise RuntimeError("no cgroup v2 hierarchy mounted")
+
+
+@dataclass
+class PodProcess:
+    """A Python process in a cgroup named like the kubelet's for pod `uid` (systemd driver)."""
+
+    pod_uid: str
+    seconds: float
+    container_id: str = field(default_factory=lambda: uuid.uuid4().hex + uuid.uuid4().hex)
+    popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def cgroup(self) -> Path:
+        from kubeprof.agent.cluster.cgroups import cgroup_name
+
+        return cgroup2_root() / cgroup_name(self.pod_uid, self.container_id)
+
+    def start(self) -> PodProcess:
+        self.cgroup.mkdir(parents=True, exist_ok=True)
+        # The shell moves itself into the pod's cgroup, then becomes the workload.
+        script = f'echo $$ > {self.cgroup}/cgroup.procs && exec "$0" -c "$1" "$2"'
+        self.popen = subprocess.Popen(
+            ["sh", "-c", script, sys.executable, WORKLOAD, str(self.seconds)]
+        )
+        poll(
+            lambda: str(self.popen.pid) in (self.cgroup / "cgroup.procs").read_text(),
+            10,
+            "the workload to enter its pod cgroup",
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+        if self.popen is not None:
+            self.popen.wait(10)
+        # Remove the leaf and the parents we made, innermost first (only if empty).
+        root = cgroup2_root()
+        d = self.cgroup
+        while d != root and d.name.startswith(("cri-containerd-", "kubepods")):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+            d = d.parent
+
+
+def ensure_absent(cluster: Cluster, namespace: str, name: str, timeout: float = 30) -> None:
+    """Delete a leftover session (from an earlier failed run); drop finalizers if stuck."""
+    if not get_json(cluster, "get", "profilingsession", "-n", namespace, name):
+        return
+    delete_session(cluster, namespace, name)
+    try:
+        poll(lambda: not get_json(cluster, "get", "profilingsession", "-n", namespace, name),
+             timeout, f"leftover session {name} deleted")
+    except AssertionError:
+        cluster.kubectl("patch", "profilingsession", "-n", namespace, name, "--type=merge",
+                        "-p", '{"metadata":{"finalizers":[]}}', check=False)

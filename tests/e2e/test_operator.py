@@ -1,0 +1,128 @@
+"""The product's main path on the real control plane: example session -> real agent on a
+simulated GPU node -> real samples of a process in the pod's cgroup -> Completed status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from tests.e2e import operator_helpers as h
+from tests.e2e.cluster import Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.bpf]
+NS = "ml-team"  # the example's namespace
+NAME = "trainer-profile"
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    d = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-op-"))
+    yield d
+    print(f"\noperator e2e logs: {d}")
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_cluster: Cluster, postgres_dsn, workdir: Path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroups, eBPF)")
+    h.apply_crd(k8s_cluster)
+    op = h.Operator(k8s_cluster, postgres_dsn.url, workdir).start()
+    yield op
+    op.stop()
+
+
+def test_example_session_completes_with_real_samples(
+    k8s_cluster: Cluster, postgres_dsn, operator: h.Operator, workdir: Path
+):
+    c = k8s_cluster
+    c.kubectl("create", "namespace", NS, check=False)
+    h.ensure_absent(c, NS, NAME)
+    c.kubectl("apply", "-f", "-", stdin=h.deployment_yaml("trainer", NS))
+    pod = h.poll(lambda: h.running_pods(c, NS, "trainer"), 60, "trainer pod Running")[0]
+    uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
+    assert node.startswith("kwok-gpu-")
+
+    workload = h.PodProcess(uid, seconds=120).start()
+    agent = None
+    try:
+        example = yaml.safe_load(h.EXAMPLE.read_text())
+        assert example["metadata"] == {"name": NAME, "namespace": NS}
+        example["spec"]["duration"] = "25s"  # the example's 2m, shortened for the test
+        c.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(example))
+
+        h.poll(lambda: h.phase(c, NS, NAME) == "Running", 60, "phase Running")
+        ds = h.poll(
+            lambda: h.get_json(c, "get", "ds", "-n", NS, f"kubeprof-{NAME}-agent"),
+            30,
+            "agent DaemonSet",
+        )
+        terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert [t["matchFields"][0]["values"] for t in terms] == [[node]]
+        assert ds["metadata"]["ownerReferences"][0]["kind"] == "ProfilingSession"
+        sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        assert sc["privileged"] is False and sc["capabilities"]["drop"] == ["ALL"]
+        assert "SYS_ADMIN" not in sc["capabilities"]["add"]
+
+        token = h.session_token(c, NS, NAME)
+        agent = h.start_agent(operator, NS, NAME, node, token, workdir)
+        h.poll(lambda: h.phase(c, NS, NAME) == "Completed", 150, "phase Completed")
+        rc = agent.popen.wait(60)
+        assert rc == 0, agent.text()[-3000:]
+    finally:
+        workload.stop()
+        if agent is not None and agent.alive():
+            agent.stop()
+
+    st = h.session(c, NS, NAME)["status"]
+    assert st["samples"] > 20, st
+    assert any("kubeprof_e2e" in s for s in st["topStacks"]), st["topStacks"]
+    assert st["summary"]["pods"][0]["name"] == f"{NS}/{pod['metadata']['name']}"
+    assert st["summary"]["pods"][0]["samples"] > 0
+    assert "kubeprof_e2e" in st["topFinding"]
+    assert {c_["type"]: c_["status"] for c_ in st["conditions"]}["Completed"] == "True"
+    assert len(json.dumps(st)) < 8000, "status must stay small"
+
+    table = c.kubectl("get", "profilingsessions", "-n", NS).stdout
+    assert "Completed" in table and "TOP-FINDING" in table and "GPU-IDLE" in table, table
+
+    with psycopg.connect(postgres_dsn.libpq) as conn:
+        sid = conn.execute(
+            "SELECT id FROM sessions WHERE name = %s", (st["storeSession"],)
+        ).fetchone()[0]
+        procs = conn.execute(
+            "SELECT DISTINCT pod_uid, container_id FROM processes "
+            "WHERE session_id = %s AND node = %s",
+            (sid, node),
+        ).fetchall()
+        assert (uid, workload.container_id) in procs, procs
+        n = conn.execute(
+            "SELECT samples FROM session_aggregates WHERE session_id = %s "
+            "AND scope = 'pod' AND key = %s",
+            (sid, uid),
+        ).fetchone()[0]
+        assert n > 0
+    assert 'kubeprof_ingest_batches_total{result="stored"}' in operator.metrics()
+
+    h.delete_session(c, NS, NAME)
+    h.poll(
+        lambda: not h.get_json(c, "get", "profilingsession", "-n", NS, NAME), 60, "session deleted"
+    )
+    h.poll(
+        lambda: not h.get_json(c, "get", "ds", "-n", NS, f"kubeprof-{NAME}-agent"),
+        60,
+        "DaemonSet gone",
+    )
+    h.poll(
+        lambda: not h.get_json(c, "get", "secret", "-n", NS, f"kubeprof-{NAME}-ingest"),
+        60,
+        "Secret gone",
+    )
+    c.kubectl("delete", "deployment", "-n", NS, "trainer", "--wait=false", check=False)
