@@ -1,11 +1,12 @@
 """Overhead of the CPU collector at 99 Hz vs py-spy alone, and the Python join accuracy.
 
-    sudo .venv/bin/python bench/cpu_overhead.py [--rounds 8] [--hz 99]
+    sudo .venv/bin/python bench/cpu_overhead.py [--rounds 6] [--hz 99]
     sudo .venv/bin/python bench/cpu_overhead.py --join-accuracy [--seconds 20]
 
 Overhead: fixed-work workloads (a CPU-bound Python loop, a CPU-bound C loop) run in
 alternating rounds: bare, under `CpuCollector`, and (Python only: py-spy cannot read a
-native process) under `py-spy record --nonblocking` at the same rate. Per run it
+native process) under `py-spy record --nonblocking` at the same rate and under
+`CpuCollector(pyspy_native=True)` (py-spy --native, which pauses the target). Per run it
 measures the workload's own CPU time (rusage of the reaped child), its wall time, and
 the profiler's CPU (this process's rusage delta for the collector's Python side, plus
 reaped py-spy children, minus the workload), and the BPF program's run time from
@@ -74,16 +75,16 @@ def bpf_prog_stats() -> tuple[int, int]:
     return sum(p.get("run_time_ns", 0) for p in progs), sum(p.get("run_cnt", 0) for p in progs)
 
 
-def run_once(cmd: list[str], mode: str, collector: CpuCollector | None, hz: int) -> dict:
-    """One workload run; mode is bare, kubeprof or py-spy."""
+def run_once(cmd: list[str], mode: str, collectors: dict[str, CpuCollector], hz: int) -> dict:
+    """One workload run; mode is bare, py-spy, kubeprof or kubeprof+native."""
+    collector = collectors.get(mode)
+    bpf0 = bpf_prog_stats() if collector else (0, 0)  # bpftool's CPU stays outside
     before = self_and_children()
-    bpf0 = bpf_prog_stats() if mode == "kubeprof" else (0, 0)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd)
     spy = None
     samples = 0
-    if mode == "kubeprof":
-        assert collector is not None
+    if collector is not None:
         collector.add_target(proc.pid)
     elif mode == "py-spy":
         spy = subprocess.Popen(
@@ -107,14 +108,14 @@ def run_once(cmd: list[str], mode: str, collector: CpuCollector | None, hz: int)
         pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        if mode == "kubeprof":
+        if collector is not None:
             samples += len(collector.poll().samples)
-        time.sleep(0.05 if mode != "kubeprof" else 0.5)
+        time.sleep(0.05 if collector is None else 0.5)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     if spy is not None:
         spy.wait()
-    if mode == "kubeprof":
+    if collector is not None:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:  # let py-spy's last segment land
             b = collector.poll()
@@ -122,9 +123,9 @@ def run_once(cmd: list[str], mode: str, collector: CpuCollector | None, hz: int)
             if not collector._held:
                 break
             time.sleep(0.2)
-    bpf1 = bpf_prog_stats() if mode == "kubeprof" else (0, 0)
     work = cpu_s(ru)
     profiler = self_and_children() - before - work
+    bpf1 = bpf_prog_stats() if collector else (0, 0)
     return {
         "mode": mode,
         "work_cpu": work,
@@ -147,24 +148,26 @@ def overhead(args: argparse.Namespace) -> None:
     workloads = {
         "python": (
             [sys.executable, "-c", PY_WORK.format(iters=args.py_iters)],
-            ["bare", "kubeprof", "py-spy"],
+            ["bare", "kubeprof", "py-spy", "kubeprof+native"],
         ),
         "native": ([str(tmp / "loop"), str(args.c_iters)], ["bare", "kubeprof"]),
     }
     subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"], check=False)
     c0, t0 = self_and_children(), time.monotonic()
-    collector = CpuCollector(hz=args.hz)
+    collectors = {"kubeprof": CpuCollector(hz=args.hz)}
     startup_cpu, startup_wall = self_and_children() - c0, time.monotonic() - t0
+    collectors["kubeprof+native"] = CpuCollector(hz=args.hz, pyspy_native=True)
     rows: dict[str, list[dict]] = {w: [] for w in workloads}
     try:
         for r in range(args.rounds):
             for name, (cmd, modes) in workloads.items():
                 order = modes if r % 2 == 0 else list(reversed(modes))  # alternate order
                 for mode in order:
-                    rows[name].append(run_once(cmd, mode, collector, args.hz))
+                    rows[name].append(run_once(cmd, mode, collectors, args.hz))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     finally:
-        collector.stop()
+        for c in collectors.values():
+            c.stop()
         subprocess.run(["sysctl", "-q", "-w", "kernel.bpf_stats_enabled=0"], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -184,7 +187,7 @@ def overhead(args: argparse.Namespace) -> None:
             wc, wall, pc = med(m, "work_cpu"), med(m, "wall"), med(m, "profiler_cpu")
             bpf = (
                 f"{med(m, 'bpf_ns') / max(med(m, 'bpf_cnt'), 1) / 1000:.1f}"
-                if mode == "kubeprof"
+                if mode.startswith("kubeprof")
                 else "–"
             )
             per = pc / wc if mode != "bare" else 0.0
@@ -192,13 +195,13 @@ def overhead(args: argparse.Namespace) -> None:
                 f"| {name} | {mode} | {wc:.3f} | {wc / med(bare, 'work_cpu'):.3f} | "
                 f"{wall:.3f} | {wall / med(bare, 'wall'):.3f} | "
                 f"{pc if mode != 'bare' else 0:.3f} | {per * 100:.2f} % | {bpf} | "
-                f"{int(med(m, 'samples')) if mode == 'kubeprof' else '–'} |"
+                f"{int(med(m, 'samples')) if mode.startswith('kubeprof') else '–'} |"
             )
     print(
         f"\nCollector start-up (BPF compile + attach, once): {startup_cpu:.2f} CPU-s, "
         f"{startup_wall:.2f} s wall."
     )
-    allbpf = [x for rs in rows.values() for x in rs if x["mode"] == "kubeprof"]
+    allbpf = [x for rs in rows.values() for x in rs if x["mode"].startswith("kubeprof")]
     ns, cnt = sum(x["bpf_ns"] for x in allbpf), sum(x["bpf_cnt"] for x in allbpf)
     print(
         f"BPF program over all collector runs: {cnt} runs (all CPUs, target or not), "
@@ -278,10 +281,10 @@ def join_accuracy(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--hz", type=int, default=99)
-    ap.add_argument("--py-iters", type=int, default=6_000_000)
-    ap.add_argument("--c-iters", type=int, default=600_000_000)
+    ap.add_argument("--py-iters", type=int, default=20_000_000)
+    ap.add_argument("--c-iters", type=int, default=2_000_000_000)
     ap.add_argument("--join-accuracy", action="store_true")
     ap.add_argument("--seconds", type=float, default=12)
     ap.add_argument("--repeat", type=int, default=1)

@@ -102,17 +102,17 @@ def test_parse_perf_map_later_entries_win():
 
 
 def test_parse_kallsyms_keeps_text_symbols_and_hides_zeroed():
-    text = [
-        "ffffffff81000000 T _stext",
-        "ffffffff81000100 t do_thing",
-        "ffffffff81000200 D some_data",
-        "ffffffff81000300 T next_fn [mod]",
-    ]
+    text = (
+        "ffffffff81000000 T _stext\n"
+        "ffffffff81000100 t do_thing\n"
+        "ffffffff81000200 D some_data\n"
+        "ffffffff81000300 T next_fn\t[mod]\n"
+    )
     table = parse_kallsyms(text)
     assert table.lookup(0xFFFFFFFF81000150) == "do_thing"
     assert table.lookup(0xFFFFFFFF81000250) == "do_thing"  # data is not a boundary
     assert table.lookup(0xFFFFFFFF81000300) == "next_fn"
-    hidden = parse_kallsyms(["0000000000000000 T _stext", "0000000000000000 t x"])
+    hidden = parse_kallsyms("0000000000000000 T _stext\n0000000000000000 t x\n")
     assert hidden.lookup(0x10) is None
 
 

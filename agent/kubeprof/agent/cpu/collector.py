@@ -10,7 +10,7 @@ never lost on Ctrl-C or early exit.
 from __future__ import annotations
 
 import contextlib
-import logging
+from collections import deque
 from dataclasses import dataclass
 
 from kubeprof.agent.cpu import preflight, procfs
@@ -20,8 +20,6 @@ from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
 
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
-
-log = logging.getLogger(__name__)
 
 
 class CollectorError(RuntimeError):
@@ -77,6 +75,7 @@ class CpuCollector:
         self._new_procs: list[ProcessInfo] = []
         self._unwinders: dict[int, PythonUnwinder] = {}
         self._held: list[_Held] = []
+        self._backlog: deque[RawRecord] = deque()
         self._total = 0
         self._counters = {"cpu_ustack_missing": 0, "cpu_python_unjoined": 0}
         self._stopped = False
@@ -144,6 +143,8 @@ class CpuCollector:
         if sampler is not None:
             with contextlib.suppress(Exception):
                 self._ingest(sampler.drain())
+            with contextlib.suppress(Exception):  # whatever an interrupted poll left
+                self._ingest([])
             with contextlib.suppress(Exception):
                 self.lost = sampler.dropped
         for unwinder in self._unwinders.values():
@@ -162,13 +163,18 @@ class CpuCollector:
         return batch
 
     def _ingest(self, records: list[RawRecord]) -> None:
-        for rec in records:
+        # Records wait in a backlog until symbolized, so a KeyboardInterrupt in the
+        # middle of a poll loses none of them: stop() picks up where this left off.
+        self._backlog.extend(records)
+        while self._backlog:
+            rec = self._backlog[0]
             self._see(rec.pid)
             if rec.ustack_err:
                 self._counters["cpu_ustack_missing"] += 1
             native = self._symbolizer.user_stack(rec.pid, rec.ustack)
             kernel = self._symbolizer.kernel_stack(rec.kstack)
             self._held.append(_Held(rec, native, kernel))
+            self._backlog.popleft()
 
     def _batch(self, final: bool) -> Batch:
         ready: list[CpuSample] = []

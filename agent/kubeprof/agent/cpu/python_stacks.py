@@ -143,7 +143,10 @@ class _Run:
         self.exit_ns = 0
         self.sigint_ns = 0
         self.period_ns = 1_000_000_000 // hz
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Own session: a terminal's Ctrl-C must not stop py-spy before stop() reads it.
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         self._waiter = threading.Thread(target=self._wait, daemon=True)
         self._waiter.start()
 
@@ -178,8 +181,6 @@ class _Run:
         except (OSError, ValueError):
             return None
         finally:
-            if self.proc.stderr:
-                self.proc.stderr.close()
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
         times = [int(e["ts"]) for e in events if "ts" in e]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
@@ -79,17 +80,20 @@ def parse_perf_map(text: str) -> SymbolTable:
     return SymbolTable(starts, [entries[s][0] for s in starts], [entries[s][1] for s in starts])
 
 
-def parse_kallsyms(lines: Iterable[str]) -> SymbolTable:
-    """Text symbols of /proc/kallsyms; empty if addresses are hidden (kptr_restrict)."""
-    syms: list[tuple[int, str]] = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 3 or parts[1] not in "tTwW":
-            continue
-        addr = int(parts[0], 16)
-        if addr:
-            syms.append((addr, parts[2]))
-    syms.sort()
+_KALLSYMS_TEXT = re.compile(r"^([0-9a-fA-F]+) [tTwW] (\S+)", re.MULTILINE)
+
+
+def parse_kallsyms(text: str) -> SymbolTable:
+    """Text symbols of /proc/kallsyms; empty if addresses are hidden (kptr_restrict).
+
+    A regex over the whole file: ~200,000 lines parse in a fraction of the time a
+    per-line split takes, and this runs at the first kernel frame of a session.
+    """
+    syms = sorted(
+        (addr, name)
+        for addr, name in ((int(a, 16), n) for a, n in _KALLSYMS_TEXT.findall(text))
+        if addr
+    )
     starts = [a for a, _ in syms]
     ends = [*starts[1:], starts[-1] + 4096] if starts else []
     return SymbolTable(starts, ends, [n for _, n in syms])
@@ -206,7 +210,7 @@ class Symbolizer:
         if self._kernel is None:
             try:
                 with open(f"{self._proc}/kallsyms") as f:
-                    self._kernel = parse_kallsyms(f)
+                    self._kernel = parse_kallsyms(f.read())
             except OSError:
                 self._kernel = SymbolTable()
         frames = [
