@@ -22,6 +22,8 @@ def test_nodes_ready_with_gpu_capacity(k8s_cluster: Cluster, k8s_client) -> None
         assert n.metadata.labels["nvidia.com/gpu.count"] == "8"
         assert n.status.capacity["nvidia.com/gpu"] == "8"
         assert n.status.allocatable["nvidia.com/gpu"] == "8"
+    leases = client.CoordinationV1Api(k8s_client).list_namespaced_lease("kube-node-lease").items
+    assert {n.metadata.name for n in nodes} <= {lease.metadata.name for lease in leases}
     for n in nodes:
         if n not in gpu:
             assert "nvidia.com/gpu" not in (n.status.allocatable or {})

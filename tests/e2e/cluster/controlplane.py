@@ -108,7 +108,7 @@ class Cluster:
                 return False
         try:
             return self.api.ready()
-        except Exception:
+        except (OSError, ApiError):  # refused, TLS, timeout: not running
             return False
 
     def up(self, timeout_scale: float = 1.0) -> "Cluster":
@@ -250,6 +250,9 @@ class Cluster:
                 str(b.kwok),
                 f"--kubeconfig={self.kubeconfig}",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                # Leases are the liveness signal: the heartbeat stage only patches status every
+                # ~10 min, and without leases KCM marks nodes Unknown and pods NotReady.
+                "--node-lease-duration-seconds=40",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=127.0.0.1",
                 *stage_args,
@@ -271,9 +274,9 @@ class Cluster:
         kwok = processes.Proc("kwok", *self._pid("kwok"), self.log("kwok"))
         processes.wait_until(
             kwok,
-            lambda: nodes.count_ready(self.api) >= want,
+            lambda: nodes.count_ready(self.api) >= want and nodes.count_leased(self.api) >= want,
             (60 + want / 10) * scale,
-            f"done with {want} Ready nodes",
+            f"done with {want} Ready, leased nodes",
         )
 
     def _pid(self, component: str) -> tuple[int, Path]:

@@ -66,3 +66,9 @@ def count_ready(api: KubeApi) -> int:
     items = api.get("/api/v1/nodes?labelSelector=kubeprof.dev%2Fe2e-node")["items"]
     conds = (n["status"].get("conditions", []) for n in items)
     return sum(any(c["type"] == "Ready" and c["status"] == "True" for c in cs) for cs in conds)
+
+
+def count_leased(api: KubeApi) -> int:
+    """Node leases kwok renews; without them KCM would mark nodes Unknown and pods NotReady."""
+    items = api.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")["items"]
+    return sum(i["metadata"]["name"].startswith("kwok-") for i in items)

@@ -124,7 +124,7 @@ def wait_until(proc: Proc, check: Callable[[], bool], timeout: float, what: str 
         try:
             if check():
                 return
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any probe failure means "not yet"
             last_exc = e
         time.sleep(0.2)
     raise ComponentError(
