@@ -50,6 +50,7 @@ def speedscope_document(
         ].append(ws)
 
     profiles = []
+    totals: list[int] = []
     for key in sorted(groups):
         merged: dict[tuple[int, ...], int] = defaultdict(int)
         for ws in groups[key]:
@@ -64,6 +65,7 @@ def speedscope_document(
         stacks = sorted(s for s in merged if merged[s] > 0)
         name = f"{key[1]} [{key[0]}]" + (f" / {key[3]} [{key[2]}]" if group == "thread" else "")
         total = sum(merged[s] for s in stacks)
+        totals.append(total)
         profiles.append(
             {
                 "type": "sampled",
@@ -80,7 +82,7 @@ def speedscope_document(
         "shared": {"frames": frames},
         "profiles": profiles,
         "name": f"{profile.session} ({info.title})",
-        "activeProfileIndex": 0,
+        "activeProfileIndex": totals.index(max(totals)) if totals else 0,  # busiest first
         "exporter": "kubeprof",
     }
 

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from kubeprof.report.aggregate import Profile
 from kubeprof.report.collapsed import parse_collapsed
 from kubeprof.report.formats import FORMATS, render
 from kubeprof.report.pprof_read import parse_pprof
@@ -28,3 +29,9 @@ def test_unknown_format_and_view(profile):
         render(profile, "svg")
     with pytest.raises(ValueError, match="unknown view"):
         render(profile, "pprof", view="tpu")
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_empty_profile_renders(fmt):
+    out = render(Profile("empty", 99, 0.0), fmt)
+    assert isinstance(out, bytes) is FORMATS[fmt].binary
