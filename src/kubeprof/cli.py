@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("session", nargs="?", help="session name or id (default: the newest)")
     rep.add_argument("--format", "-f", default="text",
                      choices=["text", "html", "collapsed", "pprof", "speedscope"])
-    rep.add_argument("--view", choices=["cpu", "gpu"], default="cpu",
-                     help="which stacks collapsed/pprof/speedscope export (default cpu)")
+    rep.add_argument("--view", choices=["cpu", "gpu"], default=None,
+                     help="which stacks to show: text/html show all views by default; "
+                     "collapsed/pprof/speedscope export CPU unless only GPU data exist")
     rep.add_argument("--out", metavar="FILE", help="write here (default: stdout for text "
                      "formats, SESSION.html / SESSION.pb.gz for html / pprof)")
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")

@@ -38,29 +38,13 @@ def load(store_url: str | None, ref: str | None) -> tuple[Profile, list[tuple[st
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                    store_url: str | None) -> int:
     profile, sections, gpu_text = load(store_url, ref)
-    data: str | bytes
-    if fmt == "text":
-        from kubeprof.report.text import render_text
+    from kubeprof.report.formats import FORMATS, render
 
-        data = render_text(profile) + (("\n" + gpu_text) if gpu_text else "")
-    elif fmt == "html":
-        from kubeprof.report.html import render_html
-
-        data = render_html(profile, extra_sections=sections)
-        out = out or f"{profile.session}.html"
-    elif fmt == "collapsed":
-        from kubeprof.report.collapsed import render_collapsed
-
-        data = render_collapsed(profile, view=view)
-    elif fmt == "pprof":
-        from kubeprof.report.pprof import render_pprof
-
-        data = render_pprof(profile, view=view)
-        out = out or f"{profile.session}.pb.gz"
-    else:
-        from kubeprof.report.speedscope import render_speedscope
-
-        data = render_speedscope(profile, view=view)
+    data = render(profile, fmt, view=view, extra_sections=sections)
+    if fmt == "text" and gpu_text:
+        data = f"{data}\n{gpu_text}"
+    if out is None and fmt in ("html", "pprof"):
+        out = f"{profile.session}{FORMATS[fmt].suffix}"
     if out is None:
         sys.stdout.write(data if isinstance(data, str) else data.decode())
         return 0
