@@ -183,7 +183,7 @@ class CpuCollector:
             unwinder = self._unwinders.get(h.rec.pid)
             if unwinder is None:
                 ready.append(self._sample(h, None))
-            elif h.rec.ts_ns <= unwinder.covered_until_ns or final:
+            elif h.rec.ts_ns <= unwinder.covered_until_ns or unwinder.done or final:
                 py = unwinder.stack_at(h.rec.tid, h.rec.ts_ns, unwinder.period_ns)
                 if not py:
                     self._counters["cpu_python_unjoined"] += 1

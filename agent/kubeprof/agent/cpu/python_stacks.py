@@ -214,6 +214,11 @@ class PythonUnwinder:
         return _Run(self._exe, self.pid, self._hz, path, self._native)
 
     @property
+    def done(self) -> bool:
+        """No py-spy runs any more (target gone, or it never turned out to be Python)."""
+        return self._run is None
+
+    @property
     def covered_until_ns(self) -> int:
         """Samples up to here can be joined now; later ones wait for the next segment."""
         return max((s.end_ns for s in self.segments), default=0)
