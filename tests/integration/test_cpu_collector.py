@@ -135,3 +135,15 @@ def test_unknown_pid_is_a_clear_error():
         proc.wait()
     finally:
         c.stop()
+
+
+def test_process_that_execs_python_later_gets_python_frames(python_exe):
+    # Like a pyenv shim: the target pid starts as a shell and exec()s the interpreter.
+    script = f"sleep 0.3; exec {python_exe} {FIXTURES / 'hotcold.py'} 4"
+    samples, procs, _ = record(["sh", "-c", script])
+    sh_pid = next(p.pid for p in procs if p.name == "sh")
+    assert any(p.pid == sh_pid and p.cmdline.startswith(python_exe) for p in procs)
+    hot = sum("hot" in names(s) for s in samples)
+    cold = sum("cold" in names(s) for s in samples)
+    assert hot + cold >= 0.8 * len(samples) and hot + cold >= 100
+    assert abs(hot / (hot + cold) - 0.80) < 0.08

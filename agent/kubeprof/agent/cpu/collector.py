@@ -126,7 +126,9 @@ class CpuCollector:
         """New samples and processes since the last poll (Python samples lag a segment)."""
         if self._sampler is None:
             return Batch()
-        self._ingest(self._sampler.drain())
+        records = self._sampler.drain()
+        self._check_exec({r.pid for r in records})
+        self._ingest(records)
         for pid in self._sampler.tgids() - self._known.keys():
             if procfs.is_tgid(pid):
                 self._see(pid)
@@ -161,6 +163,22 @@ class CpuCollector:
                 f"({1000 // self.hz} ms at {self.hz} Hz); give it more on-CPU work or a higher --hz"
             )
         return batch
+
+    def _check_exec(self, pids: set[int]) -> None:
+        """A process that exec()ed since first seen (a pyenv shim becoming python, a
+        fork about to run a tool) gets fresh maps, a new ProcessInfo and, if it is
+        Python now, a py-spy."""
+        for pid in pids:
+            exe = procfs.exe(pid)
+            if not exe or exe == self._known.get(pid):
+                continue
+            self._known.pop(pid, None)
+            old = self._unwinders.get(pid)
+            if old is not None:
+                old.stop()  # done: held samples are released with what it saw
+                if self._python and self._is_python(pid, exe):
+                    del self._unwinders[pid]  # a new py-spy for the new program
+            self._see(pid)
 
     def _ingest(self, records: list[RawRecord]) -> None:
         # Records wait in a backlog until symbolized, so a KeyboardInterrupt in the
