@@ -27,7 +27,10 @@ def effective_caps(status_text: str) -> int:
 
 def permission_problem(euid: int, cap_eff: int) -> str | None:
     """Why this process may not load perf-event BPF programs, or None."""
-    has = lambda cap: bool(cap_eff >> cap & 1)  # noqa: E731
+
+    def has(cap: int) -> bool:
+        return bool(cap_eff >> cap & 1)
+
     if euid == 0 or has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
         return None
     return (

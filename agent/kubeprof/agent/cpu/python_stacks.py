@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kubeprof.agent.cpu.merge import python_stack_at
 
@@ -53,7 +54,7 @@ class Segment:
     timelines: dict[int, Timeline]
 
 
-def _frame(event: dict) -> Frame:
+def _frame(event: dict[str, Any]) -> Frame:
     """A chrometrace B event as a frame: Python code, or native code (py-spy --native)."""
     filename = event["args"].get("filename") or ""
     line = int(event["args"].get("line") or 0)
@@ -62,7 +63,9 @@ def _frame(event: dict) -> Frame:
     return Frame(event["name"], FrameKind.NATIVE, filename)
 
 
-def parse_chrometrace(events: list[dict], pid: int, origin_ns: int) -> dict[int, Timeline]:
+def parse_chrometrace(
+    events: list[dict[str, Any]], pid: int, origin_ns: int
+) -> dict[int, Timeline]:
     """py-spy chrometrace events -> per-OS-thread timelines of root-first Python stacks.
 
     Events are B/E pairs emitted only when a thread's stack changes; replaying them gives
@@ -70,7 +73,7 @@ def parse_chrometrace(events: list[dict], pid: int, origin_ns: int) -> dict[int,
     "thread (TID)" and "process ..." roots py-spy adds) are dropped; the thread root
     gives the OS tid.
     """
-    open_frames: dict[int, list[dict]] = {}  # chrometrace tid -> open B events
+    open_frames: dict[int, list[dict[str, Any]]] = {}  # chrometrace tid -> open B events
     os_tid: dict[int, int] = {}
     timelines: dict[int, Timeline] = {}
     last_ts: dict[int, int] = {}

@@ -28,7 +28,7 @@ class RawRecord:
     kstack_err: int = 0
 
 
-def _stack(addrs: ctypes.Array, length: int) -> tuple[tuple[int, ...], int]:
+def _stack(addrs: ctypes.Array[ctypes.c_uint64], length: int) -> tuple[tuple[int, ...], int]:
     if length < 0:
         return (), length
     return tuple(addrs[: length // 8]), 0
