@@ -314,8 +314,92 @@ def ensure_absent(cluster: Cluster, namespace: str, name: str, timeout: float = 
         return
     delete_session(cluster, namespace, name)
     try:
-        poll(lambda: not get_json(cluster, "get", "profilingsession", "-n", namespace, name),
-             timeout, f"leftover session {name} deleted")
+        poll(
+            lambda: not get_json(cluster, "get", "profilingsession", "-n", namespace, name),
+            timeout,
+            f"leftover session {name} deleted",
+        )
     except AssertionError:
-        cluster.kubectl("patch", "profilingsession", "-n", namespace, name, "--type=merge",
-                        "-p", '{"metadata":{"finalizers":[]}}', check=False)
+        cluster.kubectl(
+            "patch",
+            "profilingsession",
+            "-n",
+            namespace,
+            name,
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":[]}}',
+            check=False,
+        )
+
+
+@dataclass
+class Profiled:
+    """A session with one target pod, its stand-in process and a real agent."""
+
+    namespace: str
+    name: str
+    pod_uid: str
+    node: str
+    workload: PodProcess
+    agent: Proc
+
+    def stop(self) -> None:
+        self.workload.stop()
+        if self.agent.alive():
+            self.agent.stop()
+
+    def agent_summary(self) -> dict[str, int]:
+        """Numbers from the agent's final log line ('agent done: N batches spooled, ...')."""
+        import re
+
+        m = re.search(
+            r"agent done: (\d+) batches spooled, (\d+) sent \((\d+) duplicates, "
+            r"(\d+) rows\), (\d+) retries, (\d+) rejected, (\d+) left",
+            self.agent.text(),
+        )
+        if not m:
+            return {}
+        keys = ("spooled", "sent", "duplicates", "rows", "retries", "rejected", "left")
+        return dict(zip(keys, map(int, m.groups()), strict=True))
+
+
+def start_profiled(
+    cluster: Cluster, op: Operator, namespace: str, name: str, duration: str, workdir: Path
+) -> Profiled:
+    """Namespace + Deployment(1) on a GPU node + session + workload in the pod cgroup + agent."""
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    ensure_absent(cluster, namespace, name)
+    cluster.kubectl("apply", "-f", "-", stdin=deployment_yaml(name, namespace))
+    pod = poll(lambda: running_pods(cluster, namespace, name), 60, f"{name} pod Running")[0]
+    uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
+    workload = PodProcess(uid, seconds=300).start()
+    cluster.kubectl("apply", "-f", "-", stdin=session_yaml(name, namespace, name, duration))
+    poll(lambda: phase(cluster, namespace, name) == "Running", 60, f"{name} Running")
+    agent = start_agent(op, namespace, name, node, session_token(cluster, namespace, name), workdir)
+    return Profiled(namespace, name, uid, node, workload, agent)
+
+
+def row_counts(libpq: str, store_session: str) -> dict[str, int]:
+    """Stored rows of a session, and the checks that prove no duplicates."""
+    import psycopg
+
+    with psycopg.connect(libpq) as conn:
+        sid = conn.execute("SELECT id FROM sessions WHERE name = %s", (store_session,)).fetchone()[
+            0
+        ]
+
+        def one(sql: str) -> int:
+            return int(conn.execute(sql, (sid,)).fetchone()[0])
+
+        return {
+            "samples": one("SELECT count(*) FROM samples WHERE session_id = %s"),
+            "distinct_samples": one(
+                "SELECT count(*) FROM (SELECT DISTINCT node, pid, tid, "
+                "ts_ns FROM samples WHERE session_id = %s) d"
+            ),
+            "batches": one("SELECT count(*) FROM ingested_batches WHERE session_id = %s"),
+            "batch_rows": one(
+                "SELECT coalesce(sum(rows), 0) FROM ingested_batches WHERE session_id = %s"
+            ),
+        }

@@ -47,7 +47,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             status = reconcile.reconcile(memo.ctx, body)
         except SQLAlchemyError as exc:
             metrics.RECONCILE_ERRORS.labels(stage="database").inc()
-            raise kopf.TemporaryError(f"database unavailable: {type(exc).__name__}",
+            first = str(getattr(exc, "orig", exc)).splitlines()[0][:200]
+            raise kopf.TemporaryError(f"database unavailable: {type(exc).__name__}: {first}",
                                       delay=config.reconcile_interval_s) from exc
         except (KubeError, OSError) as exc:
             metrics.RECONCILE_ERRORS.labels(stage="kubernetes").inc()

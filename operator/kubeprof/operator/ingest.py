@@ -99,8 +99,9 @@ class IngestApi:
                 self.pool, self.writer.store, entry.db_id, batch_id, node, batch)
         except SQLAlchemyError as exc:
             metrics.INGEST_REJECTIONS.labels(reason="database").inc()
-            log.warning("database write failed for %s/%s batch %s: %s", entry.namespace,
-                        entry.name, batch_id, type(exc).__name__)
+            log.warning("database write failed for %s/%s batch %s: %s: %s", entry.namespace,
+                        entry.name, batch_id, type(exc).__name__,
+                        str(getattr(exc, "orig", exc)).splitlines()[0][:200])
             return _json(503, "database unavailable; retry later")
         finally:
             entry.inflight -= 1

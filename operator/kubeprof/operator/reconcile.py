@@ -132,10 +132,14 @@ def _close_and_aggregate(ctx: Context, entry: SessionEntry, body: Mapping[str, A
     deadline = time.monotonic() + 10
     while entry.inflight > 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    with ctx.engine.begin() as conn:
-        summary = aggregate.aggregate(conn, entry.db_id, ctx.config.status_top_stacks)
-        aggregate.store(conn, entry.db_id, summary)
-    db.finish_session(ctx.engine, entry.db_id, "completed")
+    try:
+        with ctx.engine.begin() as conn:
+            summary = aggregate.aggregate(conn, entry.db_id, ctx.config.status_top_stacks)
+            aggregate.store(conn, entry.db_id, summary)
+        db.finish_session(ctx.engine, entry.db_id, "completed")
+    except BaseException:
+        entry.closed = False  # not aggregated: agents may keep delivering until we are
+        raise
     meta = body["metadata"]
     metrics.publish_gpu_idle(meta["namespace"], meta["name"], summary, dict(pod_names))
     return aggregate.status_summary(summary, pod_names, ctx.config.status_top_targets)
