@@ -98,8 +98,10 @@ class BatchWriter:
                 stmt = _insert(conn, IngestedBatchRow).values(  # type: ignore[attr-defined]
                     session_id=session_id, batch_id=batch_id, agent=agent, rows=0,
                     received_at=datetime.now(UTC),
-                ).on_conflict_do_nothing(index_elements=["session_id", "batch_id"])
-                if conn.execute(stmt).rowcount == 0:
+                ).on_conflict_do_nothing(index_elements=["session_id", "batch_id"]
+                                         ).returning(IngestedBatchRow.batch_id)
+                # RETURNING, not rowcount: psycopg reports no reliable count for DO NOTHING.
+                if conn.execute(stmt).first() is None:
                     prev = conn.scalar(select(IngestedBatchRow.rows).where(
                         IngestedBatchRow.session_id == session_id,
                         IngestedBatchRow.batch_id == batch_id))
