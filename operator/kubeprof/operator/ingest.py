@@ -83,7 +83,13 @@ class IngestApi:
             metrics.INGEST_REJECTIONS.labels(reason="session_over").inc()
             return _json(410, f"session is {entry.phase.value}; no more data accepted",
                          phase=entry.phase.value)
-        body = await request.read()
+        try:
+            body = await request.read()
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - aiohttp's gzip errors: a client problem
+            metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
+            return _json(400, f"unreadable body: {exc}")
         # aiohttp may already have undone Content-Encoding: gzip; look at the magic bytes.
         gz = body[:2] == b"\x1f\x8b"
         loop = asyncio.get_running_loop()

@@ -1,0 +1,95 @@
+"""The child objects a session owns, built without a cluster."""
+
+import base64
+
+import pytest
+from kubeprof.operator.build import (
+    build_daemonset,
+    build_secret,
+    child_name,
+    collectors_for,
+    label_value,
+)
+from kubeprof.operator.config import OperatorConfig
+
+SESSION = {
+    "apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
+    "metadata": {"name": "train", "namespace": "ml", "uid": "u-1"},
+    "spec": {"target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
+             "duration": "5m",
+             "profilers": {"cpu": {"frequencyHz": 49}, "gpu": {"enabled": False}}},
+}
+CFG = OperatorConfig(database_url="sqlite://", agent_image="img:1",
+                     ingest_url="http://op:8080")
+
+
+def _ds(nodes=("n2", "n1")):
+    return build_daemonset(SESSION, list(nodes), CFG, end_time=1700000000.5)
+
+
+def test_pinned_to_exactly_the_nodes():
+    terms = _ds()["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]},
+    ]
+    with pytest.raises(ValueError):
+        _ds(())
+
+
+def test_owned_by_the_session_and_selectable():
+    ds = _ds()
+    ref = ds["metadata"]["ownerReferences"][0]
+    assert ref == {"apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
+                   "name": "train", "uid": "u-1", "controller": True,
+                   "blockOwnerDeletion": True}
+    sel = ds["spec"]["selector"]["matchLabels"]
+    assert sel.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert ds["metadata"]["namespace"] == "ml"
+    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_least_privilege():
+    pod = _ds()["spec"]["template"]["spec"]
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"add": ["BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE"],
+                                  "drop": ["ALL"]}
+    assert sc["readOnlyRootFilesystem"] is True
+    assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
+    mounts = {m["mountPath"]: m.get("readOnly", False)
+              for m in pod["containers"][0]["volumeMounts"]}
+    for path in ("/sys/kernel/tracing", "/lib/modules", "/usr/src", "/host/proc",
+                 "/var/run/kubeprof"):
+        assert mounts[path] is True, path
+    assert mounts["/var/lib/kubeprof/spool"] is False
+
+
+def test_agent_environment():
+    env = {e["name"]: e.get("value", e.get("valueFrom"))
+           for e in _ds()["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["KUBEPROF_INGEST_URL"] == "http://op:8080"
+    assert env["KUBEPROF_SESSION"] == "train" and env["KUBEPROF_SESSION_NAMESPACE"] == "ml"
+    assert env["KUBEPROF_CPU_HZ"] == "49" and env["KUBEPROF_COLLECTORS"] == "cpu"
+    assert env["KUBEPROF_SESSION_END"] == "1700000000.500"
+    assert env["KUBEPROF_TOKEN_FILE"] == "/var/run/kubeprof/token"  # a path, never the token
+
+
+def test_secret_holds_token_and_is_owned():
+    sec = build_secret(SESSION, "s3cret")
+    assert base64.b64decode(sec["data"]["token"]) == b"s3cret"
+    assert sec["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_names_stay_valid_for_long_sessions():
+    long = "x" * 200
+    assert len(child_name(long, "agent")) <= 55 and child_name(long, "agent").endswith("-agent")
+    assert child_name(long, "agent") != child_name(long + "y", "agent")
+    assert len(label_value(long)) <= 63 and label_value("short") == "short"
+
+
+def test_collectors_for_profilers():
+    assert collectors_for({}) == ["cpu", "nvml"]
+    assert collectors_for({"profilers": {"cpu": {"enabled": False}}}) == ["nvml"]

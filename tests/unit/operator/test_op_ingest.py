@@ -1,0 +1,140 @@
+"""The ingest API over HTTP (aiohttp test server) with an SQLite store: auth, idempotency."""
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from kubeprof.agent.cluster.codec import encode
+from kubeprof.operator.db import BatchWriter, ensure_session
+from kubeprof.operator.ingest import IngestApi
+from kubeprof.operator.phases import Phase
+from kubeprof.operator.registry import Registry, SessionEntry
+from kubeprof.operator.targets import Target
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+from kubeprof.storage import Store
+from kubeprof.storage.models import IngestedBatchRow, SampleRow
+
+STACK = (Frame("main", FrameKind.PYTHON, "t.py", 1),)
+BATCH = Batch(samples=tuple(CpuSample(i, 5, 5, "py", 0, STACK) for i in range(10)),
+              processes=(ProcessInfo(5, 1, "py", "py", "c1", "uid-p"),))
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path}/k.db")
+    reg = Registry()
+    for name, token in (("a", "tok-a"), ("b", "tok-b")):
+        sid = ensure_session(store.engine, "ns", name, f"uid-{name}-000", hz=99,
+                             started_at=datetime.now(UTC), meta={})
+        reg.put(SessionEntry("ns", name, f"uid-{name}-000", sid, token, Phase.RUNNING, 42.0,
+                             [Target("uid-p", "pod", "ns", "n1")]))
+
+    async def exists(ns, name):
+        return name == "loading"
+
+    yield store, reg, BatchWriter(store.engine), exists
+    store.close()
+
+
+def _run(setup, fn):
+    store, reg, writer, exists = setup
+    api = IngestApi(reg, writer, exists, writers=1)
+
+    async def go():
+        async with TestClient(TestServer(api.app())) as client:
+            return await fn(client, store, reg, writer)
+
+    try:
+        return asyncio.run(go())
+    finally:
+        api.pool.shutdown()
+
+
+def _post(client, name, token, body, batch_id="n1-1"):
+    return client.post(f"/v1/sessions/ns/{name}/batches", data=body,
+                       headers={"Authorization": f"Bearer {token}",
+                                "Content-Encoding": "gzip", "X-Kubeprof-Batch-Id": batch_id})
+
+
+def _count(store, table, col):
+    with store.engine.connect() as c:
+        return c.scalar(select(func.count()).select_from(table).where(col.isnot(None)))
+
+
+def test_batch_stored_once_even_when_retried(setup):
+    body = encode(BATCH, batch_id="n1-1", node="n1")
+
+    async def fn(client, store, reg, writer):
+        r1 = await _post(client, "a", "tok-a", body)
+        r2 = await _post(client, "a", "tok-a", body)
+        return r1.status, await r1.json(), r2.status, await r2.json()
+
+    s1, j1, s2, j2 = _run(setup, fn)
+    assert (s1, s2) == (200, 200)
+    assert (j1["duplicate"], j2["duplicate"]) == (False, True) and j1["rows"] == 11
+    store = setup[0]
+    assert _count(store, SampleRow, SampleRow.id) == 10
+    assert _count(store, IngestedBatchRow, IngestedBatchRow.batch_id) == 1
+
+
+def test_credentials(setup):
+    body = encode(BATCH, batch_id="x", node="n1")
+
+    async def fn(client, *_):
+        other = await _post(client, "b", "tok-a", body)  # a's token on b's session
+        none = await client.post("/v1/sessions/ns/b/batches", data=body)
+        unknown = await _post(client, "zzz", "tok-a", body)
+        loading = await _post(client, "loading", "tok-a", body)
+        targets = await client.get("/v1/sessions/ns/b/targets?node=n1",
+                                   headers={"Authorization": "Bearer tok-a"})
+        return other.status, none.status, unknown.status, loading.status, targets.status
+
+    assert _run(setup, fn) == (403, 401, 404, 503, 403)
+
+
+def test_targets_and_closed_session(setup):
+    async def fn(client, store, reg, writer):
+        hdr = {"Authorization": "Bearer tok-a"}
+        t = await (await client.get("/v1/sessions/ns/a/targets?node=n1", headers=hdr)).json()
+        t2 = await (await client.get("/v1/sessions/ns/a/targets?node=n9", headers=hdr)).json()
+        reg.get("ns", "a").closed = True
+        late = await _post(client, "a", "tok-a", encode(BATCH, batch_id="late", node="n1"))
+        bad = await client.post("/v1/sessions/ns/b/batches", data=b"\x1f\x8bgarbage",
+                                headers={"Authorization": "Bearer tok-b"})
+        metrics = await (await client.get("/metrics")).text()
+        return t, t2, late.status, bad.status, metrics
+
+    t, t2, late, bad, metrics = _run(setup, fn)
+    assert t["pods"] == [{"uid": "uid-p", "name": "pod", "namespace": "ns"}]
+    assert t["endTime"] == 42.0 and t["phase"] == "Running" and t2["pods"] == []
+    assert (late, bad) == (410, 400)
+    assert 'kubeprof_ingest_rejections_total{reason="bad_body"} 1.0' in metrics
+    assert 'kubeprof_sessions{phase="Running"} 2.0' in metrics
+
+
+def test_database_down_answers_503_and_nothing_half_written(setup, monkeypatch):
+    body = encode(BATCH, batch_id="n1-9", node="n1")
+    store, _reg, _writer, _ = setup
+    import kubeprof.operator.db as dbmod
+
+    def boom(*_a, **_k):
+        raise OperationalError("COPY", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(dbmod, "write_batch", boom)
+
+    async def fn(client, *_):
+        return (await _post(client, "a", "tok-a", body)).status
+
+    assert _run(setup, fn) == 503
+    assert _count(store, IngestedBatchRow, IngestedBatchRow.batch_id) == 0  # rolled back
+    monkeypatch.undo()
+
+    async def again(client, *_):
+        return (await _post(client, "a", "tok-a", body)).status
+
+    assert _run(setup, again) == 200
+    assert _count(store, SampleRow, SampleRow.id) == 10

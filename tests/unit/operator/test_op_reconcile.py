@@ -1,0 +1,163 @@
+"""Reconcile passes against a fake API and an SQLite store, with a fake clock."""
+
+import copy
+from datetime import UTC, datetime
+
+import pytest
+from kubeprof.operator import aggregate
+from kubeprof.operator.config import OperatorConfig
+from kubeprof.operator.db import BatchWriter
+from kubeprof.operator.reconcile import Context, reconcile
+from kubeprof.operator.registry import Registry
+
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuMetricSample, ProcessInfo
+from kubeprof.storage import Store
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+
+
+class FakeKube:
+    """Just enough of the API: pods by label app, secrets and DaemonSets by name."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict] = []
+        self.objects: dict[str, dict] = {}
+        self.deleted: list[str] = []
+
+    def list_pods(self, namespace, selector):
+        return [p for p in self.pods if f"app={p['metadata']['labels']['app']}" == selector]
+
+    def node_labels(self):
+        return {}
+
+    def get_secret(self, namespace, name):
+        return self.objects.get(f"secrets/{name}")
+
+    def create(self, path, obj):
+        kind = path.rsplit("/", 1)[1]
+        key = f"{kind}/{obj['metadata']['name']}"
+        if key in self.objects:
+            return None
+        self.objects[key] = copy.deepcopy(obj)
+        return obj
+
+    def get_daemonset(self, namespace, name):
+        return self.objects.get(f"daemonsets/{name}")
+
+    def patch_daemonset(self, namespace, name, patch):
+        ds = self.objects[f"daemonsets/{name}"]
+        ds["spec"]["template"]["spec"]["affinity"] = patch["spec"]["template"]["spec"][
+            "affinity"]
+        return ds
+
+    def delete_daemonset(self, namespace, name):
+        self.deleted.append(name)
+        return self.objects.pop(f"daemonsets/{name}", None) is not None
+
+
+def _pod(name, node, uid):
+    return {"metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": {"app": "t"}},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+BODY = {"metadata": {"name": "s", "namespace": "ml", "uid": "uid-session-1", "generation": 1},
+        "spec": {"target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
+                 "duration": "60s"}}
+
+
+@pytest.fixture
+def env(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path}/k.db")
+    kube = FakeKube()
+    clock = [T0]
+    cfg = OperatorConfig(database_url="", drain_s=5)
+    ctx = Context(kube, store.engine, Registry(), cfg, clock=lambda: clock[0])
+    yield ctx, kube, clock, store
+    store.close()
+
+
+def _pass(ctx, body):
+    status = reconcile(ctx, body)
+    body["status"] = status
+    return status
+
+
+def test_full_lifecycle_and_restart(env):
+    ctx, kube, clock, store = env
+    body = copy.deepcopy(BODY)
+    st = _pass(ctx, body)
+    assert st["phase"] == "Pending" and st["reason"] == "NoMatchingPods" and st["pods"] == 0
+    assert "daemonsets/kubeprof-s-agent" not in kube.objects
+    token = ctx.writer_registry.get("ml", "s").token
+
+    kube.pods = [_pod("p1", "n1", "uid-p1")]
+    clock[0] += 5
+    st = _pass(ctx, body)
+    assert (st["phase"], st["nodes"], st["pods"]) == ("Running", 1, 1)
+    ds = kube.objects["daemonsets/kubeprof-s-agent"]
+    assert ds["metadata"]["ownerReferences"][0]["uid"] == "uid-session-1"
+
+    kube.pods.append(_pod("p2", "n2", "uid-p2"))
+    st = _pass(ctx, body)
+    terms = kube.objects["daemonsets/kubeprof-s-agent"]["spec"]["template"]["spec"][
+        "affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert [t["matchFields"][0]["values"] for t in terms] == [["n1"], ["n2"]]
+
+    entry = ctx.writer_registry.get("ml", "s")
+    stack = (Frame("main", FrameKind.PYTHON, "t.py", 1), Frame("hot", FrameKind.PYTHON,
+                                                               "t.py", 9))
+    BatchWriter(store.engine).store(entry.db_id, "b1", "n1", Batch(
+        samples=tuple(CpuSample(i, 7, 7, "py", 0, stack) for i in range(30)),
+        processes=(ProcessInfo(7, 1, "py", "py", "c", "uid-p1"),),
+        gpu_metrics=(GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
+                     GpuMetricSample(2, 0, "gpu_util_pct", 40.0),
+                     GpuMetricSample(2, 0, "proc_sm_util", 40.0, pid=7))))
+
+    # Operator restart: a fresh registry; the next pass rebuilds it from status + DB.
+    ctx.writer_registry = Registry()
+    clock[0] = T0 + 61
+    st = _pass(ctx, body)
+    assert st["phase"] == "Aggregating" and st["reason"] == "Draining"
+    assert ctx.writer_registry.get("ml", "s").token == token
+    assert ctx.writer_registry.get("ml", "s").db_id == entry.db_id
+
+    clock[0] += 6
+    st = _pass(ctx, body)
+    assert st["phase"] == "Completed" and st["samples"] == 30
+    assert st["topStacks"] == ["30 hot (t.py:9) <- main (t.py:1)"]
+    assert st["gpuIdle"] == "70%" and "GPU idle 70%" in st["topFinding"]
+    assert st["summary"]["pods"][0] == {"name": "ml/p1", "samples": 30, "gpuIdle": "70%",
+                                        "topStack": "hot (t.py:9) <- main (t.py:1)"}
+    assert "daemonsets/kubeprof-s-agent" not in kube.objects
+    assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"
+    assert st["startTime"] == "2026-01-01T00:00:00Z" and st["endTime"] == "2026-01-01T00:01:00Z"
+
+    again = _pass(ctx, body)  # terminal: nothing changes
+    assert again["phase"] == "Completed" and again["samples"] == 30
+
+
+def test_no_pods_during_whole_session_fails(env):
+    ctx, _kube, clock, _ = env
+    body = copy.deepcopy(BODY)
+    _pass(ctx, body)
+    clock[0] += 61
+    st = _pass(ctx, body)
+    assert (st["phase"], st["reason"]) == ("Failed", "NoMatchingPods")
+    assert "no pod matched" in st["topFinding"]
+
+
+def test_aggregate_gpu_idle_from_activity_spans_when_no_metrics(env):
+    ctx, _, _, store = env
+    from kubeprof.model import GpuActivity
+
+    body = copy.deepcopy(BODY)
+    _pass(ctx, body)
+    sid = ctx.writer_registry.get("ml", "s").db_id
+    acts = (GpuActivity("kernel", "k", 0, 100, 0, 7, 1), GpuActivity("kernel", "k", 50, 150, 0,
+                                                                         7, 2),
+            GpuActivity("kernel", "k", 300, 400, 0, 7, 3))
+    BatchWriter(store.engine).store(sid, "g", "n1", Batch(gpu_activities=acts))
+    with store.engine.connect() as conn:
+        s = aggregate.aggregate(conn, sid)
+    assert [(g.node, g.device, round(g.idle, 3)) for g in s.gpus] == [("n1", 0, 0.375)]
