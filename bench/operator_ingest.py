@@ -1,0 +1,163 @@
+"""Ingest throughput into PostgreSQL: rows/s for a sweep of batch sizes.
+
+Two paths are timed for each batch size:
+  db    BatchWriter.store() straight into Postgres (idempotency row + interning + COPY)
+  http  the agent's encoder and IngestClient -> the operator's aiohttp ingest API -> db,
+        with --senders concurrent agents
+
+Usage:
+  .venv/bin/python bench/operator_ingest.py [--sizes 100,1000,5000,20000] [--rows 200000]
+      [--senders 4] [--writers 2] [--dsn postgresql+psycopg://...]
+Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
+Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubeprof.agent.cluster.client import IngestClient  # noqa: E402
+from kubeprof.agent.cluster.codec import encode  # noqa: E402
+from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
+from kubeprof.operator.ingest import IngestApi, serve  # noqa: E402
+from kubeprof.operator.phases import Phase  # noqa: E402
+from kubeprof.operator.registry import Registry, SessionEntry  # noqa: E402
+
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo  # noqa: E402
+from kubeprof.storage import Store  # noqa: E402
+
+
+def make_stacks(n: int, depth: int, rng: random.Random) -> list[tuple[Frame, ...]]:
+    """n distinct stacks sharing a common root, like a training loop's."""
+    base = [Frame(f"frame_{i}", FrameKind.PYTHON, f"/app/mod{i % 7}.py", i) for i in range(40)]
+    native = [Frame(f"native_{i}", FrameKind.NATIVE, "libtorch_cpu.so") for i in range(60)]
+    out = []
+    for _ in range(n):
+        py = rng.sample(base, depth // 2)
+        nat = rng.sample(native, depth - depth // 2)
+        out.append(tuple(py + nat))
+    return out
+
+
+def make_batch(size: int, stacks: list, rng: random.Random, t0: int) -> Batch:
+    samples = tuple(CpuSample(t0 + i * 10_101_010, 4000 + i % 8, 4000 + i % 32, "python",
+                              i % 16, rng.choice(stacks)) for i in range(size))
+    return Batch(samples=samples, processes=(ProcessInfo(4000, 1, "python", "python train.py",
+                                                         "c" * 64, "pod-uid"),))
+
+
+def bench_db(engine, sid: int, size: int, total: int, stacks, rng) -> float:
+    w = BatchWriter(engine)
+    batches = [make_batch(size, stacks, rng, i * size) for i in range(max(1, total // size))]
+    t = time.perf_counter()
+    for i, b in enumerate(batches):
+        w.store(sid, f"db-{size}-{i}-{rng.random()}", "node-1", b)
+    rows = sum(len(b.samples) + len(b.processes) for b in batches)
+    return rows / (time.perf_counter() - t)
+
+
+def bench_http(url: str, token: str, size: int, total: int, senders: int, stacks,
+               rng) -> float:
+    batches = [make_batch(size, stacks, rng, i * size) for i in range(max(1, total // size))]
+    bodies = [(encode(b, batch_id=f"h-{size}-{i}-{rng.random()}", node=f"node-{i % senders}"),
+               len(b.samples) + len(b.processes)) for i, b in enumerate(batches)]
+
+    def send(chunk: list) -> None:
+        client = IngestClient(url, "bench", "ingest", token, timeout_s=120)
+        for body, _rows in chunk:
+            ans = client.post_batch(body, "x")
+            if ans.status != 200:
+                raise RuntimeError(f"ingest answered {ans.status}: {ans.detail}")
+
+    chunks = [bodies[i::senders] for i in range(senders)]
+    t = time.perf_counter()
+    with ThreadPoolExecutor(senders) as ex:
+        list(ex.map(send, chunks))
+    return sum(r for _, r in bodies) / (time.perf_counter() - t)
+
+
+def start_api(engine, sid: int, token: str, writers: int) -> tuple[str, callable]:
+    reg = Registry()
+    reg.put(SessionEntry("bench", "ingest", "uid-bench", sid, token, Phase.RUNNING))
+
+    async def exists(_ns: str, _n: str) -> bool:
+        return False
+
+    api = IngestApi(reg, BatchWriter(engine), exists, writers=writers)
+    loop = asyncio.new_event_loop()
+    from tests.e2e.cluster.ports import pick
+
+    port = pick(1)[0]
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(serve(api, "127.0.0.1", port))
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=run, daemon=True).start()
+    ready.wait(10)
+    return f"http://127.0.0.1:{port}", lambda: loop.call_soon_threadsafe(loop.stop)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="100,1000,5000,20000")
+    p.add_argument("--rows", type=int, default=200_000, help="rows per measurement")
+    p.add_argument("--senders", type=int, default=4)
+    p.add_argument("--writers", type=int, default=2)
+    p.add_argument("--stacks", type=int, default=500, help="distinct stacks")
+    p.add_argument("--dsn", help="SQLAlchemy URL of an existing database")
+    args = p.parse_args()
+    pg = None
+    if args.dsn:
+        url = args.dsn
+    else:
+        from tests.e2e.cluster import Postgres
+
+        d = Path(tempfile.mkdtemp(prefix="kubeprof-bench-pg-"))
+        d.chmod(0o711)
+        pg = Postgres(d / "pg").start()
+        url = pg.url
+    rng = random.Random(1)
+    stacks = make_stacks(args.stacks, 24, rng)
+    store = Store.open(url)
+    try:
+        sid = ensure_session(store.engine, "bench", "ingest", f"uid-{time.time_ns()}", hz=99,
+                             started_at=datetime.now(UTC), meta={})
+        # Warm the interner tables once so every size sees the same state.
+        BatchWriter(store.engine).store(sid, f"warm-{time.time_ns()}", "node-1",
+                                        make_batch(2000, stacks, rng, 0))
+        token = "bench-token"
+        api_url, stop = start_api(store.engine, sid, token, args.writers)
+        print(f"| batch size (rows) | db rows/s | http rows/s ({args.senders} senders, "
+              f"{args.writers} writers) |")
+        print("|---:|---:|---:|")
+        for size in (int(s) for s in args.sizes.split(",")):
+            db_rate = bench_db(store.engine, sid, size, args.rows, stacks, rng)
+            http_rate = bench_http(api_url, token, size, args.rows, args.senders, stacks, rng)
+            print(f"| {size:,} | {db_rate:,.0f} | {http_rate:,.0f} |", flush=True)
+        stop()
+    finally:
+        store.close()
+        if pg is not None:
+            pg.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
