@@ -105,10 +105,10 @@ def train_step(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--d-model", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=8)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument(
@@ -124,7 +124,9 @@ def main() -> None:
     dev = torch.device("cuda")
     data = RandomTokens(args.steps * args.batch, args.seq, args.vocab, args.slow_ms / args.batch)
     loader = DataLoader(data, batch_size=args.batch, num_workers=args.workers, pin_memory=True)
-    model = TinyGpt(args.vocab, args.d_model, args.layers, 4, args.seq).to(dev)
+    model = TinyGpt(args.vocab, args.d_model, args.layers, max(1, args.d_model // 64), args.seq).to(
+        dev
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     t0 = time.perf_counter()
     for step, (x, y) in enumerate(loader):

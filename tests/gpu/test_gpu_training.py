@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def _report(name: str, traced) -> dict:
         "kernels": att.count,
         "kernel_ms": att.total_ns / 1e6,
         "attributed_share": att.share,
+        "attributed_via_main_share": att.via_main_ns / att.total_ns if att.total_ns else 0.0,
         "idle_active": gpu_idle.session(traced.activities, a0, a1).idle_ratio,
         "idle_session": gpu_idle.session(
             traced.activities, traced.start_ns, traced.end_ns
@@ -70,19 +72,33 @@ def _report(name: str, traced) -> dict:
 def test_torch_fast_vs_slow_dataloader() -> None:
     base = [python(), str(REPO / "examples" / "train_torch.py"), "--steps", "150"]
     fast = run_traced(base, nvml=True)
-    slow = run_traced([*base, "--slow-ms", "40"], nvml=True)
+    slow = run_traced([*base, "--slow-ms", "60"], nvml=True)
     rf, rs = _report("torch_fast", fast), _report("torch_slow", slow)
+    plain = subprocess.run(
+        base,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "KUBEPROF_GPU_SOCKET"},
+    )
+    print(
+        json.dumps(
+            {"untraced_stdout_tail": plain.stdout[-120:], "traced": rf["stdout_tail"][-120:]}
+        )
+    )
     _save("torch_fast", fast, {"command": "examples/train_torch.py --steps 150", "report": rf})
     _save(
         "torch_slow",
         slow,
-        {"command": "examples/train_torch.py --steps 150 --slow-ms 40", "report": rs},
+        {"command": "examples/train_torch.py --steps 150 --slow-ms 60", "report": rs},
     )
     for r in (rf, rs):
         assert r["returncode"] == 0, r
         assert r["kernels"] > 150 * 50, r
         assert r["attributed_share"] >= 0.99, r
-    assert rs["idle_active"] > rf["idle_active"] + 0.2, (rf, rs)
+    # "clearly higher": the slow loader's idle share is at least 15 points higher
+    assert rs["idle_active"] > rf["idle_active"] + 0.15, (rf, rs)
     metrics = {m.metric for m in fast.metrics}
     assert {"gpu_util_pct", "power_mw", "sm_clock_mhz"} <= metrics
 
@@ -100,7 +116,7 @@ def test_jax_loop() -> None:
     )
     assert rf["returncode"] == 0 and rf["kernels"] > 150, rf
     assert rf["attributed_share"] >= 0.99, rf
-    assert rs["idle_active"] > rf["idle_active"], (rf, rs)
+    assert rs["idle_active"] > rf["idle_active"] + 0.15, (rf, rs)
 
 
 def test_callsite_stacks_match_full_walks() -> None:

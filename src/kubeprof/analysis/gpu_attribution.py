@@ -17,6 +17,9 @@ from kubeprof.report.aggregate import WeightedStack
 
 GPU_WORK = frozenset({"kernel", "memcpy", "memset"})
 UNATTRIBUTED = Frame("[unattributed: no launch stack]", FrameKind.NATIVE)
+# The tracer's marker for launches from threads with no Python frames (autograd's engine,
+# XLA's executors): the stack above it is the main thread's at that moment.
+FOREIGN_PREFIX = "[launched by a native thread"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,7 @@ class Attribution:
     attributed_ns: int
     count: int
     attributed_count: int
+    via_main_ns: int = 0  # of attributed_ns: launched by a native thread, main thread's stack
 
     @property
     def share(self) -> float:
@@ -42,7 +46,7 @@ def attribution(
     activities: Iterable[GpuActivity], kinds: frozenset[str] = frozenset({"kernel"})
 ) -> Attribution:
     """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
-    tot = att = n = na = 0
+    tot = att = n = na = via = 0
     for a in activities:
         if a.kind in kinds:
             d = a.end_ns - a.start_ns
@@ -51,7 +55,9 @@ def attribution(
             if has_python_stack(a.stack):
                 att += d
                 na += 1
-    return Attribution(tot, att, n, na)
+                if any(f.name.startswith(FOREIGN_PREFIX) for f in a.stack):
+                    via += d
+    return Attribution(tot, att, n, na, via)
 
 
 def gpu_frame(a: GpuActivity) -> Frame:

@@ -51,6 +51,11 @@ def render_gpu_text(s: GpuSummary) -> str:
         f"kernels: {s.kernels:,}  GPU kernel time: {_ms(s.kernel_ns)}  "
         f"attributed to a Python stack: {_pct(s.attributed_share)}"
     )
+    if s.attributed_via_main_ns:
+        out.append(
+            f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "
+            "native threads (autograd, XLA) and shown under the main thread's stack"
+        )
     out.append(
         f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "
         f"active window {_pct(s.session_active.idle_ratio)} "

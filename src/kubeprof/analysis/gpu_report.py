@@ -53,6 +53,7 @@ class GpuSummary:
     kernel_ns: int
     attributed_ns: int  # kernel time with a Python launch stack
     attributed_share: float
+    attributed_via_main_ns: int  # part of attributed_ns taken from the main thread's stack
     memcpy_ns: int
     memcpy_bytes: int
     memset_ns: int
@@ -94,6 +95,7 @@ def gpu_summary(
         kernel_ns=att.total_ns,
         attributed_ns=att.attributed_ns,
         attributed_share=att.share,
+        attributed_via_main_ns=att.via_main_ns,
         memcpy_ns=_sum_ns(activities, "memcpy"),
         memcpy_bytes=sum(a.bytes for a in activities if a.kind == "memcpy"),
         memset_ns=_sum_ns(activities, "memset"),

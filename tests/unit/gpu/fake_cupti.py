@@ -111,6 +111,8 @@ class FakeCupti:
         return 7
 
     def _enable_callback(self, on: int, sub: int, domain: int, cbid: int) -> None:
+        if cbid == RuntimeApiTraceCbid.cudaGraphLaunch_v10000:  # one id this "library" rejects
+            raise cuptiError(1)
         (self.enabled.add if on else self.enabled.discard)((int(domain), int(cbid)))
 
     def _call(self, domain: CallbackDomain, cbid: int, site: ApiCallbackSite, corr: int) -> None:

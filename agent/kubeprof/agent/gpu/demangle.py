@@ -50,8 +50,6 @@ def demangle_many(names: Iterable[str]) -> dict[str, str]:
     return out
 
 
-
-
 @lru_cache(maxsize=1)
 def _cxxfilt_path() -> str:
     return shutil.which("c++filt") or ""

@@ -91,6 +91,10 @@ def bootstrap() -> Any:
         return None
     except Exception as exc:  # noqa: BLE001 - must never break the workload
         _say(f"GPU tracing off: unexpected {type(exc).__name__}: {exc}")
+        if os.environ.get("KUBEPROF_GPU_DEBUG") == "1":
+            import traceback
+
+            traceback.print_exc()
         _report_failure(sender, f"unexpected {type(exc).__name__}: {exc}")
         return None
     sender.start()

@@ -14,6 +14,7 @@ intervals (kubeprof.analysis), NVML gives the device-wide and other-process view
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from typing import Any
@@ -214,6 +215,6 @@ class NvmlSampler:
         rows = []
         for i, name in enumerate(_GPM.values()):
             m = req.metrics[i]
-            if m.nvmlReturn == 0:
+            if m.nvmlReturn == 0 and math.isfinite(m.value):
                 rows.append(GpuMetricSample(ts, index, name, float(m.value)))
         return rows

@@ -25,7 +25,6 @@ class PmSampler:
     def __init__(
         self,
         sender: Any,
-        clock_offset: Any,
         *,
         device: int = 0,
         metric: str = DEFAULT_METRIC,
@@ -34,7 +33,6 @@ class PmSampler:
         decode_every_s: float = 1.0,
     ) -> None:
         self.sender = sender
-        self.clock_offset = clock_offset  # callable -> ns to add to CUPTI timestamps
         self.device = device
         self.metric = metric
         self.interval_ns = interval_ns
@@ -45,12 +43,11 @@ class PmSampler:
         self._next_decode = 0.0
 
     @classmethod
-    def from_env(cls, sender: Any, clock_offset: Any) -> PmSampler | None:
+    def from_env(cls, sender: Any) -> PmSampler | None:
         if os.environ.get("KUBEPROF_GPU_PM") != "1":
             return None
         return cls(
             sender,
-            clock_offset,
             device=int(os.environ.get("KUBEPROF_GPU_PM_DEVICE", "0")),
             metric=os.environ.get("KUBEPROF_GPU_PM_METRIC", DEFAULT_METRIC),
             interval_ns=int(os.environ.get("KUBEPROF_GPU_PM_INTERVAL_NS", "20000")),
@@ -71,6 +68,7 @@ class PmSampler:
         try:
             from cupti import pm_sampling
 
+            _make_context_current(self.device)
             collector = pm_sampling.Collector(device_index=self.device)
             collector.enable()
             try:
@@ -97,12 +95,11 @@ class PmSampler:
         except Exception as exc:  # noqa: BLE001 - must never break the workload
             self._fail(f"PM sampling decode failed: {exc}")
             return
-        off = self.clock_offset()
         name = self.sender.intern(self.metric)
         rows = [
             (
-                s.start_timestamp + off,
-                s.end_timestamp + off,
+                s.start_timestamp,
+                s.end_timestamp,
                 self.device,
                 round(s.metric_values[0] * 1000),
                 name,
@@ -126,3 +123,18 @@ class PmSampler:
         self._failed = True
         self.sender.counters["pm_errors"] = self.sender.counters.get("pm_errors", 0) + 1
         self.sender.pending_messages.append(("warning", text))
+
+
+def _make_context_current(device: int) -> None:
+    """PM sampling wants a current context; the sender thread has none: use the primary one."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return
+    driver.cuInit(0)
+    err, dev = driver.cuDeviceGet(device)
+    if int(err) != 0:
+        return
+    err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+    if int(err) == 0:
+        driver.cuCtxSetCurrent(ctx)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import socket
 import stat
@@ -145,10 +146,11 @@ class GpuReceiver:
         metrics: list[GpuMetricSample] = []
         for conn, header, records in inbox:
             self._apply(conn, header, records, acts)
+            off = int(header.get("clock_offset_ns", 0))
             for start, end, device, milli, name in records.get("pm", ()):
                 metrics.append(
                     GpuMetricSample(
-                        (start + end) // 2,
+                        (start + end) // 2 + off,
                         device,
                         f"pm:{self._string(conn, name)}",
                         milli / 1000.0,
@@ -163,22 +165,35 @@ class GpuReceiver:
     def stop(self, timeout_s: float = 5.0) -> Batch:
         """Wait (bounded) for connected tracers to finish, stop, and return the rest."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            conns = [k.data for k in self._sel.get_map().values() if k.data is not None]
-            if not conns:
-                break
-            time.sleep(0.05)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2.0)
+        # finish the I/O here: accept what is still queued, read every connection to EOF
+        while time.monotonic() < deadline:
+            conns = [k.data for k in self._sel.get_map().values() if k.data is not None]
+            if not conns and not self._pending_accept():
+                break
+            for key, _ in self._sel.select(timeout=0.05):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._read(key.data)
         for key in list(self._sel.get_map().values()):
             if key.data is not None:
                 self._close(key.data)
         if self._listener is not None:
             self._listener.close()
+            self._listener = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.socket_path)
         return self.poll()
+
+    def _pending_accept(self) -> bool:
+        """A tracer that connected (maybe already exited) but is not accepted yet."""
+        if self._listener is None:
+            return False
+        readable, _, _ = select.select([self._listener], [], [], 0)
+        return bool(readable)
 
     # ---- conversion ----
     def _count(self, key: str, n: int = 1) -> None:
@@ -229,10 +244,11 @@ class GpuReceiver:
         if len(conn.launches) > MAX_LAUNCHES:
             for key in list(conn.launches)[: len(conn.launches) - MAX_LAUNCHES]:
                 del conn.launches[key]
-        self._kernels(conn, records.get("kernel", ()), out)
-        self._copies(conn, records, out)
-        self._syncs(conn, records.get("sync", ()), out)
-        self._markers(conn, records.get("marker", ()), out)
+        off = int(header.get("clock_offset_ns", 0))
+        self._kernels(conn, records.get("kernel", ()), out, off)
+        self._copies(conn, records, out, off)
+        self._syncs(conn, records.get("sync", ()), out, off)
+        self._markers(conn, records.get("marker", ()), out, off)
 
     def _update_target_counters(self, conn: _Conn, counters: dict[str, int]) -> None:
         for key in ("dropped", "convert_errors", "sender_errors"):
@@ -270,7 +286,7 @@ class GpuReceiver:
             stack = conn.stacks[key] = tuple(frames)
         return stack
 
-    def _kernels(self, conn: _Conn, rows: Any, out: list[GpuActivity]) -> None:
+    def _kernels(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
         unattributed = 0
         for (
             start,
@@ -278,7 +294,6 @@ class GpuReceiver:
             device,
             corr,
             stream,
-            name,
             gx,
             gy,
             gz,
@@ -286,21 +301,23 @@ class GpuReceiver:
             by,
             bz,
             regs,
-            smem,
+            ssmem,
+            dsmem,
             _graph,
             ctx,
+            name,
         ) in rows:
             conn.ctx_device[ctx] = device
             raw = self._string(conn, name)
             stack = self._stack(conn, corr)
-            if not stack or len(stack) < 2:
+            if not stack:
                 unattributed += 1
             out.append(
                 GpuActivity(
                     kind="kernel",
                     name=raw,
-                    start_ns=start,
-                    end_ns=end,
+                    start_ns=start + off,
+                    end_ns=end + off,
                     device=device,
                     pid=conn.pid,
                     correlation_id=corr,
@@ -309,21 +326,23 @@ class GpuReceiver:
                     grid=(gx, gy, gz),
                     block=(bx, by, bz),
                     registers=regs,
-                    shared_mem=smem,
+                    shared_mem=ssmem + dsmem,
                     stack=stack,
                 )
             )
         self._count("gpu_kernels", len(rows))
         self._count("gpu_unattributed_kernels", unattributed)
 
-    def _copies(self, conn: _Conn, records: dict[str, Any], out: list[GpuActivity]) -> None:
+    def _copies(
+        self, conn: _Conn, records: dict[str, Any], out: list[GpuActivity], off: int
+    ) -> None:
         for start, end, device, corr, stream, nbytes, copy_kind in records.get("memcpy", ()):
             out.append(
                 GpuActivity(
                     kind="memcpy",
                     name=f"memcpy {_COPY_KINDS.get(copy_kind, copy_kind)}",
-                    start_ns=start,
-                    end_ns=end,
+                    start_ns=start + off,
+                    end_ns=end + off,
                     device=device,
                     pid=conn.pid,
                     correlation_id=corr,
@@ -337,8 +356,8 @@ class GpuReceiver:
                 GpuActivity(
                     kind="memset",
                     name="memset",
-                    start_ns=start,
-                    end_ns=end,
+                    start_ns=start + off,
+                    end_ns=end + off,
                     device=device,
                     pid=conn.pid,
                     correlation_id=corr,
@@ -348,14 +367,14 @@ class GpuReceiver:
                 )
             )
 
-    def _syncs(self, conn: _Conn, rows: Any, out: list[GpuActivity]) -> None:
+    def _syncs(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
         for start, end, ctx, corr, stream, sync_type in rows:
             out.append(
                 GpuActivity(
                     kind="sync",
                     name=_SYNC_TYPES.get(sync_type, f"sync {sync_type}"),
-                    start_ns=start,
-                    end_ns=end,
+                    start_ns=start + off,
+                    end_ns=end + off,
                     device=conn.ctx_device.get(ctx, -1),
                     pid=conn.pid,
                     correlation_id=corr,
@@ -363,10 +382,10 @@ class GpuReceiver:
                 )
             )
 
-    def _markers(self, conn: _Conn, rows: Any, out: list[GpuActivity]) -> None:
+    def _markers(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
         for ts, mid, flags, name, tid in rows:
             if flags & _MARKER_START:
-                conn.open_markers[mid] = (ts, name, tid)
+                conn.open_markers[mid] = (ts + off, name, tid)
             elif flags & _MARKER_END and mid in conn.open_markers:
                 start, name_id, tid0 = conn.open_markers.pop(mid)
                 out.append(
@@ -374,7 +393,7 @@ class GpuReceiver:
                         kind="nvtx",
                         name=self._string(conn, name_id),
                         start_ns=start,
-                        end_ns=ts,
+                        end_ns=ts + off,
                         device=-1,
                         pid=conn.pid,
                         correlation_id=0,

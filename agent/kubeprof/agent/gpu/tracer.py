@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from kubeprof.agent.gpu.pm_sampling import PmSampler
@@ -178,7 +179,8 @@ class CuptiTracer:
         except Exception:
             self._teardown()
             raise
-        self.pm = PmSampler.from_env(self.sender, lambda: self._offset)
+        self.sender.clock_offset_ns = self._offset
+        self.pm = PmSampler.from_env(self.sender)
         self.sender.tick_hooks.append(self._tick)
         self.sender.hello.update(
             {"versions": self.info, "config": self.config.__dict__, "clock_offset_ns": self._offset}
@@ -188,21 +190,30 @@ class CuptiTracer:
 
     def _subscribe(self) -> None:
         cupti = self._cupti
+        callback = self._make_callback()
+        other = ""
         try:
-            if hasattr(cupti, "subscribe_v2"):
+            try:
+                # subscribe_v2 names us, and tells us who holds CUPTI when it is taken; it
+                # refused (ERROR_INVALID_PARAMETER) on the H200 image, so fall back
                 params = cupti.SubscriberParams()
                 params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
                 params.subscriber_name = "kubeprof"
-                self._subscriber = cupti.subscribe_v2(self._make_callback(), None, params.ptr)
-            else:
-                self._subscriber = cupti.subscribe(self._make_callback(), None)
+                self._subscriber = cupti.subscribe_v2(callback, None, params.ptr)
+                return
+            except cupti.cuptiError as exc:
+                if exc.status == cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+                    with contextlib.suppress(Exception):
+                        other = params.old_subscriber_name or ""
+                    raise
+            except AttributeError:
+                pass
+            self._subscriber = cupti.subscribe(callback, None)
         except cupti.cuptiError as exc:
             if exc.status == cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
-                other = ""
-                with contextlib.suppress(Exception):
-                    other = f" ({params.old_subscriber_name})" if params.old_subscriber_name else ""
+                by = f" ({other})" if other else ""
                 raise TracerError(
-                    f"CUPTI is already in use by another profiler{other} "
+                    f"CUPTI is already in use by another profiler{by} "
                     "(Nsight Systems, torch.profiler, ...); GPU tracing off"
                 ) from None
             raise TracerError(f"CUPTI subscribe failed: {_cupti_error(cupti, exc)}") from None
@@ -221,8 +232,17 @@ class CuptiTracer:
                 if name.startswith(_DRIVER_PREFIXES) or name in _DRIVER_EXACT:
                     self._cbids.append((int(drv), int(member)))
             self._cbids = sorted(set(self._cbids))
+        failed = []
         for domain, cbid in self._cbids:
-            cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+            try:
+                cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+            except cupti.cuptiError:  # an id this libcupti does not know: skip it
+                failed.append((domain, cbid))
+        if failed:
+            self._cbids = [c for c in self._cbids if c not in failed]
+            self.sender.hello["skipped_cbids"] = len(failed)
+        if on and not self._cbids:
+            raise TracerError("CUPTI accepted none of the launch callbacks; GPU tracing off")
 
     def _enable_activities(self, on: bool) -> None:
         cupti = self._cupti
@@ -321,6 +341,7 @@ class CuptiTracer:
         """Runs on the sender thread before each drain."""
         if self._cupti is not None and not self._stopped:
             self._measure_offset()
+            self.sender.clock_offset_ns = self._offset
             if self.pm is not None:
                 self.pm.tick(launches_seen=self.stacks.stats["walks"] > 0)
         self.sender.counters.update({f"stack_{k}": v for k, v in self.stacks.stats.items()})
@@ -381,83 +402,73 @@ class CuptiTracer:
             _warn(f"record conversion failed: {exc!r}")
 
     def _convert(self, activities: list) -> None:
+        """CUPTI records -> wire tuples; runs on CUPTI's thread, holding the GIL, so it is lean.
+
+        Fields are read with one ``attrgetter`` call per record (C, not bytecode) and
+        timestamps stay in CUPTI's clock: the receiver adds the frame's clock offset.
+        """
         ak = self._cupti.ActivityKind
         kern = (int(ak.CONCURRENT_KERNEL), int(ak.KERNEL))
         memcpy, memset = int(ak.MEMCPY), int(ak.MEMSET)
         sync, marker = int(ak.SYNCHRONIZATION), int(ak.MARKER)
-        off = self._offset
         intern = self.sender.intern
-        out: dict[str, list[tuple[int, ...]]] = {
-            k: [] for k in ("kernel", "memcpy", "memset", "sync", "marker")
-        }
-        kernels = out["kernel"]
+        kernels: list[tuple[int, ...]] = []
+        copies: list[tuple[int, ...]] = []
+        sets: list[tuple[int, ...]] = []
+        syncs: list[tuple[int, ...]] = []
+        markers: list[tuple[int, ...]] = []
+        get_k, get_c, get_m, get_s = _KERNEL_FIELDS, _MEMCPY_FIELDS, _MEMSET_FIELDS, _SYNC_FIELDS
         for a in activities:
             k = a.kind
             if k in kern:
-                kernels.append(
-                    (
-                        a.start + off,
-                        a.end + off,
-                        a.device_id,
-                        a.correlation_id,
-                        a.stream_id,
-                        intern(a.name),
-                        a.grid_x,
-                        a.grid_y,
-                        a.grid_z,
-                        a.block_x,
-                        a.block_y,
-                        a.block_z,
-                        a.registers_per_thread,
-                        a.static_shared_memory + a.dynamic_shared_memory,
-                        a.graph_id,
-                        a.context_id,
-                    )
-                )
+                kernels.append((*get_k(a), intern(a.name)))
             elif k == memcpy:
-                out["memcpy"].append(
-                    (
-                        a.start + off,
-                        a.end + off,
-                        a.device_id,
-                        a.correlation_id,
-                        a.stream_id,
-                        a.bytes,
-                        a.copy_kind,
-                    )
-                )
+                copies.append(get_c(a))
             elif k == memset:
-                out["memset"].append(
-                    (
-                        a.start + off,
-                        a.end + off,
-                        a.device_id,
-                        a.correlation_id,
-                        a.stream_id,
-                        a.bytes,
-                    )
-                )
+                sets.append(get_m(a))
             elif k == sync:
-                out["sync"].append(
-                    (
-                        a.start + off,
-                        a.end + off,
-                        a.context_id,
-                        a.correlation_id,
-                        a.stream_id,
-                        a.type,
-                    )
-                )
+                syncs.append(get_s(a))
             elif k == marker:
                 tid = 0
                 with contextlib.suppress(Exception):
                     tid = a.object_id.pt.thread_id
-                out["marker"].append(
-                    (a.timestamp + off, a.id, a.flags_, intern(a.name) if a.name else 0, tid)
-                )
-        for kind, rows in out.items():
+                markers.append((a.timestamp, a.id, a.flags_, intern(a.name) if a.name else 0, tid))
+        put = self.sender.put_many
+        for kind, rows in (
+            ("kernel", kernels),
+            ("memcpy", copies),
+            ("memset", sets),
+            ("sync", syncs),
+            ("marker", markers),
+        ):
             if rows:
-                self.sender.put_many(kind, rows)
+                put(kind, rows)
+
+
+# One C-level call reads a record's fields in wire order (see wire.SCHEMAS).
+_KERNEL_FIELDS = attrgetter(
+    "start",
+    "end",
+    "device_id",
+    "correlation_id",
+    "stream_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "static_shared_memory",
+    "dynamic_shared_memory",
+    "graph_id",
+    "context_id",
+)
+_MEMCPY_FIELDS = attrgetter(
+    "start", "end", "device_id", "correlation_id", "stream_id", "bytes", "copy_kind"
+)
+_MEMSET_FIELDS = attrgetter("start", "end", "device_id", "correlation_id", "stream_id", "bytes")
+_SYNC_FIELDS = attrgetter("start", "end", "context_id", "correlation_id", "stream_id", "type")
 
 
 def _buffer_requested() -> tuple[int, int]:

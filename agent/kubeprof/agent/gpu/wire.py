@@ -43,7 +43,6 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
         "device",
         "correlation_id",
         "stream",
-        "name",
         "grid_x",
         "grid_y",
         "grid_z",
@@ -51,9 +50,11 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
         "block_y",
         "block_z",
         "registers",
-        "shared_mem",
+        "static_smem",
+        "dynamic_smem",
         "graph_id",
         "context",
+        "name",
     ),
     "memcpy": ("start", "end", "device", "correlation_id", "stream", "bytes", "copy_kind"),
     "memset": ("start", "end", "device", "correlation_id", "stream", "bytes"),
@@ -64,6 +65,8 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
     # CUPTI PM sampling: one metric (name) over [start, end], value in thousandths
     "pm": ("start", "end", "device", "value_milli", "name"),
 }
+# Times in records are CUPTI timestamps (ns); each frame's header carries
+# "clock_offset_ns" = host CLOCK_MONOTONIC - CUPTI clock, which the receiver adds.
 # Drain order inside a frame: GPU records first, launches after, so every record in a
 # frame has its launch (appended earlier) in the same frame or an earlier one.
 DRAIN_ORDER = ("kernel", "memcpy", "memset", "sync", "marker", "pm", "launch")
@@ -186,6 +189,7 @@ class Sender:
         self.hello: dict[str, Any] = {"pid": os.getpid()}
         self.tick_hooks: list[Any] = []  # called on the sender thread before each drain
         self.pending_messages: list[tuple[str, str]] = []  # (level, text) for the next frame
+        self.clock_offset_ns = 0  # set by the tracer; sent in every header
         self.intern("")
 
     # ---- called from the workload's threads (must stay cheap) ----
@@ -274,6 +278,7 @@ class Sender:
         messages, self.pending_messages = self.pending_messages, []
         return {
             "messages": messages,
+            "clock_offset_ns": self.clock_offset_ns,
             "t": kind,
             "pid": os.getpid(),
             "strings_base": base_s,
