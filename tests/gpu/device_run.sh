@@ -20,11 +20,11 @@ log=$OUT/log.txt
 } >>"$log" 2>&1
 if [ "$what" = tests ] || [ "$what" = all ]; then
   KUBEPROF_GPU_FIXTURES_OUT=$OUT/fixtures KUBEPROF_GPU_REPORT_OUT=$OUT/reports.jsonl \
-    timeout 420 python3 -m pytest -m gpu tests/gpu -s -q -p no:cacheprovider -o addopts="" "$@" >>"$log" 2>&1
+    timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -m gpu tests/gpu -s -q -p no:cacheprovider -o addopts="" "$@" >>"$log" 2>&1
   echo "pytest rc=$?" >>"$log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  timeout 300 python3 bench/gpu_overhead.py --reps ${BENCH_REPS:-10} --out "$OUT/bench.json" >>"$log" 2>&1
+  timeout ${BENCH_TIMEOUT:-300} python3 bench/gpu_overhead.py --reps ${BENCH_REPS:-10} --out "$OUT/bench.json" >>"$log" 2>&1
   echo "bench rc=$?" >>"$log"
 fi
 tail -c 11000 "$log"
