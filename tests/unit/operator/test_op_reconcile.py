@@ -4,7 +4,7 @@ import copy
 from datetime import UTC, datetime
 
 import pytest
-from kubeprof.operator import aggregate
+from kubeprof.operator import aggregate, metrics
 from kubeprof.operator.config import OperatorConfig
 from kubeprof.operator.db import BatchWriter
 from kubeprof.operator.reconcile import Context, reconcile
@@ -131,6 +131,9 @@ def test_full_lifecycle_and_restart(env):
                                         "topStack": "hot (t.py:9) <- main (t.py:1)"}
     assert "daemonsets/kubeprof-s-agent" not in kube.objects
     assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"
+    exposed = metrics.render().decode()
+    assert ('kubeprof_gpu_idle_ratio{gpu="0",namespace="ml",node="n1",pod="ml/p1",'
+            'session="s"} 0.7') in exposed
     assert st["startTime"] == "2026-01-01T00:00:00Z" and st["endTime"] == "2026-01-01T00:01:00Z"
 
     again = _pass(ctx, body)  # terminal: nothing changes
