@@ -101,3 +101,17 @@ def test_merge_concatenates_and_sums_counters():
     s = CpuSample(1, 1, 1, "t", 0, ())
     m = merge([Batch(samples=(s,), counters={"a": 1}), Batch(samples=(s,), counters={"a": 2})])
     assert len(m.samples) == 2 and m.counters == {"a": 3}
+
+
+def test_gpu_processes_are_described_once_with_their_pod(tmp_path: Path):
+    from kubeprof.model import GpuMetricSample
+
+    proc = tmp_path / "proc"
+    _proc(proc, 500, "trainer", _cg(UID_B, "d" * 64))
+    agent = NodeAgent(AgentConfig("n", "ns", "s"), FakeClient([]), Spool(tmp_path / "spool"),
+                      {}, Discovery(proc))
+    b = Batch(gpu_metrics=(GpuMetricSample(1, 0, "sm_util", 50.0, pid=500),
+                           GpuMetricSample(1, 0, "gpu_util_pct", 50.0)))
+    first = agent.enrich(b)
+    assert [(p.pid, p.pod_uid) for p in first.processes] == [(500, UID_B)]
+    assert agent.enrich(b).processes == ()

@@ -81,6 +81,7 @@ class NodeAgent:
     phase: str = "Pending"
     batches: int = 0
     _dropped_reported: int = 0
+    _described: set[int] = field(default_factory=set)  # GPU PIDs already described
 
     def __post_init__(self) -> None:
         self.shipper = Shipper(self.spool, self.client)
@@ -123,7 +124,9 @@ class NodeAgent:
         return new
 
     def enrich(self, batch: Batch) -> Batch:
-        """Stamp pod UID and container id on every process record collectors produced."""
+        """Stamp pod UID and container id on every process record collectors produced,
+        and describe GPU-using processes once, so their GPU use is tied to their pod."""
+        batch = self._describe_gpu_pids(batch)
         if not batch.processes:
             return batch
         out = []
@@ -137,6 +140,18 @@ class NodeAgent:
                     p = replace(p, pod_uid=ref.pod_uid, container_id=ref.container_id)
             out.append(p)
         return replace(batch, processes=tuple(out))
+
+    def _describe_gpu_pids(self, batch: Batch) -> Batch:
+        pids = {m.pid for m in batch.gpu_metrics if m.pid} | {
+            a.pid for a in batch.gpu_activities if a.pid}
+        pids -= self._described | {p.pid for p in batch.processes}
+        extra = []
+        for pid in sorted(pids):
+            self._described.add(pid)
+            info = self.discovery.seen.get(pid) or self.discovery.describe(pid)
+            if info is not None:
+                extra.append(info)
+        return replace(batch, processes=batch.processes + tuple(extra)) if extra else batch
 
     def spool_batch(self, batch: Batch) -> None:
         """Encode and spool one batch (with a fresh id), then wake the shipper."""

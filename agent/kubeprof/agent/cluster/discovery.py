@@ -71,6 +71,10 @@ class Discovery:
             return None
         return parse_proc_cgroup(text)
 
+    def describe(self, pid: int) -> ProcessInfo | None:
+        """ProcessInfo of any PID, with its pod identity when it runs in a pod."""
+        return self._info(pid, self.pod_of(pid) or PodRef("", ""))
+
     def _info(self, pid: int, ref: PodRef) -> ProcessInfo | None:
         base = self.proc_root / str(pid)
         try:
