@@ -16,7 +16,8 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from kubeprof.model import FrameKind, Stack
+from kubeprof.analysis import gpu_idle as gpu_idle_analysis
+from kubeprof.model import FrameKind, GpuActivity, Stack
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
     GpuActivityRow,
@@ -94,23 +95,9 @@ def _top_stacks(conn: Connection, session_id: int, limit: int, *conds: object,
     return [(stacks[r.stack_id], int(r.n)) for r in rows]
 
 
-def _union_ns(spans: list[tuple[int, int]]) -> int:
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s  # type: ignore[operator]
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s  # type: ignore[operator]
-    return total
-
-
 def gpu_idle(conn: Connection, session_id: int, pid_pods: Mapping[tuple[str, int], str],
              ) -> list[GpuIdle]:
-    """Idle ratio per (node, GPU): from NVML utilization when sampled, else CUPTI spans."""
+    """Idle ratio per (node, GPU): NVML utilization when sampled, else CUPTI kernel spans."""
     out: dict[tuple[str, int], GpuIdle] = {}
     q = (select(GpuMetricRow.node, GpuMetricRow.device, func.avg(GpuMetricRow.value))
          .where(GpuMetricRow.session_id == session_id, GpuMetricRow.metric == UTIL_METRIC,
@@ -118,13 +105,13 @@ def gpu_idle(conn: Connection, session_id: int, pid_pods: Mapping[tuple[str, int
          .group_by(GpuMetricRow.node, GpuMetricRow.device))
     for node, dev, avg in conn.execute(q):
         out[(node, dev)] = GpuIdle(node, int(dev), min(1.0, max(0.0, 1 - float(avg) / 100)))
-    spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    activities: dict[str, list[GpuActivity]] = {}
     users: dict[tuple[str, int], set[str]] = {}
-    q2 = select(GpuActivityRow.node, GpuActivityRow.device, GpuActivityRow.pid,
-                GpuActivityRow.start_ns, GpuActivityRow.end_ns).where(
+    q2 = select(GpuActivityRow.node, GpuActivityRow.kind, GpuActivityRow.device,
+                GpuActivityRow.pid, GpuActivityRow.start_ns, GpuActivityRow.end_ns).where(
         GpuActivityRow.session_id == session_id)
-    for node, dev, pid, s, e in conn.execute(q2):
-        spans.setdefault((node, dev), []).append((s, e))
+    for node, kind, dev, pid, s, e in conn.execute(q2):
+        activities.setdefault(node, []).append(GpuActivity(kind, "", s, e, dev, pid, 0))
         if (node, pid) in pid_pods:
             users.setdefault((node, dev), set()).add(pid_pods[(node, pid)])
     q3 = (select(GpuMetricRow.node, GpuMetricRow.device, GpuMetricRow.pid).distinct()
@@ -132,12 +119,12 @@ def gpu_idle(conn: Connection, session_id: int, pid_pods: Mapping[tuple[str, int
     for node, dev, pid in conn.execute(q3):
         if (node, pid) in pid_pods:
             users.setdefault((node, dev), set()).add(pid_pods[(node, pid)])
-    for key, sp in spans.items():
-        if key in out:
-            continue
-        window = max(e for _, e in sp) - min(s for s, _ in sp)
-        busy = _union_ns(sp)
-        out[key] = GpuIdle(key[0], key[1], 1 - busy / window if window > 0 else 0.0)
+    for node, acts in activities.items():
+        # Per node: GPU clocks of different nodes are not comparable. The window is the
+        # node's active one (first kernel to last), as the analysis module defines it.
+        start, end = min(a.start_ns for a in acts), max(a.end_ns for a in acts)
+        for dev, ratio in gpu_idle_analysis.by_device(acts, start, end).items():
+            out.setdefault((node, dev), GpuIdle(node, dev, ratio.idle_ratio))
     for key, g in out.items():
         g.pods = sorted(users.get(key, ()))
     return sorted(out.values(), key=lambda g: (g.node, g.device))
