@@ -12,8 +12,12 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from kubeprof.agent.cluster.client import IngestClient
+from kubeprof.agent.cluster.codec import encode
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
+
+from kubeprof.model import Batch, GpuMetricSample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bpf]
 NS = "ml-team"  # the example's namespace
@@ -73,6 +77,16 @@ def test_example_session_completes_with_real_samples(
 
         token = h.session_token(c, NS, NAME)
         agent = h.start_agent(operator, NS, NAME, node, token, workdir)
+        # kwok nodes have no GPU, so the NVML collector is off; deliver what it would read
+        # on this node (device 0 at 25 % utilization, used by the workload) through the
+        # same ingest API and token, to check GPU idle reaches status and /metrics.
+        nvml = Batch(gpu_metrics=(GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
+                                  GpuMetricSample(2, 0, "gpu_util_pct", 30.0),
+                                  GpuMetricSample(2, 0, "proc_sm_util_pct", 25.0,
+                                                  pid=workload.popen.pid)))
+        ans = IngestClient(operator.url, NS, NAME, token).post_batch(
+            encode(nvml, batch_id=f"{node}-nvml-1", node=node), f"{node}-nvml-1")
+        assert ans.status == 200, ans
         h.poll(lambda: h.phase(c, NS, NAME) == "Completed", 150, "phase Completed")
         rc = agent.popen.wait(60)
         assert rc == 0, agent.text()[-3000:]
@@ -86,7 +100,8 @@ def test_example_session_completes_with_real_samples(
     assert any("kubeprof_e2e" in s for s in st["topStacks"]), st["topStacks"]
     assert st["summary"]["pods"][0]["name"] == f"{NS}/{pod['metadata']['name']}"
     assert st["summary"]["pods"][0]["samples"] > 0
-    assert "kubeprof_e2e" in st["topFinding"]
+    assert st["gpuIdle"] == "75%" and st["topFinding"].startswith("GPU idle 75%")
+    assert st["summary"]["pods"][0]["gpuIdle"] == "75%"
     assert {c_["type"]: c_["status"] for c_ in st["conditions"]}["Completed"] == "True"
     assert len(json.dumps(st)) < 8000, "status must stay small"
 
@@ -109,7 +124,11 @@ def test_example_session_completes_with_real_samples(
             (sid, uid),
         ).fetchone()[0]
         assert n > 0
-    assert 'kubeprof_ingest_batches_total{result="stored"}' in operator.metrics()
+    exposed = operator.metrics()
+    assert 'kubeprof_ingest_batches_total{result="stored"}' in exposed
+    assert (f'kubeprof_gpu_idle_ratio{{gpu="0",namespace="{NS}",node="{node}",'
+            f'pod="{NS}/{pod["metadata"]["name"]}",session="{NAME}"}} 0.75') in exposed, exposed
+    print(table)
 
     h.delete_session(c, NS, NAME)
     h.poll(

@@ -64,12 +64,14 @@ class Summary:
 
     def top_finding(self) -> str:
         """One line for the printer column."""
-        if self.gpu_idle is not None and self.gpu_idle >= 0.5:
-            return f"GPU idle {self.gpu_idle:.0%}: the GPU waits on the CPU/input pipeline"
+        cpu = ""
         if self.top_stacks and self.samples:
             label, n = self.top_stacks[0]
-            return f"{n / self.samples:.0%} of CPU in {label}"[:LABEL_MAX]
-        return "no samples collected"
+            cpu = f"{n / self.samples:.0%} of CPU samples in {label}"
+        if self.gpu_idle is not None and self.gpu_idle >= 0.5:
+            gpu = f"GPU idle {self.gpu_idle:.0%}"
+            return (f"{gpu}; {cpu}" if cpu else gpu)[:LABEL_MAX]
+        return cpu[:LABEL_MAX] or "no samples collected"
 
 
 def stack_label(stack: Stack) -> str:
