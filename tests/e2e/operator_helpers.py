@@ -299,11 +299,20 @@ class PodProcess:
             self.popen.wait(10)
         # Remove the leaf and the parents we made, innermost first (only if empty).
         root = cgroup2_root()
-        d = self.cgroup
-        while d != root and d.name.startswith(("cri-containerd-", "kubepods")):
+        leaf = self.cgroup
+        for _ in range(50):  # the kernel may hold a just-emptied cgroup for a moment
+            try:
+                leaf.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+        d = leaf.parent
+        while d != root and d.name.startswith("kubepods"):
             try:
                 d.rmdir()
-            except OSError:
+            except OSError:  # not empty: another pod process of this test run still uses it
                 break
             d = d.parent
 
