@@ -115,3 +115,23 @@ def test_gpu_processes_are_described_once_with_their_pod(tmp_path: Path):
     first = agent.enrich(b)
     assert [(p.pid, p.pod_uid) for p in first.processes] == [(500, UID_B)]
     assert agent.enrich(b).processes == ()
+
+
+def test_run_until_end_time_then_drain_everything(tmp_path: Path):
+    proc = tmp_path / "proc"
+    _proc(proc, 100, "python", _cg(UID_A, "c" * 64))
+    client = FakeClient([])
+    col = FakeCollector()
+    now = [1000.0]
+
+    def clock() -> float:
+        now[0] += 0.5
+        return now[0]
+
+    agent = NodeAgent(AgentConfig("n", "ns", "s", poll_interval_s=0.001, rescan_interval_s=0,
+                                  end_time=1003.0, static_targets=(UID_A,)),
+                      client, Spool(tmp_path / "spool"), {"cpu": col}, Discovery(proc),
+                      clock=clock)
+    assert agent.run() == 0
+    assert col.targets == [100] and agent.batches >= 2
+    assert agent.spool.pending() == [] and len(client.bodies) == agent.batches
