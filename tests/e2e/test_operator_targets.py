@@ -77,6 +77,14 @@ def test_invalid_specs_are_rejected_with_field_names(k8s_cluster: Cluster, ns: s
     rc, out = _apply(k8s_cluster, doc)
     assert rc != 0 and "spec.duration: Required value" in out, out
 
+    rc, out = _apply(k8s_cluster, base)  # valid: created
+    assert rc == 0, out
+    changed = yaml.safe_load(yaml.safe_dump(base))
+    changed["spec"]["duration"] = "10m"
+    rc, out = _apply(k8s_cluster, changed)
+    assert rc != 0 and "spec is immutable" in out, out
+    h.ensure_absent(k8s_cluster, ns, "bad")
+
 
 def test_selector_matching_nothing_fails_with_reason(k8s_cluster: Cluster, operator, ns: str):
     c = k8s_cluster
