@@ -75,21 +75,24 @@ def test_operator_killed_mid_session_completes_without_duplicates(
 
 
 def test_postgres_down_during_ingest_agent_retries_and_everything_arrives(
-    k8s_cluster: Cluster, workdir: Path
-):
+        k8s_cluster: Cluster, workdir: Path):
     c = k8s_cluster
     h.apply_crd(c)
     pg = Postgres(workdir / "pg-outage").start()  # our own server: stopping it is safe
+    try:
+        _postgres_outage(c, pg, workdir)
+    finally:
+        pg.stop()
+
+
+def _postgres_outage(c: Cluster, pg: Postgres, workdir: Path) -> None:
     ns, name = f"e2e-pgdown-{uuid.uuid4().hex[:6]}", "pgdown"
     op = h.Operator(c, pg.url, workdir / "pgdown").start()
     p = None
     try:
         p = h.start_profiled(c, op, ns, name, "40s", workdir)
-        h.poll(
-            lambda: 'kubeprof_ingest_batches_total{result="stored"}' in op.metrics(),
-            60,
-            "first batches stored",
-        )
+        h.poll(lambda: 'kubeprof_ingest_batches_total{result="stored"}' in op.metrics(), 60,
+               "first batches stored")
         port = pg.port
         pg.stop()
         h.poll(lambda: 'reason="database"' in op.metrics(), 30, "ingest refusing with 503")
@@ -105,12 +108,9 @@ def test_postgres_down_during_ingest_agent_retries_and_everything_arrives(
     finally:
         _cleanup(c, p, ns)
         op.stop()
-    try:
-        summary = p.agent_summary()
-        assert summary["left"] == 0 and summary["rejected"] == 0, summary
-        assert summary["retries"] > 0, summary
-        counts = h.row_counts(pg.dsn, st["storeSession"])
-        assert counts["batches"] == summary["spooled"], (counts, summary)
-        assert counts["samples"] == counts["distinct_samples"] == st["samples"] > 0, counts
-    finally:
-        pg.stop()
+    summary = p.agent_summary()
+    assert summary["left"] == 0 and summary["rejected"] == 0, summary
+    assert summary["retries"] > 0, summary
+    counts = h.row_counts(pg.dsn, st["storeSession"])
+    assert counts["batches"] == summary["spooled"], (counts, summary)
+    assert counts["samples"] == counts["distinct_samples"] == st["samples"] > 0, counts
