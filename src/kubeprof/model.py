@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 
 class FrameKind(StrEnum):
@@ -51,11 +52,13 @@ class Frame:
 Stack = tuple[Frame, ...]
 
 
+@lru_cache(maxsize=1 << 16)
 def stack_hash(stack: Stack) -> int:
     """Signed 64-bit hash of a stack, stable across processes and machines.
 
     Stacks are interned by this value (hash -> id) so samples stay small; it fits a
-    Postgres BIGINT and an SQLite INTEGER.
+    Postgres BIGINT and an SQLite INTEGER. Cached: a profile repeats few distinct stacks
+    many times, and hashing every frame's text was most of the ingest time.
     """
     h = hashlib.blake2b(digest_size=8)
     for frame in stack:
