@@ -180,7 +180,7 @@ def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
             attributed += has
             if "elementwise" in a.name:
                 launch_kernels += 1
-                launch_attr += any(f.name == "launch_bound" for f in a.stack)
+                launch_attr += any(f.name.endswith("launch_bound") for f in a.stack)
         for k, v in batch.counters.items():  # type: ignore[attr-defined]
             counters[k] = counters.get(k, 0) + v
 
