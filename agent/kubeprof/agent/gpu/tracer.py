@@ -214,7 +214,7 @@ class CuptiTracer:
                 by = f" ({other})" if other else ""
                 raise TracerError(
                     f"CUPTI is already in use by another profiler{by} "
-                    "(Nsight Systems, torch.profiler, ...); GPU tracing off"
+                    "(Nsight Systems, torch.profiler, ...)"
                 ) from None
             raise TracerError(f"CUPTI subscribe failed: {_cupti_error(cupti, exc)}") from None
 
@@ -242,7 +242,7 @@ class CuptiTracer:
             self._cbids = [c for c in self._cbids if c not in failed]
             self.sender.hello["skipped_cbids"] = len(failed)
         if on and not self._cbids:
-            raise TracerError("CUPTI accepted none of the launch callbacks; GPU tracing off")
+            raise TracerError("CUPTI accepted none of the launch callbacks")
 
     def _enable_activities(self, on: bool) -> None:
         cupti = self._cupti
