@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import trace_io
-from conftest import FIXTURES
 
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
@@ -17,6 +16,7 @@ from kubeprof.model import Batch, FrameKind
 from kubeprof.report.aggregate import Profile
 from kubeprof.report.collapsed import parse_collapsed, render_collapsed
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
 NAMES = ["torch_fast", "torch_slow", "jax_fast", "jax_slow"]
 
 
