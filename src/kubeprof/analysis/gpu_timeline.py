@@ -86,10 +86,10 @@ def buckets(busy: list[Interval], start: int, end: int, n: int) -> tuple[float, 
     out = [0.0] * n
     for s, e in clip(busy, start, end):
         i = int((s - start) // width)
-        while i < n and s < e:
-            edge = start + (i + 1) * width
-            seg_end = min(e, edge)
-            out[i] += seg_end - s
-            s = seg_end
+        pos: float = s
+        while i < n and pos < e:
+            seg_end = min(float(e), start + (i + 1) * width)
+            out[i] += seg_end - pos
+            pos = seg_end
             i += 1
     return tuple(min(1.0, v / width) for v in out)
