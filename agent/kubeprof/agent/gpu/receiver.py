@@ -67,6 +67,7 @@ class GpuReceiver:
         self.socket_path = socket_path
         self.mode = mode
         self.messages: list[str] = []  # one-line notes from tracers and about them
+        self.targets: dict[int, dict[str, Any]] = {}  # pid -> its hello (argv, versions, config)
         self._sel = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -216,6 +217,10 @@ class GpuReceiver:
         kind = header.get("t")
         if kind == "hello":
             conn.pid = int(header.get("pid", 0))
+            self.targets[conn.pid] = {
+                k: header[k] for k in ("argv", "ppid", "versions", "config", "skipped_cbids")
+                if k in header
+            }
             conn.strings.clear()
             conn.raw_stacks.clear()
             conn.stacks.clear()
