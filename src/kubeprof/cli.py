@@ -110,7 +110,7 @@ def _record(args: argparse.Namespace) -> int:
         print(f"kubeprof: warning: {warning}", file=sys.stderr)
     print(f"kubeprof: session {result.session_name!r}: {result.rows} rows stored; "
           f"see `kubeprof report {result.session_name}`", file=sys.stderr)
-    if result.rows == 0:
+    if result.records == 0:
         return result.exit_code or 3
     return result.exit_code
 

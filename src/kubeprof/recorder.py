@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,8 @@ class RecordResult:
 
     session_id: int
     session_name: str
-    rows: int
+    rows: int  # every row written (samples, processes, GPU records, metrics)
+    records: int  # CPU samples + GPU activities
     exit_code: int  # the command's exit code (0 for --pid recordings)
     warnings: list[str]
 
@@ -80,6 +82,7 @@ class _Writer:
         self.store, self.session_id, self.log = store, session_id, log
         self.pending: list[Batch] = []
         self.rows = 0
+        self.records = 0  # CPU samples + GPU activities: what a profile is made of
 
     def add(self, batch: Batch) -> None:
         if batch.samples or batch.gpu_activities or batch.gpu_metrics or batch.processes \
@@ -91,6 +94,8 @@ class _Writer:
         while self.pending:
             try:
                 self.rows += self.store.write_batch(self.session_id, self.pending[0])
+                self.records += len(self.pending[0].samples) + len(
+                    self.pending[0].gpu_activities)
             except Exception as exc:  # noqa: BLE001 - keep the data, report the cause
                 self.log(f"kubeprof: store write failed, keeping data in memory: {exc}")
                 return False
@@ -128,8 +133,41 @@ def _start_sources(opts: RecordOptions, gpu_socket: str | None) -> tuple[list[So
     return sources, env
 
 
+class _Interrupt:
+    """First Ctrl-C (SIGINT) or SIGTERM ends the recording gracefully; a second Ctrl-C aborts.
+
+    A flag instead of KeyboardInterrupt: the exception could land anywhere (inside a
+    store write, say), while the flag is only read between polls, so the final drain and
+    the last writes always run.
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.event.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.event.set()
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
 def record(opts: RecordOptions) -> RecordResult:
     """Run one recording to its end and return what was stored."""
+    with _Interrupt() as interrupt:
+        return _record(opts, interrupt.event)
+
+
+def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     if not opts.command and opts.pid is None:
         raise RecordError("nothing to record: give --pid PID or -- COMMAND [ARGS...]")
     if opts.pid is not None and not Path(f"/proc/{opts.pid}").exists():
@@ -165,12 +203,13 @@ def record(opts: RecordOptions) -> RecordResult:
         for s in sources:
             if hasattr(s, "add_target"):
                 s.add_target(target)
-        exit_code = _loop(opts, sources, writer, child, target, start_ns)
+        exit_code = _loop(opts, sources, writer, child, target, start_ns, interrupted)
+        if interrupted.is_set():
+            status = "interrupted"
+            opts.log("kubeprof: interrupted; saving what was collected")
     except KeyboardInterrupt:
         status = "interrupted"
-        opts.log("kubeprof: interrupted; saving what was collected")
-        if child is not None and child.poll() is None:
-            _stop_child(child)
+        opts.log("kubeprof: interrupted again; saving what was collected")
     except RecordError:
         status = "failed"
         raise
@@ -192,17 +231,21 @@ def record(opts: RecordOptions) -> RecordResult:
         except StoreError as exc:  # pragma: no cover - store vanished at the very end
             warnings.append(str(exc))
         store.close()
-    if child is not None and writer.rows == 0 and child.returncode is not None:
+    if child is not None and writer.records == 0 and child.returncode is not None:
         warnings.append(f"the command exited (code {child.returncode}) before any sample was "
                         "taken; profile a longer-running command or use --pid")
-    return RecordResult(session_id, name, writer.rows, exit_code, warnings)
+    return RecordResult(session_id, name, writer.rows, writer.records, exit_code, warnings)
 
 
 def _loop(opts: RecordOptions, sources: list[Source], writer: _Writer,
-          child: subprocess.Popen[bytes] | None, target: int, start_ns: int) -> int:
+          child: subprocess.Popen[bytes] | None, target: int, start_ns: int,
+          interrupted: threading.Event) -> int:
     deadline = start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None
     while True:
-        time.sleep(opts.poll_interval_s)
+        if interrupted.wait(opts.poll_interval_s):
+            if child is not None and child.poll() is None:
+                _stop_child(child)
+            return child.returncode if child is not None else 0
         for s in sources:
             writer.add(s.poll())
         if child is not None and child.poll() is not None:

@@ -71,7 +71,7 @@ def test_duration_stops_the_command_and_keeps_samples(tmp_path):
 def test_ctrl_c_keeps_samples(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
     src = CountingSource()
-    timer = threading.Timer(0.4, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(60)"],
                          store_url=url, sources=[src], poll_interval_s=0.05, name="int"))
