@@ -36,7 +36,6 @@ from pathlib import Path
 
 from kubeprof.agent.cpu.collector import CpuCollector
 from kubeprof.agent.cpu.python_stacks import pyspy_path
-
 from kubeprof.model import FrameKind
 
 ROOT = Path(__file__).resolve().parent.parent

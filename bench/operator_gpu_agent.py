@@ -34,7 +34,6 @@ from kubeprof.agent.cluster import codec  # noqa: E402
 from kubeprof.agent.cluster.cgroups import cgroup_name  # noqa: E402
 from kubeprof.operator import aggregate  # noqa: E402
 from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
-
 from kubeprof.storage import Store  # noqa: E402
 
 WORKLOAD = """

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
+
 from tests.e2e import operator_helpers as h  # noqa: E402
 from tests.e2e.cluster import Cluster, Postgres  # noqa: E402
 

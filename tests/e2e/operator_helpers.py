@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from tests.e2e.cluster import Cluster
 from tests.e2e.cluster.ports import pick
 

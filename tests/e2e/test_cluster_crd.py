@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 from kubernetes import client
+
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.e2e

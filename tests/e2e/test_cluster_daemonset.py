@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.e2e

@@ -2,6 +2,7 @@
 
 import pytest
 from kubernetes import client
+
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.e2e

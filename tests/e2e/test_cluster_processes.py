@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from tests.e2e.cluster import processes
 from tests.e2e.cluster.processes import ComponentError
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+
 from kubeprof.agent.cluster.client import IngestClient
 from kubeprof.agent.cluster.codec import encode
+from kubeprof.model import Batch, GpuMetricSample
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
-
-from kubeprof.model import Batch, GpuMetricSample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bpf]
 NS = "ml-team"  # the example's namespace

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster, Postgres
 from tests.e2e.cluster import postgres as pg_module

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.agent.cluster.codec import encode
+from kubeprof.model import Batch, ProcessInfo
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
-
-from kubeprof.model import Batch, ProcessInfo
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from kubeprof.agent.gpu.inject import tracer_env
 from kubeprof.agent.gpu.receiver import GpuReceiver
-
 from kubeprof.model import GpuActivity, GpuMetricSample
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from harness import NO_MULTICAST, REPO, python, run_traced
+
 from kubeprof.agent.gpu.inject import tracer_env
 
 pytestmark = pytest.mark.gpu

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kubeprof.agent.cpu.collector import CollectorError, CpuCollector
 
+from kubeprof.agent.cpu.collector import CollectorError, CpuCollector
 from kubeprof.model import FrameKind
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cpu"

@@ -11,10 +11,11 @@ import logging
 from typing import Any
 
 import kopf
+from sqlalchemy.exc import SQLAlchemyError
+
 from kubeprof.operator import ingest, metrics, reconcile
 from kubeprof.operator.config import GROUP, PLURAL, VERSION, OperatorConfig
 from kubeprof.operator.kube import KubeError
-from sqlalchemy.exc import SQLAlchemyError
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:

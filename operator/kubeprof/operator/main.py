@@ -89,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     import kopf
+
     from kubeprof.operator import handlers
     from kubeprof.operator.config import OperatorConfig
     from kubeprof.operator.db import BatchWriter
@@ -96,7 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubeprof.operator.kube import Kube
     from kubeprof.operator.reconcile import Context
     from kubeprof.operator.registry import Registry
-
     from kubeprof.storage import Store, StoreError
 
     config = OperatorConfig(

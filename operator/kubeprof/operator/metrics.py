@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kubeprof.operator.aggregate import Summary
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from kubeprof.operator.aggregate import Summary
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from sqlalchemy.engine import Engine
+
 from kubeprof.operator import aggregate, build, db, metrics
 from kubeprof.operator.config import TOKEN_KEY, OperatorConfig
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
 from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.targets import Target, label_selector, nodes_of, resolve
-from sqlalchemy.engine import Engine
 
 log = logging.getLogger("kubeprof.operator")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")

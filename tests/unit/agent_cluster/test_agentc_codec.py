@@ -4,8 +4,8 @@ import gzip
 import json
 
 import pytest
-from kubeprof.agent.cluster import codec
 
+from kubeprof.agent.cluster import codec
 from kubeprof.model import (
     Batch,
     CpuSample,

@@ -6,7 +6,6 @@ from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent, merge
 from kubeprof.agent.cluster.client import Answer, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.spool import Spool
-
 from kubeprof.model import Batch, CpuSample, ProcessInfo
 
 UID_A = "11111111-2222-3333-4444-555555555555"

@@ -1,7 +1,6 @@
 """The pure joins: Python stack at a time, and splicing native/kernel frames under it."""
 
 from kubeprof.agent.cpu.merge import is_interpreter, merge_stack, python_stack_at
-
 from kubeprof.model import Frame, FrameKind
 
 

@@ -1,7 +1,6 @@
 """Parsing py-spy's chrometrace output into per-thread Python timelines."""
 
 from kubeprof.agent.cpu.python_stacks import parse_chrometrace
-
 from kubeprof.model import FrameKind
 
 PID = 4242

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from kubeprof.agent.cpu.elf import ElfError, read_symbols
 from kubeprof.agent.cpu.symbolize import (
     UNKNOWN,
@@ -14,7 +15,6 @@ from kubeprof.agent.cpu.symbolize import (
     parse_maps,
     parse_perf_map,
 )
-
 from kubeprof.model import FrameKind
 
 C_PROGRAM = textwrap.dedent(

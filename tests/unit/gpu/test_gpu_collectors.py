@@ -10,6 +10,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
+
 from kubeprof.agent.gpu.inject import site_dir, tracer_env
 from kubeprof.agent.gpu.nvml import NvmlError, NvmlSampler
 from kubeprof.agent.gpu.receiver import GpuReceiver

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from kubeprof.agent.gpu.demangle import demangle_many
 from kubeprof.agent.gpu.stacks import StackTable
 from kubeprof.agent.gpu.wire import FrameDecoder, FrameError, encode_frame
-
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_timeline import buckets, clip, gaps, merge, total
 from kubeprof.analysis.kernel_names import short_name

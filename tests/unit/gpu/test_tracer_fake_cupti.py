@@ -9,11 +9,11 @@ import types
 
 import pytest
 from fake_cupti import FakeCupti
+
 from kubeprof.agent.gpu import tracer as tracer_mod
 from kubeprof.agent.gpu.receiver import GpuReceiver
 from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig, TracerError
 from kubeprof.agent.gpu.wire import Sender
-
 from kubeprof.model import FrameKind
 
 

@@ -3,6 +3,7 @@
 import base64
 
 import pytest
+
 from kubeprof.operator.build import (
     build_daemonset,
     build_secret,

@@ -1,6 +1,7 @@
 """The phase machine, as a table."""
 
 import pytest
+
 from kubeprof.operator.phases import Observed, Phase, condition, next_step
 
 P, R, A, C, F = Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING, Phase.COMPLETED, Phase.FAILED

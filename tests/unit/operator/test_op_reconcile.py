@@ -4,13 +4,13 @@ import copy
 from datetime import UTC, datetime
 
 import pytest
+
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuMetricSample, ProcessInfo
 from kubeprof.operator import aggregate, metrics
 from kubeprof.operator.config import OperatorConfig
 from kubeprof.operator.db import BatchWriter
 from kubeprof.operator.reconcile import Context, reconcile
 from kubeprof.operator.registry import Registry
-
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuMetricSample, ProcessInfo
 from kubeprof.storage import Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()

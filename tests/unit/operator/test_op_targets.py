@@ -1,6 +1,7 @@
 """Selectors and pod -> target resolution."""
 
 import pytest
+
 from kubeprof.operator.reconcile import parse_duration
 from kubeprof.operator.targets import label_selector, nodes_of, resolve
 

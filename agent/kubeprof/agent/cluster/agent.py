@@ -24,7 +24,6 @@ from kubeprof.agent.cluster.collectors import Collector, TargetedCollector
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
-
 from kubeprof.model import Batch, ProcessInfo
 
 log = logging.getLogger("kubeprof.agent")

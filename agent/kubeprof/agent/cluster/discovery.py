@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubeprof.agent.cluster.cgroups import PodRef, parse_proc_cgroup
-
 from kubeprof.model import ProcessInfo
 
 CMDLINE_MAX = 512  # characters of argv kept per process

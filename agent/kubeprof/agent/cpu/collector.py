@@ -18,7 +18,6 @@ from kubeprof.agent.cpu.merge import is_interpreter_path, merge_stack
 from kubeprof.agent.cpu.python_stacks import PythonUnwinder
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
-
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeprof.agent.cpu.merge import python_stack_at
-
 from kubeprof.model import Frame, FrameKind, Stack
 
 _THREAD_ROOT = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: .*)?$")

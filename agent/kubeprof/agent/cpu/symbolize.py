@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
-
 from kubeprof.model import Frame, FrameKind
 
 UNKNOWN = "[unknown]"

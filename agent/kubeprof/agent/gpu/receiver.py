@@ -21,7 +21,6 @@ from typing import Any
 
 from kubeprof.agent.gpu.demangle import demangle_many
 from kubeprof.agent.gpu.wire import FrameDecoder, FrameError
-
 from kubeprof.model import Batch, Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
 
 MAX_LAUNCHES = 1_000_000  # remembered launches per process; oldest forgotten first
