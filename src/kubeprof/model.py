@@ -38,6 +38,9 @@ class Frame:
         if self.kind is FrameKind.PYTHON and self.file:
             short = self.file.rsplit("/", 1)[-1]
             return f"{self.name} ({short}:{self.line})" if self.line else f"{self.name} ({short})"
+        if self.kind is FrameKind.NATIVE and self.name == "[unknown]" and self.file:
+            # A stripped object: name at least the library, as `perf report` does.
+            return f"[unknown] ({self.file.rsplit('/', 1)[-1]})"
         if self.kind is FrameKind.KERNEL:
             return f"{self.name}_[k]"
         if self.kind is FrameKind.GPU:

@@ -19,7 +19,8 @@ FuncKey = tuple[str, str, str]  # (kind, name, file): functions merge across lin
 
 def function_key(frame: Frame) -> FuncKey:
     """Functions are named by kind, name and (for Python) file; lines are merged."""
-    return (frame.kind.value, frame.name, frame.file if frame.kind is FrameKind.PYTHON else "")
+    keep_file = frame.kind is FrameKind.PYTHON or frame.name == "[unknown]"
+    return (frame.kind.value, frame.name, frame.file if keep_file else "")
 
 
 def function_label(key: FuncKey) -> str:

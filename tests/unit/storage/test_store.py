@@ -113,3 +113,9 @@ def test_unwritable_store_is_a_clear_error(tmp_path):
     else:
         with pytest.raises(StoreError, match="not writable"):
             Store.open(f"sqlite:///{locked}/x.db")
+
+
+def test_unresolved_native_frames_name_their_library():
+    frame = Frame("[unknown]", FrameKind.NATIVE, "/usr/lib/x86_64-linux-gnu/libcrypto.so.3")
+    assert frame.label() == "[unknown] (libcrypto.so.3)"
+    assert Frame("[unknown]", FrameKind.NATIVE).label() == "[unknown]"
