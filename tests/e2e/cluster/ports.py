@@ -8,8 +8,13 @@ _LOW, _HIGH = 20000, 32000
 
 
 def is_free(port: int) -> bool:
-    """True when nothing listens on 127.0.0.1:port right now."""
+    """True when nothing listens on 127.0.0.1:port right now.
+
+    SO_REUSEADDR, as servers set it: a port whose last connections sit in TIME_WAIT (a
+    server just restarted on it) is free for a listener, and must count as free here.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
