@@ -219,6 +219,9 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
                 writer.add(s.stop())
             except Exception as exc:  # noqa: BLE001 - one collector must not lose the rest
                 warnings.append(f"{type(s).__name__} failed while stopping: {exc}")
+            # Collectors' own one-line notes (CPU: target exited at once; GPU: tracer errors).
+            for attr in ("warnings", "messages"):
+                warnings.extend(str(m) for m in getattr(s, attr, ()) or ())
         end_ns = time.monotonic_ns()
         if child is not None and child.poll() is None:
             _stop_child(child)

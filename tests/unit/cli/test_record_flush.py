@@ -24,6 +24,7 @@ class CountingSource:
         self.n = 0
         self.targets: list[int] = []
         self.stopped = False
+        self.warnings = ["no CPU samples for PID 1: it exited at once"]
 
     def add_target(self, pid: int) -> None:
         self.targets.append(pid)
@@ -55,6 +56,7 @@ def test_command_exit_flushes_everything(tmp_path):
                                store_url=url, sources=[src], poll_interval_s=0.05,
                                name="exit"))
     assert res.exit_code == 0 and src.stopped and src.targets
+    assert "no CPU samples for PID 1: it exited at once" in res.warnings
     assert _stored(url, "exit") == src.n >= 2
 
 
