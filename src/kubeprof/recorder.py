@@ -234,7 +234,8 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         except StoreError as exc:  # pragma: no cover - store vanished at the very end
             warnings.append(str(exc))
         store.close()
-    if child is not None and writer.records == 0 and child.returncode is not None:
+    if child is not None and writer.records == 0 and child.returncode is not None \
+            and not warnings:
         warnings.append(f"the command exited (code {child.returncode}) before any sample was "
                         "taken; profile a longer-running command or use --pid")
     return RecordResult(session_id, name, writer.rows, writer.records, exit_code, warnings)
