@@ -179,7 +179,7 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     tmp = tempfile.mkdtemp(prefix="kubeprof-")
     gpu_socket = os.path.join(tmp, "gpu.sock") if opts.gpu else None
     if opts.sources is not None:
-        sources, env = list(opts.sources), {}
+        sources, env = list(opts.sources), dict[str, str]()
     else:
         sources, env = _start_sources(opts, gpu_socket)
     start_ns = time.monotonic_ns()

@@ -41,7 +41,7 @@ def report_command(ref: str | None, fmt: str, view: str, out: str | None,
     from kubeprof.report.formats import FORMATS, render
 
     data = render(profile, fmt, view=view, extra_sections=sections)
-    if fmt == "text" and gpu_text:
+    if isinstance(data, str) and gpu_text:  # text: the GPU summary follows the CPU tables
         data = f"{data}\n{gpu_text}"
     if out is None and fmt in ("html", "pprof"):
         out = f"{profile.session}{FORMATS[fmt].suffix}"

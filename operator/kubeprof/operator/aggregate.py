@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -87,7 +87,7 @@ def _pid_pods(conn: Connection, session_id: int) -> dict[tuple[str, int], str]:
     return {(r.node, r.pid): r.pod_uid for r in conn.execute(q) if r.pod_uid}
 
 
-def _top_stacks(conn: Connection, session_id: int, limit: int, *conds: object,
+def _top_stacks(conn: Connection, session_id: int, limit: int, *conds: ColumnElement[bool],
                 ) -> list[tuple[Stack, int]]:
     n = func.count().label("n")
     q = (select(SampleRow.stack_id, n).where(SampleRow.session_id == session_id, *conds)
@@ -166,9 +166,7 @@ def aggregate(conn: Connection, session_id: int, top_n: int = 5) -> Summary:
     return s
 
 
-def _pid_filter(pids: list[tuple[str, int]]) -> object:
-    from sqlalchemy import or_
-
+def _pid_filter(pids: list[tuple[str, int]]) -> ColumnElement[bool]:
     return or_(*(and_(SampleRow.node == n, SampleRow.pid == p) for n, p in pids))
 
 

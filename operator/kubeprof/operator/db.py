@@ -46,7 +46,8 @@ def ensure_session(engine: Engine, namespace: str, name: str, uid: str, *, hz: i
             meta=json.dumps(dict(meta), sort_keys=True),
         ).on_conflict_do_nothing(index_elements=["name"])
         conn.execute(stmt)
-        return int(conn.scalar(select(SessionRow.id).where(SessionRow.name == sname)))
+        return int(conn.execute(select(SessionRow.id).where(SessionRow.name == sname))
+                   .scalar_one())
 
 
 def merge_meta(engine: Engine, session_id: int, meta: Mapping[str, str]) -> None:

@@ -43,7 +43,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     @kopf.timer(GROUP, VERSION, PLURAL, registry=registry, id="reconcile",
                 interval=config.reconcile_interval_s, initial_delay=0.0)
     def handle_reconcile_session(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-                                 logger: logging.Logger, **_: Any) -> None:
+                                 logger: kopf.Logger, **_: Any) -> None:
         try:
             status = reconcile.reconcile(memo.ctx, body)
         except SQLAlchemyError as exc:
@@ -67,6 +67,9 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
                 patch.status[key] = value
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-    def handle_delete_session(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    def handle_delete_session(name: str, namespace: str | None, memo: kopf.Memo,
+                              **_: Any) -> None:
+        if namespace is None:  # ProfilingSession is namespaced; kopf types allow None
+            return
         memo.ctx.writer_registry.remove(namespace, name)
         metrics.forget_session(namespace, name)

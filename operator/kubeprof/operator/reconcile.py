@@ -172,7 +172,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     status["storeSession"] = db.store_name(ns, name, uid)
 
     if phase in TERMINAL:
-        entry.phase = phase  # type: ignore[assignment]
+        entry.phase = phase
         _sync_daemonset(ctx, body, [], end)
         return status
 

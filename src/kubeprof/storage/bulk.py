@@ -23,6 +23,7 @@ def _copy(conn: Connection, tablename: str, columns: list[str], rows: Sequence[d
     # Column names come from our own models, never from input; values travel as COPY data.
     cols = ", ".join(f'"{c}"' for c in columns)
     raw = conn.connection.driver_connection
+    assert raw is not None, "a live psycopg connection is needed for COPY"
     with raw.cursor() as cur, cur.copy(f'COPY "{tablename}" ({cols}) FROM STDIN') as copy:
         for row in rows:
             copy.write_row([row[c] for c in columns])

@@ -7,7 +7,7 @@ at once; inserts use ON CONFLICT DO NOTHING and then read the winner's id.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -23,15 +23,20 @@ def frame_hash(frame: Frame) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _insert(conn: Connection, table: type, rows: list[dict[str, object]]) -> None:
+Interned = type[FrameRow] | type[StackRow]
+
+
+def _insert(conn: Connection, table: Interned, rows: Sequence[Mapping[str, object]]) -> None:
+    """INSERT .. ON CONFLICT (hash) DO NOTHING: another writer may have interned it first."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
-        stmt = postgresql.insert(table).on_conflict_do_nothing(index_elements=["hash"])
+        conn.execute(postgresql.insert(table).on_conflict_do_nothing(index_elements=["hash"]),
+                     list(rows))
     elif dialect == "sqlite":
-        stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=["hash"])
+        conn.execute(sqlite.insert(table).on_conflict_do_nothing(index_elements=["hash"]),
+                     list(rows))
     else:  # pragma: no cover - only SQLite and Postgres are supported
         raise ValueError(f"unsupported database dialect {dialect!r}")
-    conn.execute(stmt, rows)
 
 
 def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:
@@ -58,15 +63,17 @@ class Interner:
             frames = {f for s in by_hash.values() for f in s}
             self._intern_frames(conn, frames)
             self._fetch(conn, StackRow, list(by_hash), self.stack_ids)
-            rows = []
+            rows: list[dict[str, object]] = []
+            new_hashes: list[int] = []
             for h, stack in by_hash.items():
                 if h in self.stack_ids:
                     continue
                 ids = ",".join(str(self.frame_ids[frame_hash(f)]) for f in stack)
                 rows.append({"hash": h, "frame_ids": ids, "depth": len(stack)})
+                new_hashes.append(h)
             if rows:
                 _insert(conn, StackRow, rows)
-                self._fetch(conn, StackRow, [r["hash"] for r in rows], self.stack_ids)
+                self._fetch(conn, StackRow, new_hashes, self.stack_ids)
         return self.stack_ids
 
     def _intern_frames(self, conn: Connection, frames: set[Frame]) -> None:
@@ -74,17 +81,19 @@ class Interner:
         if not missing:
             return
         self._fetch(conn, FrameRow, list(missing), self.frame_ids)
+        new_hashes = [h for h in missing if h not in self.frame_ids]
         rows = [
-            {"hash": h, "kind": f.kind.value, "name": f.name, "file": f.file, "line": f.line}
-            for h, f in missing.items()
-            if h not in self.frame_ids
+            {"hash": h, "kind": missing[h].kind.value, "name": missing[h].name,
+             "file": missing[h].file, "line": missing[h].line}
+            for h in new_hashes
         ]
         if rows:
             _insert(conn, FrameRow, rows)
-            self._fetch(conn, FrameRow, [r["hash"] for r in rows], self.frame_ids)
+            self._fetch(conn, FrameRow, new_hashes, self.frame_ids)
 
     @staticmethod
-    def _fetch(conn: Connection, table: type, hashes: list[int], into: dict[int, int]) -> None:
+    def _fetch(conn: Connection, table: Interned, hashes: list[int],
+               into: dict[int, int]) -> None:
         for chunk in _chunks(hashes):
             for row in conn.execute(select(table.hash, table.id).where(table.hash.in_(chunk))):
                 into[row.hash] = row.id
@@ -95,13 +104,13 @@ def load_stacks(conn: Connection, stack_ids: Iterable[int]) -> dict[int, Stack]:
     ids = sorted(set(stack_ids))
     frame_lists: dict[int, list[int]] = {}
     for chunk in _chunks(ids):
-        q = select(StackRow.id, StackRow.frame_ids).where(StackRow.id.in_(chunk))
-        for row in conn.execute(q):
-            frame_lists[row.id] = [int(x) for x in row.frame_ids.split(",") if x]
+        sq = select(StackRow.id, StackRow.frame_ids).where(StackRow.id.in_(chunk))
+        for srow in conn.execute(sq):
+            frame_lists[srow.id] = [int(x) for x in srow.frame_ids.split(",") if x]
     frame_ids = sorted({f for fl in frame_lists.values() for f in fl})
     frames: dict[int, Frame] = {}
     for chunk in _chunks(frame_ids):
-        q = select(FrameRow.id, FrameRow.kind, FrameRow.name, FrameRow.file, FrameRow.line)
-        for row in conn.execute(q.where(FrameRow.id.in_(chunk))):
+        fq = select(FrameRow.id, FrameRow.kind, FrameRow.name, FrameRow.file, FrameRow.line)
+        for row in conn.execute(fq.where(FrameRow.id.in_(chunk))):
             frames[row.id] = Frame(row.name, FrameKind(row.kind), row.file, row.line)
     return {sid: tuple(frames[f] for f in fl) for sid, fl in frame_lists.items()}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, select, update
+from sqlalchemy import create_engine, event, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -124,7 +124,7 @@ class Store:
                 end_ns=0, meta=json.dumps(dict(meta or {}), sort_keys=True),
             )
             result = conn.execute(
-                SessionRow.__table__.insert().returning(SessionRow.id),
+                insert(SessionRow).returning(SessionRow.id),
                 [{c.key: getattr(row, c.key) for c in SessionRow.__table__.columns
                   if c.key != "id"}],
             )

@@ -22,7 +22,7 @@ def demangle_many(names: Iterable[str]) -> dict[str, str]:
     if not todo:
         return out
     try:
-        import cxxfilt  # type: ignore[import-not-found]
+        import cxxfilt
 
         for n in todo:
             with contextlib.suppress(Exception):
