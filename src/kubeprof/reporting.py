@@ -38,6 +38,12 @@ def load(store_url: str | None, ref: str | None) -> tuple[Profile, list[tuple[st
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                    store_url: str | None) -> int:
     profile, sections, gpu_text = load(store_url, ref)
+    if view == "gpu" and not profile.gpu:
+        raise LookupError(f"session {profile.session!r} has no GPU data: record it with "
+                          "`kubeprof record --gpu`, or drop --view gpu")
+    if view == "cpu" and not profile.cpu:
+        raise LookupError(f"session {profile.session!r} has no CPU samples (recorded with "
+                          "--no-cpu?): use --view gpu")
     from kubeprof.report.formats import FORMATS, render
 
     data = render(profile, fmt, view=view, extra_sections=sections)
