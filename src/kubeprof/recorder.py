@@ -259,7 +259,6 @@ def _loop(opts: RecordOptions, sources: list[Source], writer: _Writer,
         if deadline is not None and time.monotonic_ns() >= deadline:
             if child is not None:
                 _stop_child(child)
-                return 0
             return 0
 
 

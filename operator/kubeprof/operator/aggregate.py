@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from kubeprof.analysis import gpu_idle as gpu_idle_analysis
 from kubeprof.model import FrameKind, GpuActivity, Stack
+from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
     GpuActivityRow,
@@ -183,8 +183,7 @@ def store(conn: Connection, session_id: int, s: Summary) -> None:
     rows += [{"session_id": session_id, "scope": "pod", "key": uid, "samples": sc.samples,
               "gpu_idle_ratio": sc.gpu_idle, "computed_at": now,
               "detail": json.dumps({"top_stack": sc.top_stack})} for uid, sc in s.pods.items()]
-    ins = (postgresql.insert(SessionAggregateRow) if conn.dialect.name == "postgresql"
-           else sqlite.insert(SessionAggregateRow))
+    ins = dialect_insert(conn, SessionAggregateRow)
     stmt = ins.on_conflict_do_update(
         index_elements=["session_id", "scope", "key"],
         set_={k: getattr(ins.excluded, k)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.model import Batch
+from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import IngestedBatchRow, SessionRow
 from kubeprof.storage.store import write_batch
@@ -29,18 +29,12 @@ def store_name(namespace: str, name: str, uid: str) -> str:
     return f"{namespace}/{name}@{uid[:8]}"
 
 
-def _insert(conn: Connection, table: type) -> object:
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
-
-
 def ensure_session(engine: Engine, namespace: str, name: str, uid: str, *, hz: int,
                    started_at: datetime, meta: Mapping[str, str]) -> int:
     """The session's row id, creating the row on first call (idempotent)."""
     sname = store_name(namespace, name, uid)
     with engine.begin() as conn:
-        stmt = _insert(conn, SessionRow).values(  # type: ignore[attr-defined]
+        stmt = dialect_insert(conn, SessionRow).values(
             name=sname, kind="cluster", command=f"ProfilingSession {namespace}/{name}", hz=hz,
             host="", status="running", started_at=started_at, start_ns=0, end_ns=0,
             meta=json.dumps(dict(meta), sort_keys=True),
@@ -96,7 +90,7 @@ class BatchWriter:
         interner = self._interner()
         try:
             with self.engine.begin() as conn:
-                stmt = _insert(conn, IngestedBatchRow).values(  # type: ignore[attr-defined]
+                stmt = dialect_insert(conn, IngestedBatchRow).values(
                     session_id=session_id, batch_id=batch_id, agent=agent, rows=0,
                     received_at=datetime.now(UTC),
                 ).on_conflict_do_nothing(index_elements=["session_id", "batch_id"]

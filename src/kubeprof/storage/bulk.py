@@ -5,8 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import insert
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase
+
+UpsertInsert = postgresql.Insert | sqlite.Insert
+
+
+def dialect_insert(conn: Connection, table: type[DeclarativeBase]) -> UpsertInsert:
+    """An INSERT that supports ON CONFLICT (the two databases kubeprof runs on)."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    if conn.dialect.name == "sqlite":
+        return sqlite.insert(table)
+    raise ValueError(f"unsupported database dialect {conn.dialect.name!r}")
 
 
 def insert_rows(conn: Connection, table: type[DeclarativeBase], rows: Sequence[dict]) -> None:

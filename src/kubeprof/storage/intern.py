@@ -10,10 +10,10 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from kubeprof.model import Frame, FrameKind, Stack, stack_hash
+from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.models import FrameRow, StackRow
 
 
@@ -28,15 +28,8 @@ Interned = type[FrameRow] | type[StackRow]
 
 def _insert(conn: Connection, table: Interned, rows: Sequence[Mapping[str, object]]) -> None:
     """INSERT .. ON CONFLICT (hash) DO NOTHING: another writer may have interned it first."""
-    dialect = conn.dialect.name
-    if dialect == "postgresql":
-        conn.execute(postgresql.insert(table).on_conflict_do_nothing(index_elements=["hash"]),
-                     list(rows))
-    elif dialect == "sqlite":
-        conn.execute(sqlite.insert(table).on_conflict_do_nothing(index_elements=["hash"]),
-                     list(rows))
-    else:  # pragma: no cover - only SQLite and Postgres are supported
-        raise ValueError(f"unsupported database dialect {dialect!r}")
+    conn.execute(dialect_insert(conn, table).on_conflict_do_nothing(index_elements=["hash"]),
+                 list(rows))
 
 
 def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:

@@ -10,13 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
 from kubeprof.storage import migrate
-from kubeprof.storage.bulk import insert_rows
+from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
     CounterRow,
@@ -181,11 +180,6 @@ def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Ba
     return len(samples) + len(activities) + len(metrics) + len(batch.processes)
 
 
-def _dialect_insert(conn: Connection, table: type) -> object:
-    return (postgresql.insert(table) if conn.dialect.name == "postgresql"
-            else sqlite.insert(table))
-
-
 def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
     if not batch.processes:
         return
@@ -195,10 +189,10 @@ def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch
                 "pod_uid": p.pod_uid}
         for p in batch.processes
     }
-    stmt = _dialect_insert(conn, ProcessRow)
-    stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+    stmt = dialect_insert(conn, ProcessRow)
+    stmt = stmt.on_conflict_do_update(
         index_elements=["session_id", "node", "pid"],
-        set_={k: getattr(stmt.excluded, k)  # type: ignore[attr-defined]
+        set_={k: getattr(stmt.excluded, k)
               for k in ("ppid", "name", "cmdline", "container_id", "pod_uid")},
     )
     conn.execute(stmt, list(rows.values()))
@@ -208,10 +202,10 @@ def _add_counters(conn: Connection, session_id: int, node: str,
                   counters: Mapping[str, int]) -> None:
     if not counters:
         return
-    stmt = _dialect_insert(conn, CounterRow)
-    stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+    stmt = dialect_insert(conn, CounterRow)
+    stmt = stmt.on_conflict_do_update(
         index_elements=["session_id", "node", "name"],
-        set_={"value": CounterRow.__table__.c.value + stmt.excluded.value},  # type: ignore[attr-defined]
+        set_={"value": CounterRow.__table__.c.value + stmt.excluded.value},
     )
     conn.execute(stmt, [{"session_id": session_id, "node": node, "name": k, "value": int(v)}
                         for k, v in counters.items()])
