@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from kubeprof.agent.record import RecordError, RecordOptions, record
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind
-from kubeprof.recorder import RecordError, RecordOptions, record
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 
