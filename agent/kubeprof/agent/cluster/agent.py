@@ -1,11 +1,12 @@
-"""The node agent loop: targets -> processes -> collectors -> spool -> shipper.
+"""The node agent: targets -> processes -> collector driver -> spool -> shipper.
 
-Each pass asks the ingest API which pods of the session run on this node (pods come and
-go during a session), finds their processes through cgroups, hands new PIDs to the
-collectors, and spools whatever the collectors produced. A separate thread ships the
-spool. At the end (session end time, the session leaving Running, SIGTERM) collectors
-are stopped, their last batch spooled, and the spool drained for a bounded time; what
-cannot be sent stays on disk for the next agent on this node.
+Each pass of the driver first asks the ingest API which pods of the session run on this
+node (pods come and go during a session), finds their processes through cgroups and hands
+new PIDs to the collectors; the driver then writes what the collectors produced to a
+`SpoolSink`, whose thread ships the spool. At the end (session end time, the session
+leaving Running, SIGTERM) the driver stops the collectors and spools their last batch,
+and the spool is drained for a bounded time; what cannot be sent stays on disk for the
+next agent on this node.
 """
 
 from __future__ import annotations
