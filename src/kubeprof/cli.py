@@ -7,7 +7,6 @@ import sys
 from collections.abc import Sequence
 
 from kubeprof import reporting
-from kubeprof.recorder import RecordError, RecordOptions, record
 from kubeprof.storage import StoreError
 
 EPILOG_RECORD = """examples:
@@ -89,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             args.store)
         if args.cmd == "sessions":
             return reporting.sessions_command(args.store)
-    except (RecordError, StoreError, LookupError) as exc:
+    except (StoreError, LookupError) as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
     return 1
@@ -103,9 +102,16 @@ def _record(args: argparse.Namespace) -> int:
         print("kubeprof: error: give exactly one of --pid PID or -- COMMAND [ARGS...]",
               file=sys.stderr)
         return 2
+    # Loaded here, not at the top: the core never imports the agent at module level.
+    from kubeprof.agent.record import RecordError, RecordOptions, record
+
     opts = RecordOptions(command=command, pid=args.pid, duration_s=args.duration, hz=args.hz,
                          name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu)
-    result = record(opts)
+    try:
+        result = record(opts)
+    except RecordError as exc:
+        print(f"kubeprof: error: {exc}", file=sys.stderr)
+        return 2
     for warning in result.warnings:
         print(f"kubeprof: warning: {warning}", file=sys.stderr)
     print(f"kubeprof: session {result.session_name!r}: {result.rows} rows stored; "

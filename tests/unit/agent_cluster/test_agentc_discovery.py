@@ -2,10 +2,11 @@
 
 from pathlib import Path
 
-from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent, merge
+from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
 from kubeprof.agent.cluster.client import Answer, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.spool import Spool
+from kubeprof.agent.driver import merge
 from kubeprof.model import Batch, CpuSample, ProcessInfo
 
 UID_A = "11111111-2222-3333-4444-555555555555"
@@ -82,7 +83,7 @@ def test_agent_pass_attaches_and_stamps_pod_identity(tmp_path: Path):
     assert agent.targets == {UID_A} and agent.config.end_time == 123.0
     agent.attach_new()
     assert col.targets == [100]
-    enriched = agent.enrich(col.poll())
+    enriched = agent.sink.enrich(col.poll())
     assert enriched.processes[0].pod_uid == UID_A
     assert enriched.processes[0].container_id == "c" * 64
 
@@ -111,9 +112,9 @@ def test_gpu_processes_are_described_once_with_their_pod(tmp_path: Path):
                       {}, Discovery(proc))
     b = Batch(gpu_metrics=(GpuMetricSample(1, 0, "sm_util", 50.0, pid=500),
                            GpuMetricSample(1, 0, "gpu_util_pct", 50.0)))
-    first = agent.enrich(b)
+    first = agent.sink.enrich(b)
     assert [(p.pid, p.pod_uid) for p in first.processes] == [(500, UID_B)]
-    assert agent.enrich(b).processes == ()
+    assert agent.sink.enrich(b).processes == ()
 
 
 def test_run_until_end_time_then_drain_everything(tmp_path: Path):

@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 DESCRIPTION = """\
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kubeprof agent: error: {problem}", file=sys.stderr)
         return 2
 
-    from kubeprof.agent.cluster import collectors
+    from kubeprof.agent import collectors
     from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent, read_token
     from kubeprof.agent.cluster.client import IngestClient
     from kubeprof.agent.cluster.discovery import Discovery
@@ -135,11 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     spool = Spool(args.spool_dir / f"{args.namespace}_{args.session}",
                   max_bytes=args.spool_max_mb << 20)
     names = [n.strip() for n in args.collectors.split(",") if n.strip()]
-    running, failed = collectors.start(
+    started = collectors.start(
         names, collectors.CollectorOptions(hz=args.hz, nvml_interval_s=args.nvml_interval))
+    running, failed = started.running, started.failed
     agent = NodeAgent(config, client, spool, running, Discovery(args.proc_root))
+    for note in started.notes:
+        logging.getLogger("kubeprof.agent").warning("%s", note)
     if failed:
-        agent.spool_batch(collectors_failed_batch(failed))
+        agent.sink.write(collectors_failed_batch(failed))
 
     def on_signal(signum: int, _frame: object) -> None:
         logging.getLogger("kubeprof.agent").info("signal %d: finishing", signum)
@@ -154,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return agent.run()
 
 
-def collectors_failed_batch(failed: dict[str, str]):  # noqa: ANN201 - Batch, lazily imported
+def collectors_failed_batch(failed: Mapping[str, object]):  # noqa: ANN201 - Batch, lazily imported
     """A counters-only batch telling the operator which collectors could not start."""
     from kubeprof.model import Batch
 

@@ -1,8 +1,10 @@
 """`kubeprof record`: run the collectors around a command or PID and store what they see.
 
 Collectors are attached *before* the target starts, so its first seconds are not missed.
-Whatever ends the recording (duration, the command exiting, Ctrl-C, a collector failing),
-every batch already collected is written before returning.
+The collector driver polls them into a `StoreSink`; this module adds what is particular
+to a local recording: the session row, the child command, and when to stop. Whatever
+ends the recording (duration, the command exiting, Ctrl-C, a collector failing), every
+batch already collected is written before returning.
 """
 
 from __future__ import annotations
@@ -19,22 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
-from kubeprof.model import Batch
+from kubeprof.agent import collectors
+from kubeprof.agent.driver import Collector, Driver
+from kubeprof.agent.sinks import StoreSink
 from kubeprof.storage import Store, StoreError
 
 
 class RecordError(RuntimeError):
     """A problem that stops a recording, phrased as cause and fix on one line."""
-
-
-class Source(Protocol):
-    """What the recorder needs of a collector (CPU sampler, GPU receiver, NVML sampler)."""
-
-    def poll(self) -> Batch: ...
-
-    def stop(self) -> Batch: ...
 
 
 @dataclass
@@ -51,8 +46,8 @@ class RecordOptions:
     gpu: bool = False
     nvml_interval_s: float = 0.1
     poll_interval_s: float = 0.5
-    # Collectors already built by the caller (tests, the cluster agent); None = build them.
-    sources: list[Source] | None = None
+    # Collectors already built by the caller (tests); None = build them.
+    sources: list[Collector] | None = None
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
 
 
@@ -75,62 +70,25 @@ def default_name(opts: RecordOptions) -> str:
     return f"pid{opts.pid}-{stamp}"
 
 
-class _Writer:
-    """Writes batches to the store; keeps them in memory while the store fails."""
+def _start_collectors(opts: RecordOptions,
+                      gpu_socket: str | None) -> tuple[dict[str, Collector], dict[str, str]]:
+    """Create and attach collectors; returns them by name and env vars for a child command.
 
-    def __init__(self, store: Store, session_id: int, log: Callable[[str], None]) -> None:
-        self.store, self.session_id, self.log = store, session_id, log
-        self.pending: list[Batch] = []
-        self.rows = 0
-        self.records = 0  # CPU samples + GPU activities: what a profile is made of
-
-    def add(self, batch: Batch) -> None:
-        if batch.samples or batch.gpu_activities or batch.gpu_metrics or batch.processes \
-                or batch.counters:
-            self.pending.append(batch)
-        self.flush()
-
-    def flush(self) -> bool:
-        while self.pending:
-            try:
-                self.rows += self.store.write_batch(self.session_id, self.pending[0])
-                self.records += len(self.pending[0].samples) + len(
-                    self.pending[0].gpu_activities)
-            except Exception as exc:  # noqa: BLE001 - keep the data, report the cause
-                self.log(f"kubeprof: store write failed, keeping data in memory: {exc}")
-                return False
-            self.pending.pop(0)
-        return True
-
-
-def _start_sources(opts: RecordOptions, gpu_socket: str | None) -> tuple[list[Source], dict]:
-    """Create and attach collectors; returns them and env vars for a child command."""
-    sources: list[Source] = []
-    env: dict[str, str] = {}
-    if opts.cpu:
-        from kubeprof.agent.cpu.collector import CollectorError, CpuCollector
-
-        try:
-            sources.append(CpuCollector(hz=opts.hz))
-        except CollectorError as exc:
-            raise RecordError(str(exc)) from exc
-    if opts.gpu and gpu_socket:
-        from kubeprof.agent.gpu.inject import tracer_env
-        from kubeprof.agent.gpu.receiver import GpuReceiver
-
-        rx = GpuReceiver(gpu_socket)
-        rx.start()
-        sources.append(rx)
-        env.update(tracer_env(gpu_socket))
-        try:
-            from kubeprof.agent.gpu.nvml import NvmlSampler
-
-            nvml = NvmlSampler(interval_s=opts.nvml_interval_s)
-            nvml.start()
-            sources.append(nvml)
-        except Exception as exc:  # noqa: BLE001 - NVML is optional: say so and go on
-            opts.log(f"kubeprof: NVML metrics off: {exc}")
-    return sources, env
+    CPU and GPU tracing were asked for explicitly, so either failing stops the recording;
+    NVML only adds metrics, so without it the recording goes on.
+    """
+    names = (["cpu"] if opts.cpu else []) + (["gpu", "nvml"] if opts.gpu and gpu_socket else [])
+    started = collectors.start(names, collectors.CollectorOptions(
+        hz=opts.hz, nvml_interval_s=opts.nvml_interval_s, gpu_socket=gpu_socket))
+    for note in started.notes:
+        opts.log(f"kubeprof: {note}")
+    for required in ("cpu", "gpu"):
+        if required in started.failed:
+            started.stop_all()
+            raise RecordError(str(started.failed[required])) from started.failed[required]
+    if "nvml" in started.failed:
+        opts.log(f"kubeprof: NVML metrics off: {started.failed['nvml']}")
+    return started.running, started.env
 
 
 class _Interrupt:
@@ -161,6 +119,38 @@ class _Interrupt:
             signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
+@dataclass
+class _Until:
+    """The recording's stop condition, checked by the driver between polls.
+
+    It stops on Ctrl-C, when the command exits, when the --pid target is gone, or at the
+    deadline, and remembers which, because that decides the exit code and the status.
+    """
+
+    interrupted: threading.Event
+    child: subprocess.Popen[bytes] | None
+    target: int
+    deadline_ns: int | None
+    reason: str = ""  # "interrupted", "exited", "gone", "deadline" once stopped
+
+    def __call__(self) -> bool:
+        if self.interrupted.is_set():
+            self.reason = "interrupted"
+        elif self.child is not None and self.child.poll() is not None:
+            self.reason = "exited"
+        elif self.child is None and not Path(f"/proc/{self.target}").exists():
+            self.reason = "gone"
+        elif self.deadline_ns is not None and time.monotonic_ns() >= self.deadline_ns:
+            self.reason = "deadline"
+        return bool(self.reason)
+
+    def exit_code(self) -> int:
+        """The command's exit code; 0 when the deadline cut it short or for --pid."""
+        if self.child is None or self.reason == "deadline":
+            return 0
+        return self.child.returncode if self.child.returncode is not None else 0
+
+
 def record(opts: RecordOptions) -> RecordResult:
     """Run one recording to its end and return what was stored."""
     with _Interrupt() as interrupt:
@@ -179,17 +169,23 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     tmp = tempfile.mkdtemp(prefix="kubeprof-")
     gpu_socket = os.path.join(tmp, "gpu.sock") if opts.gpu else None
     if opts.sources is not None:
-        sources, env = list(opts.sources), dict[str, str]()
+        running = _named(opts.sources)
+        env: dict[str, str] = {}
     else:
-        sources, env = _start_sources(opts, gpu_socket)
+        running, env = _start_collectors(opts, gpu_socket)
     start_ns = time.monotonic_ns()
     session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
                                       meta={"cpu": str(opts.cpu), "gpu": str(opts.gpu)})
-    writer = _Writer(store, session_id, opts.log)
-    warnings: list[str] = []
+    sink = StoreSink(store, session_id, fallback=Path(tmp) / "unsaved-batches", log=opts.log)
+    driver = Driver(running, sink, interval_s=opts.poll_interval_s)
     child: subprocess.Popen[bytes] | None = None
     exit_code = 0
     status = "completed"
+
+    def stop_child() -> None:
+        if child is not None and child.poll() is None:
+            _stop_child(child)
+
     try:
         if opts.command:
             try:
@@ -200,11 +196,14 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             target = child.pid
         else:
             target = int(opts.pid or 0)
-        for s in sources:
-            if hasattr(s, "add_target"):
-                s.add_target(target)
-        exit_code = _loop(opts, sources, writer, child, target, start_ns, interrupted)
-        if interrupted.is_set():
+        until = _Until(interrupted, child, target,
+                       start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None)
+        refused = driver.attach(target)
+        if refused:
+            raise RecordError(str(next(iter(refused.values()))))
+        driver.run(until, wait=interrupted.wait, on_stop=stop_child)
+        exit_code = until.exit_code()
+        if until.reason == "interrupted":
             status = "interrupted"
             opts.log("kubeprof: interrupted; saving what was collected")
     except KeyboardInterrupt:
@@ -214,52 +213,37 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         status = "failed"
         raise
     finally:
-        for s in sources:
-            try:
-                writer.add(s.stop())
-            except Exception as exc:  # noqa: BLE001 - one collector must not lose the rest
-                warnings.append(f"{type(s).__name__} failed while stopping: {exc}")
-            # Collectors' own one-line notes (CPU: target exited at once; GPU: tracer errors).
-            for attr in ("warnings", "messages"):
-                warnings.extend(str(m) for m in getattr(s, attr, ()) or ())
+        stop_child()  # before the drain: a GPU tracer in the command flushes as it exits
+        driver.close()  # a no-op when the loop ran; else stops the collectors started
         end_ns = time.monotonic_ns()
-        if child is not None and child.poll() is None:
-            _stop_child(child)
-        if not writer.flush():
-            spool = _spool(writer.pending, tmp)
-            warnings.append(f"the store could not be written; data kept in {spool}")
+        warnings = list(driver.notes)
+        if sink.kept_in is not None:
+            warnings.append(f"the store could not be written; data kept in {sink.kept_in} "
+                            "(gzip JSON batches in the cluster agent's format)")
         try:
             store.finish_session(session_id, status=status, end_ns=end_ns,
                                  meta={"exit_code": str(exit_code)})
         except StoreError as exc:  # pragma: no cover - store vanished at the very end
             warnings.append(str(exc))
         store.close()
-    if child is not None and writer.records == 0 and child.returncode is not None \
+    if child is not None and sink.records == 0 and child.returncode is not None \
             and not warnings:
         warnings.append(f"the command exited (code {child.returncode}) before any sample was "
                         "taken; profile a longer-running command or use --pid")
-    return RecordResult(session_id, name, writer.rows, writer.records, exit_code, warnings)
+    return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings)
 
 
-def _loop(opts: RecordOptions, sources: list[Source], writer: _Writer,
-          child: subprocess.Popen[bytes] | None, target: int, start_ns: int,
-          interrupted: threading.Event) -> int:
-    deadline = start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None
-    while True:
-        if interrupted.wait(opts.poll_interval_s):
-            if child is not None and child.poll() is None:
-                _stop_child(child)
-            return child.returncode if child is not None else 0
-        for s in sources:
-            writer.add(s.poll())
-        if child is not None and child.poll() is not None:
-            return child.returncode
-        if child is None and not Path(f"/proc/{target}").exists():
-            return 0
-        if deadline is not None and time.monotonic_ns() >= deadline:
-            if child is not None:
-                _stop_child(child)
-            return 0
+def _named(sources: list[Collector]) -> dict[str, Collector]:
+    """Collectors handed in by the caller, named by type (numbered when a type repeats)."""
+    out: dict[str, Collector] = {}
+    for s in sources:
+        base = type(s).__name__
+        key, n = base, 1
+        while key in out:
+            n += 1
+            key = f"{base}-{n}"
+        out[key] = s
+    return out
 
 
 def _stop_child(child: subprocess.Popen[bytes]) -> None:
@@ -274,13 +258,3 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
             continue
         except ProcessLookupError:
             return
-
-
-def _spool(batches: list[Batch], folder: str) -> str:
-    """Last resort when the store cannot be written: pickle the batches to a file."""
-    import pickle
-
-    path = os.path.join(folder, "unsaved-batches.pickle")
-    with open(path, "wb") as fh:
-        pickle.dump(batches, fh)
-    return path

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from kubeprof.agent.record import RecordError, RecordOptions, record
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind
-from kubeprof.recorder import RecordError, RecordOptions, record
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 
@@ -91,3 +91,41 @@ def test_missing_command_is_a_clear_error_and_session_kept(tmp_path):
         record(RecordOptions(command=["no-such-cmd-kp"], store_url=url,
                              sources=[CountingSource()], name="missing"))
     assert _stored(url, "missing") == 1  # the stop() batch is still written
+
+
+def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch):
+    from kubeprof.agent.cluster import codec
+    from kubeprof.agent.cluster.spool import Spool
+
+    url = f"sqlite:///{tmp_path}/r.db"
+
+    def refuse(self, session_id, batch):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Store, "write_batch", refuse)
+    src, logged = CountingSource(), []
+    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(0.3)"],
+                               store_url=url, sources=[src], poll_interval_s=0.05,
+                               name="down", log=logged.append))
+    kept = [w for w in res.warnings if w.startswith("the store could not be written")]
+    assert len(kept) == 1 and res.rows == 0
+    folder = kept[0].split("data kept in ", 1)[1].split(" ", 1)[0]
+    (item,) = Spool(folder).pending()
+    _bid, _node, batch = codec.decode(item.path.read_bytes())
+    assert len(batch.samples) == src.n >= 2
+    assert any("disk full" in m for m in logged)
+
+
+class BrokenSource(CountingSource):
+    def poll(self) -> Batch:
+        raise RuntimeError("ring buffer gone")
+
+
+def test_a_failing_collector_is_named_and_the_others_still_stored(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    good, bad = CountingSource(), BrokenSource()
+    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(0.4)"],
+                               store_url=url, sources=[good, bad], poll_interval_s=0.05,
+                               name="iso"))
+    assert any("BrokenSource" in w and "ring buffer gone" in w for w in res.warnings)
+    assert bad.stopped and _stored(url, "iso") == good.n + 1 >= 3

@@ -1,0 +1,133 @@
+"""Building collectors by name, for `kubeprof record` and the node agent alike.
+
+One options object feeds every factory; `start` builds the named collectors, keeps going
+when one cannot start on this machine (no BPF, no GPU) and says why. A collector that has
+a stand-in for machines where it cannot run names it in `FALLBACKS`: when the first choice
+fails, the stand-in runs under the same name and a note says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from kubeprof.agent.driver import Collector
+
+log = logging.getLogger("kubeprof.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorOptions:
+    """Settings the factories read."""
+
+    hz: int = 99  # CPU sampling frequency
+    nvml_interval_s: float = 1.0  # NVML sampling period
+    gpu_socket: str | None = None  # where the GPU receiver listens for in-process tracers
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """One started collector and what a command it profiles needs in its environment."""
+
+    collector: Collector
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+Factory = Callable[[CollectorOptions], Built]
+
+
+def _cpu(opts: CollectorOptions) -> Built:
+    from kubeprof.agent.cpu.collector import CpuCollector
+
+    return Built(CpuCollector(hz=opts.hz))
+
+
+def _gpu(opts: CollectorOptions) -> Built:
+    """The receiver for CUPTI tracers injected into a command started with its `env`."""
+    if not opts.gpu_socket:
+        raise ValueError("the GPU receiver needs a socket path (CollectorOptions.gpu_socket)")
+    from kubeprof.agent.gpu.inject import tracer_env
+    from kubeprof.agent.gpu.receiver import GpuReceiver
+
+    rx = GpuReceiver(opts.gpu_socket)
+    rx.start()
+    return Built(rx, tracer_env(opts.gpu_socket))
+
+
+def _nvml(opts: CollectorOptions) -> Built:
+    from kubeprof.agent.gpu.nvml import NvmlSampler
+
+    sampler = NvmlSampler(interval_s=opts.nvml_interval_s)
+    sampler.start()
+    return Built(sampler)
+
+
+FACTORIES: dict[str, Factory] = {"cpu": _cpu, "gpu": _gpu, "nvml": _nvml}
+
+# name -> the factory (a key of FACTORIES) tried when that collector cannot start here,
+# e.g. {"cpu": "<a sampler that needs no BPF>"}. Empty: no collector has a stand-in yet.
+FALLBACKS: dict[str, str] = {}
+
+
+@dataclass
+class Started:
+    """What `start` built: running collectors, the ones that failed and why, child env."""
+
+    running: dict[str, Collector] = field(default_factory=dict)
+    failed: dict[str, Exception] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # for a command the collectors profile
+    notes: list[str] = field(default_factory=list)  # stand-ins used instead of first choices
+
+    def stop_all(self) -> None:
+        """Undo a start that is abandoned (a required collector failed)."""
+        for c in self.running.values():
+            try:
+                c.stop()
+            except Exception as exc:  # noqa: BLE001 - best effort while giving up
+                log.debug("stopping %s: %s", type(c).__name__, exc)
+
+
+def start(names: list[str], opts: CollectorOptions,
+          factories: Mapping[str, Factory] | None = None,
+          fallbacks: Mapping[str, str] | None = None) -> Started:
+    """Start the named collectors in order; one that fails does not stop the others."""
+    table = FACTORIES if factories is None else factories
+    stand_ins = FALLBACKS if fallbacks is None else fallbacks
+    out = Started()
+    for name in names:
+        try:
+            built = _build(table, name, opts)
+        except Exception as exc:  # noqa: BLE001 - one collector must not stop the others
+            alt = _stand_in(table, name, stand_ins.get(name), exc, opts, out.notes)
+            if alt is None:
+                out.failed[name] = exc
+                log.warning("collector %s is off on this node: %s: %s", name,
+                            type(exc).__name__, exc)
+                continue
+            built = alt
+        out.running[name] = built.collector
+        out.env.update(built.env)
+    return out
+
+
+def _build(table: Mapping[str, Factory], name: str, opts: CollectorOptions) -> Built:
+    factory = table.get(name)
+    if factory is None:
+        raise LookupError(f"unknown collector {name!r}; known: {', '.join(sorted(table))}")
+    return factory(opts)
+
+
+def _stand_in(table: Mapping[str, Factory], name: str, stand_in: str | None, why: Exception,
+              opts: CollectorOptions, notes: list[str]) -> Built | None:
+    """The fallback for `name` when it has one and that one starts; a note either way."""
+    if stand_in is None:
+        return None
+    try:
+        built = _build(table, stand_in, opts)
+    except Exception as exc:  # noqa: BLE001 - reported next to the first choice's cause
+        notes.append(f"collector {name}: stand-in {stand_in} failed too: "
+                     f"{type(exc).__name__}: {exc}")
+        return None
+    notes.append(f"collector {name}: {why}; using {stand_in} instead")
+    return built
