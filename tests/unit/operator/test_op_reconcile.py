@@ -33,13 +33,18 @@ class FakeKube:
     def get_secret(self, namespace, name):
         return self.objects.get(f"secrets/{name}")
 
-    def create(self, path, obj):
-        kind = path.rsplit("/", 1)[1]
+    def _create(self, kind, obj):
         key = f"{kind}/{obj['metadata']['name']}"
         if key in self.objects:
             return None
         self.objects[key] = copy.deepcopy(obj)
         return obj
+
+    def create_secret(self, namespace, obj):
+        return self._create("secrets", obj)
+
+    def create_daemonset(self, namespace, obj):
+        return self._create("daemonsets", obj)
 
     def get_daemonset(self, namespace, name):
         return self.objects.get(f"daemonsets/{name}")
