@@ -96,3 +96,10 @@ def test_names_stay_valid_for_long_sessions():
 def test_collectors_for_profilers():
     assert collectors_for(Profilers()) == ["cpu", "nvml"]
     assert collectors_for(Profilers(cpu=CpuProfiler(enabled=False))) == ["nvml"]
+
+
+def test_owner_reference_names_the_crd_even_for_a_partial_body():
+    partial = {"metadata": {"name": "train", "namespace": "ml", "uid": "u-1"}}
+    assert build_secret(partial, "t")["metadata"]["ownerReferences"] == \
+        _ds()["metadata"]["ownerReferences"]
+    assert len(_ds()["metadata"]["ownerReferences"]) == 1
