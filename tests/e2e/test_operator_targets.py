@@ -4,15 +4,19 @@
 - a selector matching nothing says so and ends Failed(NoMatchingPods), crashing nothing;
 - pods appearing and vanishing re-pin the agent DaemonSet; deleting a running session
   garbage-collects its DaemonSet and Secret;
-- an agent holding another session's token is refused (403).
+- an agent holding another session's token is refused (403);
+- a session asking for kernel tracing is told it is not available yet, and its carbon
+  settings reach the results database.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 import yaml
 
@@ -179,3 +183,26 @@ def test_agent_with_another_sessions_token_is_refused(k8s_cluster: Cluster, oper
     assert token_b not in status_text
     for name in ("sess-a", "sess-b"):
         h.delete_session(c, ns, name)
+
+
+def test_kernel_tracing_is_reported_unavailable_and_carbon_is_stored(
+        k8s_cluster: Cluster, operator, ns: str, postgres_dsn):
+    c = k8s_cluster
+    c.kubectl("apply", "-f", "-", stdin=h.session_yaml(
+        "kt", ns, "nobody", "10m", profilers={"gpu": {"kernelTracing": True}}))
+
+    def kernel_tracing() -> dict | None:
+        conds = (h.session(c, ns, "kt").get("status") or {}).get("conditions") or []
+        return next((x for x in conds if x["type"] == "KernelTracing"), None)
+
+    cond = h.poll(kernel_tracing, 30, "KernelTracing condition")
+    assert (cond["status"], cond["reason"]) == ("False", "NotAvailable")
+    assert "NVML metrics only" in cond["message"]
+    store_name = h.session(c, ns, "kt")["status"]["storeSession"]
+    with psycopg.connect(postgres_dsn.libpq) as conn:
+        row = conn.execute("SELECT meta FROM sessions WHERE name = %s", (store_name,)).fetchone()
+    meta = json.loads(row[0])
+    example = yaml.safe_load(h.EXAMPLE.read_text())["spec"]["carbon"]
+    assert (meta["carbon:cloudProvider"], meta["carbon:region"], meta["carbon:pue"]) == (
+        example["cloudProvider"], example["region"], f"{example['pue']:g}")
+    h.delete_session(c, ns, "kt")

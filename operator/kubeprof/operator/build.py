@@ -11,6 +11,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import kopf
+
 from kubeprof.operator.config import (
     GROUP,
     KIND,
@@ -20,6 +22,7 @@ from kubeprof.operator.config import (
     VERSION,
     OperatorConfig,
 )
+from kubeprof.operator.spec import Profilers, SessionSpec
 
 TOKEN_MOUNT = "/var/run/kubeprof"
 HOST_PROC = "/host/proc"
@@ -42,11 +45,18 @@ def child_name(session: str, suffix: str) -> str:
     return f"kubeprof-{session[:keep]}-{digest}-{suffix}"
 
 
-def owner_reference(session: Mapping[str, Any]) -> dict[str, Any]:
-    """Owner reference to the ProfilingSession, so Kubernetes deletes children with it."""
+def owned(obj: dict[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
+    """`obj` with a controller owner reference to the session, so Kubernetes deletes it too.
+
+    kopf builds the reference. Not `kopf.adopt`: that would also copy the session's labels
+    onto the child, and the children's names and namespace are set here already.
+    """
     meta = session["metadata"]
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
-            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+    # apiVersion and kind from the CRD: the reference is valid even for a partial body.
+    owner = kopf.Body({"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                       "metadata": {"name": meta["name"], "uid": meta["uid"]}})
+    kopf.append_owner_reference(obj, owner=owner, controller=True, block_owner_deletion=True)
+    return obj
 
 
 def labels(session: Mapping[str, Any], component: str) -> dict[str, str]:
@@ -67,24 +77,22 @@ def daemonset_name(session: Mapping[str, Any]) -> str:
 def build_secret(session: Mapping[str, Any], token: str) -> dict[str, Any]:
     """The Secret holding the session's ingest token (mounted into the agent pods)."""
     meta = session["metadata"]
-    return {
+    return owned({
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {"name": secret_name(session), "namespace": meta["namespace"],
-                     "labels": labels(session, "ingest-token"),
-                     "ownerReferences": [owner_reference(session)]},
+                     "labels": labels(session, "ingest-token")},
         "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
-    }
+    }, session)
 
 
-def collectors_for(spec: Mapping[str, Any]) -> list[str]:
+def collectors_for(profilers: Profilers) -> list[str]:
     """Agent collectors the session's profilers section asks for."""
-    prof = spec.get("profilers") or {}
     out = []
-    if (prof.get("cpu") or {}).get("enabled", True):
+    if profilers.cpu.enabled:
         out.append("cpu")
-    if (prof.get("gpu") or {}).get("enabled", True):
+    if profilers.gpu.enabled:
         out.append("nvml")
     return out
 
@@ -106,14 +114,13 @@ def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
 
-def build_daemonset(session: Mapping[str, Any], nodes: Sequence[str], config: OperatorConfig,
-                    end_time: float) -> dict[str, Any]:
+def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequence[str],
+                    config: OperatorConfig, end_time: float) -> dict[str, Any]:
     """The session's agent DaemonSet, pinned to `nodes` (must be non-empty)."""
     if not nodes:
         raise ValueError("an agent DaemonSet needs at least one node")
-    meta, spec = session["metadata"], session.get("spec") or {}
-    prof = spec.get("profilers") or {}
-    cpu, gpu = prof.get("cpu") or {}, prof.get("gpu") or {}
+    meta = session["metadata"]
+    cpu, gpu = spec.profilers.cpu, spec.profilers.gpu
     lbl = labels(session, "agent")
     selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent"}
     env = [
@@ -123,10 +130,9 @@ def build_daemonset(session: Mapping[str, Any], nodes: Sequence[str], config: Op
         {"name": "KUBEPROF_SESSION", "value": meta["name"]},
         {"name": "KUBEPROF_TOKEN_FILE", "value": f"{TOKEN_MOUNT}/{TOKEN_KEY}"},
         {"name": "KUBEPROF_SESSION_END", "value": f"{end_time:.3f}"},
-        {"name": "KUBEPROF_COLLECTORS", "value": ",".join(collectors_for(spec))},
-        {"name": "KUBEPROF_CPU_HZ", "value": str(int(cpu.get("frequencyHz", 99)))},
-        {"name": "KUBEPROF_NVML_INTERVAL_S",
-         "value": f"{int(gpu.get('metricsIntervalMs', 1000)) / 1000:g}"},
+        {"name": "KUBEPROF_COLLECTORS", "value": ",".join(collectors_for(spec.profilers))},
+        {"name": "KUBEPROF_CPU_HZ", "value": str(cpu.frequency_hz)},
+        {"name": "KUBEPROF_NVML_INTERVAL_S", "value": f"{gpu.metrics_interval_ms / 1000:g}"},
         {"name": "KUBEPROF_PROC_ROOT", "value": HOST_PROC},
         {"name": "KUBEPROF_SPOOL_DIR", "value": "/var/lib/kubeprof/spool"},
     ]
@@ -177,15 +183,15 @@ def build_daemonset(session: Mapping[str, Any], nodes: Sequence[str], config: Op
     }
     if config.agent_service_account:
         pod_spec["serviceAccountName"] = config.agent_service_account
-    return {
+    return owned({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {"name": daemonset_name(session), "namespace": meta["namespace"],
-                     "labels": lbl, "ownerReferences": [owner_reference(session)]},
+                     "labels": lbl},
         "spec": {
             "selector": {"matchLabels": selector},
             # OnDelete: changing the node list must not restart agents already running.
             "updateStrategy": {"type": "OnDelete"},
             "template": {"metadata": {"labels": lbl}, "spec": pod_spec},
         },
-    }
+    }, session)

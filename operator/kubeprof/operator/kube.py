@@ -1,112 +1,152 @@
-"""The few Kubernetes API calls the reconciler makes, as plain JSON over HTTPS.
+"""The few Kubernetes API calls the reconciler makes, through the `kubernetes` client.
 
-Credentials come from the kubeconfig or the in-cluster ServiceAccount through the
-`kubernetes` package's loaders; requests themselves are small urllib calls returning
-dicts, so the reconciler and its tests deal only in plain objects.
+Answers come back as the API server's JSON (`_preload_content=False`), not as the
+client's model classes, so the reconciler and its tests deal only in plain dicts with
+the API's own field names. Errors become `KubeError`; "absent" (404) and "already
+exists" (409) are answers, not errors, where the reconciler expects them.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.error
-import urllib.parse
-import urllib.request
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from kubeprof.operator.config import GROUP, PLURAL, VERSION
 
+TIMEOUT_S = 30.0  # per request: a hung API server must not stall a reconcile pass forever
+_T = TypeVar("_T")
+
 
 class KubeError(RuntimeError):
-    """A non-2xx answer from the API server."""
+    """A failed API call: a non-2xx answer (`status`), or none at all (`status` 0)."""
 
-    def __init__(self, status: int, body: str) -> None:
-        super().__init__(f"HTTP {status}: {body[:300]}")
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message[:300]}" if status else message[:300])
         self.status = status
+        self.message = message
+
+
+def _message(exc: ApiException) -> str:
+    """The API server's own explanation (the Status object's message), else the reason."""
+    try:
+        return str(json.loads(exc.body or "")["message"])
+    except (ValueError, KeyError, TypeError):
+        return str(exc.body or exc.reason or "")
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call one API method; its answer as a dict; failures as KubeError."""
+    try:
+        resp = fn(*args, _preload_content=False, _request_timeout=TIMEOUT_S, **kwargs)
+        raw = resp.data
+    except ApiException as exc:
+        raise KubeError(int(exc.status or 0), _message(exc)) from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise KubeError(0, f"API server unreachable: {exc}") from exc
+    return json.loads(raw) if raw else {}
+
+
+def _absent_is_none(fn: Callable[[], _T]) -> _T | None:
+    try:
+        return fn()
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 class Kube:
-    """An authenticated API server connection (thread-safe: one request per call)."""
+    """An authenticated API server connection, safe to use from several threads.
+
+    Credentials come from the in-cluster ServiceAccount, else the kubeconfig. Each thread
+    gets its own ApiClient (one urllib3 pool each) over the shared Configuration: the
+    reconciler runs in kopf's handler threads, `session_exists` in the ingest's executor.
+    """
 
     def __init__(self, kubeconfig: str | None = None) -> None:
-        from kubernetes import client, config
-
         cfg = client.Configuration()
         try:
             config.load_incluster_config(client_configuration=cfg)
         except config.ConfigException:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         self._cfg = cfg
-        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else \
-            ssl._create_unverified_context()
-        if cfg.cert_file:
-            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-        self._ctx = ctx
-        self.host = cfg.host.rstrip("/")
+        self._local = threading.local()
 
-    def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json", timeout: float = 30) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.host + path, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", content_type)
-        token = self._cfg.get_api_key_with_prefix("authorization")
-        if token:
-            req.add_header("Authorization", token)
-        try:
-            with urllib.request.urlopen(req, context=self._ctx, timeout=timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            raise KubeError(e.code, e.read().decode(errors="replace")) from None
-        return json.loads(raw) if raw else {}
+    def _api(self) -> client.ApiClient:
+        api = getattr(self._local, "api", None)
+        if api is None:
+            api = self._local.api = client.ApiClient(self._cfg)
+        return api
 
-    def get_or_none(self, path: str) -> dict | None:
-        try:
-            return self.request("GET", path)
-        except KubeError as e:
-            if e.status == 404:
-                return None
-            raise
+    @property
+    def _core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self._api())
 
-    # -- objects the reconciler uses ---------------------------------------------------------
+    @property
+    def _apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self._api())
+
+    # -- pods and nodes ----------------------------------------------------------------------
     def list_pods(self, namespace: str, selector: str) -> list[dict]:
-        q = urllib.parse.urlencode({"labelSelector": selector})
-        return self.request("GET", f"/api/v1/namespaces/{namespace}/pods?{q}")["items"]
+        return _call(self._core.list_namespaced_pod, namespace,
+                     label_selector=selector)["items"]
 
     def node_labels(self) -> dict[str, dict[str, str]]:
-        items = self.request("GET", "/api/v1/nodes")["items"]
-        return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in items}
+        items = _call(self._core.list_node)["items"]
+        return {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in items}
 
+    # -- the session's Secret ----------------------------------------------------------------
     def get_secret(self, namespace: str, name: str) -> dict | None:
-        return self.get_or_none(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        return _absent_is_none(lambda: _call(self._core.read_namespaced_secret, name, namespace))
 
-    def create(self, path: str, obj: dict) -> dict | None:
-        """POST obj; None when it already exists (409)."""
-        try:
-            return self.request("POST", path, obj)
-        except KubeError as e:
-            if e.status == 409:
-                return None
-            raise
+    def create_secret(self, namespace: str, obj: dict) -> dict | None:
+        """Create the Secret; None when one of that name exists already (409)."""
+        return self._create(self._core.create_namespaced_secret, namespace, obj)
 
+    def delete_secret(self, namespace: str, name: str) -> bool:
+        """Delete the Secret; False when there was none."""
+        return _absent_is_none(lambda: _call(
+            self._core.delete_namespaced_secret, name, namespace)) is not None
+
+    # -- the session's agent DaemonSet -------------------------------------------------------
     def get_daemonset(self, namespace: str, name: str) -> dict | None:
-        return self.get_or_none(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+        return _absent_is_none(lambda: _call(
+            self._apps.read_namespaced_daemon_set, name, namespace))
+
+    def create_daemonset(self, namespace: str, obj: dict) -> dict | None:
+        """Create the DaemonSet; None when one of that name exists already (409)."""
+        return self._create(self._apps.create_namespaced_daemon_set, namespace, obj)
 
     def patch_daemonset(self, namespace: str, name: str, patch: dict) -> dict:
-        return self.request("PATCH", f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}",
-                            patch, content_type="application/merge-patch+json")
+        """JSON merge patch (RFC 7386): lists in `patch`, such as node affinity terms,
+        replace the old lists whole."""
+        return _call(self._apps.patch_namespaced_daemon_set, name, namespace, patch,
+                     _content_type="application/merge-patch+json")
 
     def delete_daemonset(self, namespace: str, name: str) -> bool:
-        try:
-            self.request("DELETE", f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}",
-                         {"propagationPolicy": "Background"})
-        except KubeError as e:
-            if e.status == 404:
-                return False
-            raise
-        return True
+        """Delete the DaemonSet (its pods in the background); False when there was none."""
+        return _absent_is_none(lambda: _call(
+            self._apps.delete_namespaced_daemon_set, name, namespace,
+            propagation_policy="Background")) is not None
 
+    # -- ProfilingSessions -------------------------------------------------------------------
     def session_exists(self, namespace: str, name: str) -> bool:
-        return self.get_or_none(
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}") is not None
+        api = client.CustomObjectsApi(self._api())
+        return _absent_is_none(lambda: _call(
+            api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
+        ) is not None
+
+    @staticmethod
+    def _create(method: Callable[..., Any], namespace: str, obj: dict) -> dict | None:
+        try:
+            return _call(method, namespace, obj)
+        except KubeError as exc:
+            if exc.status == 409:
+                return None
+            raise

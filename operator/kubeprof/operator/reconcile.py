@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -23,37 +22,27 @@ from kubeprof.operator import aggregate, build, db, metrics
 from kubeprof.operator.config import TOKEN_KEY, OperatorConfig
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
 from kubeprof.operator.registry import Registry, SessionEntry
-from kubeprof.operator.targets import Target, label_selector, nodes_of, resolve
+from kubeprof.operator.spec import SessionSpec, SpecError, TargetSpec, parse
+from kubeprof.operator.targets import Target, nodes_of, resolve
 
 log = logging.getLogger("kubeprof.operator")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class KubeOps(Protocol):
-    """The API calls a pass needs (kube.Kube in production, a fake in unit tests)."""
+    """The API calls a pass needs (kube.Kube in production, a fake in unit tests).
+
+    Reads of one object answer None when it is absent (404); creates answer None when it
+    exists already (409); other failures raise kube.KubeError.
+    """
 
     def list_pods(self, namespace: str, selector: str) -> list[dict]: ...
     def node_labels(self) -> dict[str, dict[str, str]]: ...
     def get_secret(self, namespace: str, name: str) -> dict | None: ...
-    def create(self, path: str, obj: dict) -> dict | None: ...
+    def create_secret(self, namespace: str, obj: dict) -> dict | None: ...
     def get_daemonset(self, namespace: str, name: str) -> dict | None: ...
+    def create_daemonset(self, namespace: str, obj: dict) -> dict | None: ...
     def patch_daemonset(self, namespace: str, name: str, patch: dict) -> dict: ...
     def delete_daemonset(self, namespace: str, name: str) -> bool: ...
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration ("90s", "1h30m"); ValueError when malformed."""
-    text = text.strip()
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 1h30m)")
-    return total
 
 
 def iso(ts: float) -> str:
@@ -85,17 +74,14 @@ def _token(ctx: Context, body: Mapping[str, Any]) -> str:
         sec = ctx.kube.get_secret(ns, name)
         if sec is not None:
             return base64.b64decode(sec["data"][TOKEN_KEY]).decode()
-        ctx.kube.create(f"/api/v1/namespaces/{ns}/secrets",
-                        build.build_secret(body, secrets.token_urlsafe(32)))
+        ctx.kube.create_secret(ns, build.build_secret(body, secrets.token_urlsafe(32)))
     raise RuntimeError(f"secret {ns}/{name} vanished right after creation")
 
 
-def _targets(ctx: Context, spec: Mapping[str, Any]) -> list[Target]:
-    tgt = spec["target"]
-    pods = ctx.kube.list_pods(tgt["namespace"], label_selector(tgt["podSelector"]))
-    node_sel = tgt.get("nodeSelector") or {}
-    labels = ctx.kube.node_labels() if node_sel else {}
-    return resolve(pods, labels, node_sel)
+def _targets(ctx: Context, tgt: TargetSpec) -> list[Target]:
+    pods = ctx.kube.list_pods(tgt.namespace, tgt.selector)
+    labels = ctx.kube.node_labels() if tgt.node_selector else {}
+    return resolve(pods, labels, tgt.node_selector)
 
 
 def _ds_nodes(ds: Mapping[str, Any]) -> list[str]:
@@ -107,19 +93,24 @@ def _ds_nodes(ds: Mapping[str, Any]) -> list[str]:
         return []
 
 
-def _sync_daemonset(ctx: Context, body: Mapping[str, Any], nodes: list[str],
-                    end_time: float) -> dict | None:
+def _remove_daemonset(ctx: Context, body: Mapping[str, Any]) -> None:
+    """Delete the agent DaemonSet if there is one."""
+    ns, name = body["metadata"]["namespace"], build.daemonset_name(body)
+    if ctx.kube.get_daemonset(ns, name) is not None:
+        ctx.kube.delete_daemonset(ns, name)
+
+
+def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
+                    nodes: list[str], end_time: float) -> dict | None:
     """Create, re-pin or delete the agent DaemonSet; returns it (None when there is none)."""
+    if not nodes:
+        _remove_daemonset(ctx, body)
+        return None
     ns, name = body["metadata"]["namespace"], build.daemonset_name(body)
     ds = ctx.kube.get_daemonset(ns, name)
-    if not nodes:
-        if ds is not None:
-            ctx.kube.delete_daemonset(ns, name)
-        return None
     if ds is None:
-        want = build.build_daemonset(body, nodes, ctx.config, end_time)
-        return ctx.kube.create(f"/apis/apps/v1/namespaces/{ns}/daemonsets", want) or \
-            ctx.kube.get_daemonset(ns, name)
+        want = build.build_daemonset(body, spec, nodes, ctx.config, end_time)
+        return ctx.kube.create_daemonset(ns, want) or ctx.kube.get_daemonset(ns, name)
     if _ds_nodes(ds) != sorted(nodes):
         patch = {"spec": {"template": {"spec": {"affinity": build.node_affinity(nodes)}}}}
         return ctx.kube.patch_daemonset(ns, name, patch)
@@ -146,26 +137,57 @@ def _close_and_aggregate(ctx: Context, entry: SessionEntry, body: Mapping[str, A
     return aggregate.status_summary(summary, pod_names, ctx.config.status_top_targets)
 
 
+def _invalid_spec(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
+                  error: SpecError, now: float) -> dict[str, Any]:
+    """The status of a session whose spec cannot run: Failed, saying which field and why."""
+    _remove_daemonset(ctx, body)
+    if status.get("phase") and Phase(status["phase"]) in TERMINAL:
+        return status
+    message = f"invalid spec: {error}"
+    status.update(phase=Phase.FAILED.value, reason="InvalidSpec", message=message,
+                  topFinding=message, completionTime=iso(now),
+                  conditions=[condition("Completed", False, "InvalidSpec", message, iso(now),
+                                        status.get("conditions") or [])])
+    return status
+
+
+def _kernel_tracing(spec: SessionSpec, now_iso: str, previous: list[dict]) -> list[dict]:
+    """A KernelTracing condition for sessions asking for it: the cluster cannot trace yet."""
+    gpu = spec.profilers.gpu
+    if not gpu.kernel_tracing:
+        return []
+    if gpu.enabled:
+        message = ("CUDA kernel tracing needs the injected CUPTI tracer, which cluster agents "
+                   "do not have yet; GPU data is NVML metrics only")
+    else:
+        message = "kernelTracing is ignored: the GPU profiler is disabled"
+    return [condition("KernelTracing", False, "NotAvailable", message, now_iso, previous)]
+
+
 def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     """One pass; returns the full new status (the handler patches it onto the CR)."""
-    meta, spec = body["metadata"], body.get("spec") or {}
+    meta = body["metadata"]
     status: dict[str, Any] = dict(body.get("status") or {})
     status.pop("kopf", None)
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
     now = ctx.clock()
+    try:
+        spec = parse(body.get("spec") or {})
+    except SpecError as exc:
+        return _invalid_spec(ctx, body, status, exc, now)
     phase = Phase(status["phase"]) if status.get("phase") else None
 
     start = from_iso(status.get("startTime")) or now
-    end = from_iso(status.get("endTime")) or start + parse_duration(spec.get("duration", "5m"))
+    end = from_iso(status.get("endTime")) or start + spec.duration_s
     status.update(startTime=iso(start), endTime=iso(end), observedGeneration=meta.get(
         "generation", 1))
 
     entry = ctx.writer_registry.get(ns, name)
     if entry is None or entry.uid != uid:
-        hz = int(((spec.get("profilers") or {}).get("cpu") or {}).get("frequencyHz", 99))
-        db_id = db.ensure_session(ctx.engine, ns, name, uid, hz=hz,
-                                  started_at=datetime.fromtimestamp(start, UTC),
-                                  meta={"namespace": ns, "session": name, "uid": uid})
+        run_meta = {"namespace": ns, "session": name, "uid": uid,
+                    **(spec.carbon.meta() if spec.carbon else {})}
+        db_id = db.ensure_session(ctx.engine, ns, name, uid, hz=spec.profilers.cpu.frequency_hz,
+                                  started_at=datetime.fromtimestamp(start, UTC), meta=run_meta)
         entry = SessionEntry(ns, name, uid, db_id, _token(ctx, body))
         ctx.writer_registry.put(entry)
     entry.end_time = end
@@ -173,10 +195,10 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
 
     if phase in TERMINAL:
         entry.phase = phase
-        _sync_daemonset(ctx, body, [], end)
+        _remove_daemonset(ctx, body)
         return status
 
-    targets = _targets(ctx, spec)
+    targets = _targets(ctx, spec.target)
     known = {t.uid for t in entry.targets}
     new = {t.uid: f"{t.namespace}/{t.name}" for t in targets if t.uid not in known}
     if new:
@@ -195,7 +217,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     ds = None
     if step.phase in (Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING):
         # While aggregating, agents stay up to flush; no re-pinning to new pods.
-        ds = _sync_daemonset(ctx, body, nodes if step.phase is not Phase.AGGREGATING
+        ds = _sync_daemonset(ctx, body, spec, nodes if step.phase is not Phase.AGGREGATING
                              else (_ds_nodes(ctx.kube.get_daemonset(
                                  ns, build.daemonset_name(body)) or {}) or []), end)
     ds_status = (ds or {}).get("status") or {}
@@ -211,10 +233,10 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         step = next_step(Phase.AGGREGATING,
                          Observed(now, end, drain_until, len(targets), ever, aggregated=True))
         status["completionTime"] = iso(ctx.clock())
-        _sync_daemonset(ctx, body, [], end)
+        _remove_daemonset(ctx, body)
     elif step.phase is Phase.FAILED:
         db.finish_session(ctx.engine, entry.db_id, "failed")
-        _sync_daemonset(ctx, body, [], end)
+        _remove_daemonset(ctx, body)
         status["completionTime"] = iso(now)
 
     entry.phase = step.phase
@@ -235,6 +257,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             condition("Completed", step.phase is Phase.COMPLETED,
                       step.reason if step.phase in TERMINAL else "InProgress",
                       step.message, now_iso, conds),
+            *_kernel_tracing(spec, now_iso, conds),
         ],
     )
     if step.phase is Phase.FAILED:

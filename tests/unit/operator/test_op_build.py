@@ -12,6 +12,7 @@ from kubeprof.operator.build import (
     label_value,
 )
 from kubeprof.operator.config import OperatorConfig
+from kubeprof.operator.spec import CpuProfiler, Profilers, parse
 
 SESSION = {
     "apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
@@ -25,7 +26,8 @@ CFG = OperatorConfig(database_url="sqlite://", agent_image="img:1",
 
 
 def _ds(nodes=("n2", "n1")):
-    return build_daemonset(SESSION, list(nodes), CFG, end_time=1700000000.5)
+    return build_daemonset(SESSION, parse(SESSION["spec"]), list(nodes), CFG,
+                           end_time=1700000000.5)
 
 
 def test_pinned_to_exactly_the_nodes():
@@ -92,5 +94,12 @@ def test_names_stay_valid_for_long_sessions():
 
 
 def test_collectors_for_profilers():
-    assert collectors_for({}) == ["cpu", "nvml"]
-    assert collectors_for({"profilers": {"cpu": {"enabled": False}}}) == ["nvml"]
+    assert collectors_for(Profilers()) == ["cpu", "nvml"]
+    assert collectors_for(Profilers(cpu=CpuProfiler(enabled=False))) == ["nvml"]
+
+
+def test_owner_reference_names_the_crd_even_for_a_partial_body():
+    partial = {"metadata": {"name": "train", "namespace": "ml", "uid": "u-1"}}
+    assert build_secret(partial, "t")["metadata"]["ownerReferences"] == \
+        _ds()["metadata"]["ownerReferences"]
+    assert len(_ds()["metadata"]["ownerReferences"]) == 1

@@ -33,13 +33,18 @@ class FakeKube:
     def get_secret(self, namespace, name):
         return self.objects.get(f"secrets/{name}")
 
-    def create(self, path, obj):
-        kind = path.rsplit("/", 1)[1]
+    def _create(self, kind, obj):
         key = f"{kind}/{obj['metadata']['name']}"
         if key in self.objects:
             return None
         self.objects[key] = copy.deepcopy(obj)
         return obj
+
+    def create_secret(self, namespace, obj):
+        return self._create("secrets", obj)
+
+    def create_daemonset(self, namespace, obj):
+        return self._create("daemonsets", obj)
 
     def get_daemonset(self, namespace, name):
         return self.objects.get(f"daemonsets/{name}")
@@ -164,3 +169,73 @@ def test_aggregate_gpu_idle_from_activity_spans_when_no_metrics(env):
     with store.engine.connect() as conn:
         s = aggregate.aggregate(conn, sid)
     assert [(g.node, g.device, round(g.idle, 3)) for g in s.gpus] == [("n1", 0, 0.375)]
+
+
+def _session_row_meta(store, ctx):
+    from kubeprof.operator import db
+
+    with store.engine.connect() as conn:
+        return db.session_meta(conn, ctx.writer_registry.get("ml", "s").db_id)
+
+
+def test_carbon_is_stored_with_the_session_row(env):
+    ctx, _, _, store = env
+    body = copy.deepcopy(BODY)
+    body["spec"]["carbon"] = {"cloudProvider": "gcp", "region": "europe-west4", "pue": 1.1}
+    _pass(ctx, body)
+    meta = _session_row_meta(store, ctx)
+    assert meta["carbon:cloudProvider"] == "gcp" and meta["carbon:region"] == "europe-west4"
+    assert meta["carbon:pue"] == "1.1" and meta["session"] == "s"
+
+
+def test_no_carbon_no_carbon_meta(env):
+    ctx, _, _, store = env
+    _pass(ctx, copy.deepcopy(BODY))
+    assert not [k for k in _session_row_meta(store, ctx) if k.startswith("carbon:")]
+
+
+def test_kernel_tracing_request_gets_an_honest_condition(env):
+    ctx, kube, clock, _ = env
+    body = copy.deepcopy(BODY)
+    body["spec"]["profilers"] = {"gpu": {"kernelTracing": True}}
+    st = _pass(ctx, body)
+    cond = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
+    assert (cond["status"], cond["reason"]) == ("False", "NotAvailable")
+    assert "NVML metrics only" in cond["message"]
+    kube.pods = [_pod("p1", "n1", "uid-p1")]
+    clock[0] += 5
+    st = _pass(ctx, body)  # still said while running, transition time kept
+    again = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
+    assert again["lastTransitionTime"] == cond["lastTransitionTime"]
+    env_ = {e["name"]: e.get("value") for e in kube.objects["daemonsets/kubeprof-s-agent"][
+        "spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env_["KUBEPROF_COLLECTORS"] == "cpu,nvml"
+
+
+def test_no_kernel_tracing_no_condition(env):
+    ctx, _, _, _ = env
+    st = _pass(ctx, copy.deepcopy(BODY))
+    assert "KernelTracing" not in {c["type"] for c in st["conditions"]}
+
+
+def test_kernel_tracing_with_gpu_off_says_it_is_ignored(env):
+    ctx, _, _, _ = env
+    body = copy.deepcopy(BODY)
+    body["spec"]["profilers"] = {"gpu": {"enabled": False, "kernelTracing": True}}
+    cond = {c["type"]: c for c in _pass(ctx, body)["conditions"]}["KernelTracing"]
+    assert cond["status"] == "False" and "GPU profiler is disabled" in cond["message"]
+
+
+def test_unparseable_spec_fails_naming_the_field(env):
+    ctx, kube, _, store = env
+    body = copy.deepcopy(BODY)
+    body["spec"]["profilers"] = {"cpu": {"frequencyHz": 5000}}
+    st = _pass(ctx, body)
+    assert (st["phase"], st["reason"]) == ("Failed", "InvalidSpec")
+    assert st["message"].startswith("invalid spec: spec.profilers.cpu.frequencyHz: ")
+    assert {c["type"]: c["status"] for c in st["conditions"]} == {"Completed": "False"}
+    assert ctx.writer_registry.get("ml", "s") is None and not kube.objects
+    with store.engine.connect() as conn:
+        from sqlalchemy import text
+        assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
+    assert _pass(ctx, body)["completionTime"] == st["completionTime"]  # terminal: unchanged

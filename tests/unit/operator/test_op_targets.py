@@ -2,7 +2,7 @@
 
 import pytest
 
-from kubeprof.operator.reconcile import parse_duration
+from kubeprof.operator.spec import parse_duration
 from kubeprof.operator.targets import label_selector, nodes_of, resolve
 
 
