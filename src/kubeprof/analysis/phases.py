@@ -1,0 +1,178 @@
+"""Start-up, warm-up, steady state and tail of a GPU workload, found from its own rhythm.
+
+A training or inference loop repeats one step, and some kernel runs once per step at a
+steady period. The steady state is where that *anchor* kernel recurs regularly: from the
+first of ``MIN_RUN`` consecutive regular periods to the last such period. It is measured in
+whole steps (anchor start to anchor start), so its idle ratio is the loop's, without the
+interpreter start-up, imports, allocation, cuDNN/XLA autotuning or compilation before it.
+
+- start-up: session start to the first kernel;
+- warm-up: first kernel to the steady state (first steps, compilation, autotuning);
+- steady: whole steps of the main loop;
+- tail: after the last whole steady step (the last partial step, evaluation, shutdown).
+
+When no kernel recurs regularly (a handful of kernels, a one-shot job) the steady state is
+the active window (first kernel start to last kernel end) and ``method`` says so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from kubeprof.analysis.gpu_trace import GpuTrace
+
+MIN_RUN = 5  # consecutive regular periods that make a steady state
+REGULAR = (0.5, 1.5)  # a period is regular within these factors of the anchor's median
+WORK_TOLERANCE = 0.25  # kernel time per period within this share of the median period's
+MIN_OCCURRENCES = MIN_RUN + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A half-open time window [start_ns, end_ns)."""
+
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Phases:
+    """The session cut into phases; windows are contiguous and cover the session."""
+
+    session: Window
+    startup: Window
+    warmup: Window
+    steady: Window
+    tail: Window
+    method: str  # how the steady state was found, in words
+    anchor: str = ""  # the once-per-step kernel (raw name); "" when none was found
+    steps: int = 0  # whole steps in the steady window (0 when no anchor)
+    step_ns: float = 0.0  # median step period
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    name: str
+    first: int  # kernel index of the steady window's first anchor occurrence
+    last: int  # kernel index of its last
+    steps: int
+    score: float  # kernel time inside the window's regular periods
+
+
+def detect(trace: GpuTrace, session: Window) -> Phases:
+    """Phases of a session from its kernels (an empty trace gives an empty steady window)."""
+    s0 = session.start_ns
+    if not trace.kernels:
+        empty = Window(session.end_ns, session.end_ns)
+        return Phases(session, session, empty, empty, empty, "no kernels")
+    first = trace.kernels[0].start_ns
+    last = max(iv[-1][1] for iv in trace.busy.values())
+    s0 = min(s0, first)
+    s1 = max(session.end_ns, last)
+    best = _anchor(trace)
+    if best is None:
+        steady = Window(first, last)
+        method = "active window (first kernel to last): no kernel recurs at a steady period"
+        return Phases(
+            Window(s0, s1),
+            Window(s0, first),
+            Window(first, first),
+            steady,
+            Window(last, s1),
+            method,
+        )
+    a, b = trace.starts[best.first], trace.starts[best.last]
+    steps = best.steps
+    period = (b - a) / steps
+    method = (
+        f"{steps} whole steps of the main loop, anchored on a kernel launched once per "
+        f"step (median period {period / 1e6:.3g} ms)"
+    )
+    return Phases(
+        Window(s0, s1),
+        Window(s0, first),
+        Window(first, a),
+        Window(a, b),
+        Window(b, s1),
+        method,
+        best.name,
+        steps,
+        period,
+    )
+
+
+def _anchor(trace: GpuTrace) -> _Candidate | None:
+    """The kernel that marks the step: the one whose regular periods hold the most kernel time.
+
+    A period is regular when its length is within REGULAR of the median, the number of
+    kernels in it and their summed duration are the usual ones (within 10 % and 25 %) and
+    the kernels right after and before the anchor are the usual ones: the same step again. Autotuning loops (XLA, cuDNN) recur at a
+    steady pace too, but with a different candidate kernel each time;
+    a per-layer kernel recurs regularly within a step, but not across the step boundary.
+    Among near-equal scores the longest period wins (the step, not a layer in it).
+    """
+    by_name: dict[str, list[int]] = defaultdict(list)
+    cum = [0]
+    acc = 0
+    for i, k in enumerate(trace.kernels):
+        by_name[k.name].append(i)
+        acc += k.end_ns - k.start_ns
+        cum.append(acc)
+    cands = []
+    for name, idx in by_name.items():
+        if len(idx) >= MIN_OCCURRENCES:
+            cand = _regular_span(name, idx, trace, cum)
+            if cand is not None:
+                cands.append(cand)
+    if not cands:
+        return None
+    top = max(c.score for c in cands)
+    near = [c for c in cands if c.score >= 0.9 * top]
+    return max(near, key=lambda c: ((c.last - c.first) / c.steps, c.score))
+
+
+def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) -> _Candidate | None:
+    starts, kernels = trace.starts, trace.kernels
+    pairs = list(zip(idx, idx[1:], strict=False))
+    periods = [starts[b] - starts[a] for a, b in pairs]
+    counts = [b - a for a, b in pairs]
+    work = [cum[b] - cum[a] for a, b in pairs]  # kernel time per period
+    # The kernels right after and right before the anchor: the same step's neighbours.
+    around = [(kernels[a + 1].name, kernels[b - 1].name) for a, b in pairs]
+    median = sorted(periods)[len(periods) // 2]
+    usual = sorted(counts)[len(counts) // 2]
+    usual_work = sorted(work)[len(work) // 2]
+    neighbours = Counter(around).most_common(1)[0][0]
+    if median <= 0:
+        return None
+    lo, hi = REGULAR[0] * median, REGULAR[1] * median
+    ok = [
+        lo <= p <= hi
+        and abs(c - usual) <= 0.1 * usual
+        and abs(w - usual_work) <= WORK_TOLERANCE * usual_work
+        and n == neighbours
+        for p, c, w, n in zip(periods, counts, work, around, strict=True)
+    ]
+    runs = []  # (first, end) period indexes of runs of >= MIN_RUN regular periods
+    i = 0
+    while i < len(ok):
+        if ok[i]:
+            j = i
+            while j < len(ok) and ok[j]:
+                j += 1
+            if j - i >= MIN_RUN:
+                runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    if not runs:
+        return None
+    p0, p1 = runs[0][0], runs[-1][1]
+    first, last = idx[p0], idx[p1]
+    regular_work = sum(w for w, good in zip(work[p0:p1], ok[p0:p1], strict=True) if good)
+    return _Candidate(name, first, last, p1 - p0, regular_work)
