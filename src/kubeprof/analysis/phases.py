@@ -26,6 +26,7 @@ MIN_RUN = 5  # consecutive regular periods that make a steady state
 REGULAR = (0.5, 1.5)  # a period is regular within these factors of the anchor's median
 WORK_TOLERANCE = 0.25  # kernel time per period within this share of the median period's
 MIN_OCCURRENCES = MIN_RUN + 1
+SETTLED = 0.01  # the steady state may hold at most this much more irregular time than its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +173,37 @@ def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) ->
             i += 1
     if not runs:
         return None
-    p0, p1 = runs[0][0], runs[-1][1]
+    p1 = runs[-1][1]
+    p0 = _settled_start(runs, periods, ok, median)
     first, last = idx[p0], idx[p1]
     regular_work = sum(w for w, good in zip(work[p0:p1], ok[p0:p1], strict=True) if good)
     return _Candidate(name, first, last, p1 - p0, regular_work)
+
+
+def _settled_start(
+    runs: list[tuple[int, int]], periods: list[int], ok: list[bool], median: int
+) -> int:
+    """The earliest run start after which irregular time is no denser than in the end half.
+
+    Slow first steps (allocation, cuBLAS/cuDNN set-up) separate early regular runs by long
+    periods; hiccups inside the loop (GC, a checkpoint) do too, but no more often than in
+    the loop's second half. The excess of irregular periods over the median, as a share of
+    the time from a candidate start to the end, must stay within SETTLED of that reference.
+    """
+    p1 = runs[-1][1]
+    excess = [0 if good else max(0, p - median) for p, good in zip(periods, ok, strict=True)]
+    cum_x, cum_t = [0], [0]
+    for x, p in zip(excess, periods, strict=True):
+        cum_x.append(cum_x[-1] + x)
+        cum_t.append(cum_t[-1] + p)
+
+    def density(a: int) -> float:
+        span = cum_t[p1] - cum_t[a]
+        return (cum_x[p1] - cum_x[a]) / span if span else 0.0
+
+    mid = (runs[0][0] + p1) // 2
+    ref = density(mid)
+    for start, _ in runs:
+        if start >= mid or density(start) <= ref + SETTLED:
+            return start
+    return runs[-1][0]
