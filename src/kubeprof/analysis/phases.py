@@ -26,6 +26,9 @@ MIN_RUN = 5  # consecutive regular periods that make a steady state
 REGULAR = (0.5, 1.5)  # a period is regular within these factors of the anchor's median
 WORK_TOLERANCE = 0.25  # kernel time per period within this share of the median period's
 MIN_OCCURRENCES = MIN_RUN + 1
+MAX_CHECKED = 50  # candidates, best first, checked for a repeating kernel mix
+DIVERSITY = 2.0  # distinct kernel names in the window, at most this many per kernel per step
+GAP_CLASSES = (10_000, 1_000_000)  # queued back to back / launch gap / host gap (ns)
 SETTLED = 0.01  # the steady state may hold at most this much more irregular time than its end
 
 
@@ -115,25 +118,37 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
     the kernels right after and before the anchor are the usual ones: the same step again. Autotuning loops (XLA, cuDNN) recur at a
     steady pace too, but with a different candidate kernel each time;
     a per-layer kernel recurs regularly within a step, but not across the step boundary.
-    Among near-equal scores the longest period wins (the step, not a layer in it).
+    Among near-equal scores the longest period wins (the step, not a layer in it); a
+    candidate whose window does not run the same kernels each step is dropped.
     """
-    by_name: dict[str, list[int]] = defaultdict(list)
+    by_key: dict[tuple[str, tuple[int, int, int], tuple[int, int, int], int], list[int]]
+    by_key = defaultdict(list)
     cum = [0]
     acc = 0
+    last_end = 0
     for i, k in enumerate(trace.kernels):
-        by_name[k.name].append(i)
+        # The same kernel is the same name and launch configuration (autotuning tries one
+        # name in many configurations). Keyed also by the class of gap before it: the first
+        # kernel of a step that launches one kernel many times follows the host gap.
+        gap = k.start_ns - last_end
+        by_key[(k.name, k.grid, k.block, -1)].append(i)
+        by_key[(k.name, k.grid, k.block, sum(gap >= g for g in GAP_CLASSES))].append(i)
+        last_end = max(last_end, k.end_ns)
         acc += k.end_ns - k.start_ns
         cum.append(acc)
     cands = []
-    for name, idx in by_name.items():
+    for (name, *_), idx in by_key.items():
         if len(idx) >= MIN_OCCURRENCES:
             cand = _regular_span(name, idx, trace, cum)
             if cand is not None:
                 cands.append(cand)
-    if not cands:
+    same: dict[tuple[int, int], bool] = {}
+    cands.sort(key=lambda c: -c.score)
+    kept = [c for c in cands[:MAX_CHECKED] if _repeats_itself(c, trace, same)]
+    if not kept:
         return None
-    top = max(c.score for c in cands)
-    near = [c for c in cands if c.score >= 0.9 * top]
+    top = kept[0].score
+    near = [c for c in kept if c.score >= 0.9 * top]
     return max(near, key=lambda c: ((c.last - c.first) / c.steps, c.score))
 
 
@@ -207,3 +222,17 @@ def _settled_start(
         if start >= mid or density(start) <= ref + SETTLED:
             return start
     return runs[-1][0]
+
+
+def _repeats_itself(c: _Candidate, trace: GpuTrace, cache: dict[tuple[int, int], bool]) -> bool:
+    """True when the window runs the same kernels every step (not autotuning candidates).
+
+    Autotuning recurs regularly too, but each period tries different kernels: the window
+    holds many more distinct names than kernels per period.
+    """
+    key = (c.first, c.last)
+    if key not in cache:
+        per_step = (c.last - c.first) / c.steps
+        names = {k.name for k in trace.kernels[c.first : c.last]}
+        cache[key] = len(names) <= DIVERSITY * per_step + 8
+    return cache[key]
