@@ -26,6 +26,7 @@ MIN_RUN = 5  # consecutive regular periods that make a steady state
 REGULAR = (0.5, 1.5)  # a period is regular within these factors of the anchor's median
 WORK_TOLERANCE = 0.25  # kernel time per period within this share of the median period's
 MIN_OCCURRENCES = MIN_RUN + 1
+TIE = 0.99  # scores this close are equal
 MAX_CHECKED = 50  # candidates, best first, checked for a repeating kernel mix
 DIVERSITY = 2.0  # distinct kernel names in the window, at most this many per kernel per step
 GAP_CLASSES = (10_000, 1_000_000)  # queued back to back / launch gap / host gap (ns)
@@ -65,7 +66,7 @@ class _Candidate:
     first: int  # kernel index of the steady window's first anchor occurrence
     last: int  # kernel index of its last
     steps: int
-    score: float  # kernel time inside the window's regular periods
+    score: float  # kernel time in the window's regular periods x their share of its time
 
 
 def detect(trace: GpuTrace, session: Window) -> Phases:
@@ -111,14 +112,16 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
 
 
 def _anchor(trace: GpuTrace) -> _Candidate | None:
-    """The kernel that marks the step: the one whose regular periods hold the most kernel time.
+    """The kernel that marks the step: the one whose regular periods hold the most kernel time
+    and the most of its window's time.
 
     A period is regular when its length is within REGULAR of the median, the number of
     kernels in it and their summed duration are the usual ones (within 10 % and 25 %) and
     the kernels right after and before the anchor are the usual ones: the same step again. Autotuning loops (XLA, cuDNN) recur at a
     steady pace too, but with a different candidate kernel each time;
     a per-layer kernel recurs regularly within a step, but not across the step boundary.
-    Among near-equal scores the longest period wins (the step, not a layer in it); a
+    Among equal scores the shortest period wins (one step, not every other one); a kernel
+    launched once per layer scores less, as its period breaks at the step boundary. A
     candidate whose window does not run the same kernels each step is dropped.
     """
     by_key: dict[tuple[str, tuple[int, int, int], tuple[int, int, int], int], list[int]]
@@ -129,10 +132,12 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
     for i, k in enumerate(trace.kernels):
         # The same kernel is the same name and launch configuration (autotuning tries one
         # name in many configurations). Keyed also by the class of gap before it: the first
-        # kernel of a step that launches one kernel many times follows the host gap.
+        # kernel of a step that launches one kernel many times follows the host gap
+        # (coarse classes, and powers of two for gaps within a class).
         gap = k.start_ns - last_end
         by_key[(k.name, k.grid, k.block, -1)].append(i)
         by_key[(k.name, k.grid, k.block, sum(gap >= g for g in GAP_CLASSES))].append(i)
+        by_key[(k.name, k.grid, k.block, 3 + max(0, gap).bit_length())].append(i)
         last_end = max(last_end, k.end_ns)
         acc += k.end_ns - k.start_ns
         cum.append(acc)
@@ -148,8 +153,8 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
     if not kept:
         return None
     top = kept[0].score
-    near = [c for c in kept if c.score >= 0.9 * top]
-    return max(near, key=lambda c: ((c.last - c.first) / c.steps, c.score))
+    near = [c for c in kept if c.score >= TIE * top]
+    return min(near, key=lambda c: ((c.last - c.first) / c.steps, -c.score))
 
 
 def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) -> _Candidate | None:
@@ -192,7 +197,9 @@ def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) ->
     p0 = _settled_start(runs, periods, ok, median)
     first, last = idx[p0], idx[p1]
     regular_work = sum(w for w, good in zip(work[p0:p1], ok[p0:p1], strict=True) if good)
-    return _Candidate(name, first, last, p1 - p0, regular_work)
+    regular_time = sum(p for p, good in zip(periods[p0:p1], ok[p0:p1], strict=True) if good)
+    span = starts[last] - starts[first]
+    return _Candidate(name, first, last, p1 - p0, regular_work * regular_time / span)
 
 
 def _settled_start(

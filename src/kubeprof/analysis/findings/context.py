@@ -6,19 +6,22 @@ function ``find(ctx) -> Finding | None``.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from kubeprof.analysis.cpu_during_idle import CpuDuringIdle
-from kubeprof.analysis.gpu_trace import GpuTrace
+from kubeprof.analysis.gpu_timeline import Interval
+from kubeprof.analysis.gpu_trace import HOST_SYNCS, GpuTrace
 from kubeprof.analysis.idle_breakdown import IdleBreakdown, IdleParts
 from kubeprof.analysis.phases import Phases
 from kubeprof.analysis.steady_idle import PhaseFigures
 from kubeprof.model import Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
 
 LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3", "<frozen")
+LONG_GAP_NS = 1_000_000  # idle gaps from 1 ms: the host's own work, not launch or sync cost
+ATTACH_NS = 20_000  # an idle gap starting this soon after a sync/DtoH copy follows from it
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,41 @@ class Context:
     @property
     def steps(self) -> int:
         return self.phases.steps
+
+    @cached_property
+    def steady_gaps(self) -> dict[int, list[Interval]]:
+        """Idle gaps of the steady state per device."""
+        w = self.phases.steady
+        return self.trace.idle(w.start_ns, w.end_ns)
+
+    @cached_property
+    def sync_gaps(self) -> dict[tuple[int, int, int], GpuActivity]:
+        """Short idle gaps (device, start, end) that follow a host sync or a DtoH copy.
+
+        After a sync the host has nothing queued ahead, so the GPU idles until it launches
+        again; gaps of LONG_GAP_NS or more are the host's own work (starvation) instead.
+        The value is the sync point, a copy preferred (it carries the launching stack).
+        """
+        points = [
+            a
+            for a in (*self.trace.syncs, *self.trace.copies)
+            if self.in_steady(a)
+            and (a.name in HOST_SYNCS or (a.kind == "memcpy" and "DtoH" in a.name))
+        ]
+        out: dict[tuple[int, int, int], GpuActivity] = {}
+        for p in points:
+            for dev in self.trace.devices if p.device < 0 else (p.device,):
+                gaps = self.steady_gaps.get(dev, [])
+                i = bisect_right(gaps, (p.end_ns + ATTACH_NS, 1 << 62)) - 1
+                if i < 0:
+                    continue
+                s, e = gaps[i]
+                if e <= p.end_ns or e - s >= LONG_GAP_NS:
+                    continue
+                key = (dev, s, e)
+                if key not in out or out[key].kind == "sync":
+                    out[key] = p
+        return out
 
     def in_steady(self, a: GpuActivity) -> bool:
         w = self.phases.steady

@@ -16,7 +16,7 @@ from kubeprof.model import Frame, GpuActivity
 SHORT_NS = 50_000  # a kernel this short is dominated by launch and memory round trips
 BACK_TO_BACK_NS = 200_000  # consecutive kernels this close belong to one run
 MIN_RUN = 3  # kernels in a run
-MIN_RUNS = 3  # runs from one function before it is a pattern
+MIN_KERNELS = 10  # kernels in such runs from one function before it is a pattern
 MIN_SHARE = 0.02  # estimated saving, of the steady state, before it is worth a finding
 ELEMENTWISE = re.compile(
     r"elementwise|vectorized|unrolled|reduce|reduction|pointwise|triton_(poi|red|per)|"
@@ -55,7 +55,7 @@ def find(ctx: Context) -> Finding | None:
             run = []
         if k is not None and f is not None:
             run.append((k, f))
-    best = [(key, r) for key, r in acc.items() if r.runs >= MIN_RUNS]
+    best = [(key, r) for key, r in acc.items() if r.kernels >= MIN_KERNELS]
     if not best:
         return None
     (name, file), top = max(best, key=lambda kv: kv[1].saved_ns)
@@ -63,11 +63,12 @@ def find(ctx: Context) -> Finding | None:
     if saved < MIN_SHARE * ctx.steady_ns:
         return None
     per_run = top.kernels / top.runs
+    per_step = top.kernels / ctx.steps if ctx.steps else float(top.kernels)
     lines = sorted(top.lines or ())
     where = f"{file.rsplit('/', 1)[-1]}:{','.join(map(str, lines[:6]))}"
     message = (
-        f"Fusion candidate: `{name}` ({where}) launches runs of ~{per_run:.0f} short "
-        f"elementwise kernels back to back ({top.runs} runs, mean kernel "
+        f"Fusion candidate: `{name}` ({where}) launches ~{per_step:.0f} short elementwise "
+        f"kernels per step back to back (runs of ~{per_run:.0f}, mean kernel "
         f"{us(top.kernel_ns / max(1, top.kernels))}); fusing them (torch.compile, a Triton "
         f"kernel) would save ~{pct(saved / ctx.steady_ns)} of the steady state."
     )
@@ -78,6 +79,7 @@ def find(ctx: Context) -> Finding | None:
         Evidence(
             numbers={
                 "runs": top.runs,
+                "kernels_per_step": per_step,
                 "kernels_per_run": per_run,
                 "functions": len(best),
                 "saved_share": saved / ctx.steady_ns,

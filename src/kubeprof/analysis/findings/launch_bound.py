@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kubeprof.analysis.findings.context import Context, median, pct, us
+from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, median, pct, us
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.starved import LONG_GAP_NS
 from kubeprof.analysis.gpu_timeline import total
 from kubeprof.analysis.kernel_names import short_name
 
 MIN_IDLE = 0.2
-MIN_SHORT_SHARE = 0.5  # of the idle time, in gaps under LONG_GAP_NS not explained by syncs
+MIN_SHORT_SHARE = 0.5  # of the idle time, in gaps under LONG_GAP_NS that follow no sync
 GRAPH_GAP_NS = 1_000  # a kernel-to-kernel gap left inside a CUDA graph replay
 
 
@@ -20,11 +19,12 @@ def find(ctx: Context) -> Finding | None:
     kernels = ctx.steady_kernels
     if idle is None or idle < MIN_IDLE or len(kernels) < 2:
         return None
+    synced = ctx.sync_gaps
     short = [
-        iv
-        for p in ctx.parts.values()
-        for iv in (*p.launch, *p.host)
-        if iv[1] - iv[0] < LONG_GAP_NS
+        (s, e)
+        for dev, gaps in ctx.steady_gaps.items()
+        for s, e in gaps
+        if e - s < LONG_GAP_NS and (dev, s, e) not in synced
     ]
     short_ns = total(short)
     if short_ns < MIN_SHORT_SHARE * ctx.breakdown.idle_ns:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from kubeprof.analysis.findings.context import Context, ms, pct
+from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, ms, pct
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.gpu_timeline import total
 
-LONG_GAP_NS = 1_000_000  # host gaps from 1 ms: input preparation, not launch overhead
 MIN_IDLE = 0.25  # steady-state idle share from which starvation is worth a finding
 MIN_HOST_SHARE = 0.5  # of the idle time, in long host gaps
 

@@ -1,9 +1,7 @@
 """Host-device sync stalls: ``.item()``, ``.cpu()``, ``synchronize()`` in the loop.
 
 After a sync the host has nothing queued ahead, so the GPU idles from the sync's end until
-the host launches again. A stall is an idle gap shorter than the starvation threshold that
-begins at the end of a host sync record or of a device-to-host copy; longer gaps are the
-host's own work (starvation) and are left to that finding.
+the host launches again (``Context.sync_gaps`` finds those gaps).
 """
 
 from __future__ import annotations
@@ -13,51 +11,28 @@ from collections import Counter
 
 from kubeprof.analysis.findings.context import Context, pct, us, user_frame
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.starved import LONG_GAP_NS
-from kubeprof.analysis.gpu_trace import HOST_SYNCS
 from kubeprof.analysis.idle_breakdown import LAUNCH_GAP_NS
-from kubeprof.model import GpuActivity
 
 MIN_SHARE = 0.05  # of the steady state lost in stalls
-ATTACH_NS = 20_000  # a gap starting this soon after a sync/copy ends follows from it
 
 
 def find(ctx: Context) -> Finding | None:
     if ctx.figures.steady.ratio is None or ctx.steady_ns <= 0:
         return None
-    window = ctx.phases.steady
-    idle = ctx.trace.idle(window.start_ns, window.end_ns)
-    points = [
-        a
-        for a in (*ctx.trace.syncs, *ctx.trace.copies)
-        if ctx.in_steady(a)
-        and (a.name in HOST_SYNCS or (a.kind == "memcpy" and "DtoH" in a.name))
-    ]
-    if not points:
+    stalls = ctx.sync_gaps
+    if not stalls:
         return None
     kernel_ends = [k.end_ns for k in ctx.steady_kernels]
-    stalls: dict[tuple[int, int, int], GpuActivity] = {}
     before: list[int] = []
-    for p in points:
-        for dev in ctx.trace.devices if p.device < 0 else (p.device,):
-            gaps = idle.get(dev, [])
-            i = bisect_right(gaps, (p.end_ns + ATTACH_NS, 1 << 62)) - 1
-            if i < 0:
-                continue
-            s, e = gaps[i]
-            if e <= p.end_ns or e - s >= LONG_GAP_NS:
-                continue
-            key = (dev, s, e)
-            if key not in stalls or stalls[key].kind == "sync":
-                stalls[key] = p  # prefer the copy: it carries the launching stack
-            j = bisect_right(kernel_ends, p.end_ns) - 1
-            if j >= 0:
-                k = ctx.steady_kernels[j]
-                before.append(k.end_ns - k.start_ns)
+    for p in stalls.values():
+        j = bisect_right(kernel_ends, p.end_ns) - 1
+        if j >= 0:
+            k = ctx.steady_kernels[j]
+            before.append(k.end_ns - k.start_ns)
     stall_ns = sum(e - s for _, s, e in stalls)
     if stall_ns < MIN_SHARE * ctx.steady_ns:
         return None
-    lines = Counter()
+    lines: Counter[str] = Counter()
     for p in stalls.values():
         f = user_frame(p.stack)
         if f is not None:
