@@ -51,9 +51,7 @@ class SampleColumns:
         return tuple(t for t in self.threads if t.pid in wanted)
 
 
-def from_samples(
-    samples: Iterable[CpuSample], hz: float, source: str = "bpf"
-) -> SampleColumns:
+def from_samples(samples: Iterable[CpuSample], hz: float, source: str = "bpf") -> SampleColumns:
     """Columns from sample objects (tests, small sessions); stacks are interned by value."""
     stack_ids: dict[Stack, int] = {}
     rows: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)

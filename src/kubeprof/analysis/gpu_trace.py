@@ -7,12 +7,13 @@ activities, so a million kernels take about a second in pure Python.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from kubeprof.analysis.gpu_timeline import Interval, clip, gaps, total
+from kubeprof.analysis.gpu_timeline import Interval, gaps
 from kubeprof.model import GpuActivity
 
 COPY_KINDS = frozenset({"memcpy", "memset"})
@@ -30,18 +31,43 @@ class GpuTrace:
     copies: tuple[GpuActivity, ...]  # memcpy/memset, sorted by start
     syncs: tuple[GpuActivity, ...]  # sync records, sorted by start
     pids: frozenset[int]  # processes that ran kernels
+    # per device: busy interval starts and the running total of busy time (for bisection)
+    index: dict[int, tuple[list[int], list[int]]]
 
     @property
     def devices(self) -> tuple[int, ...]:
         return tuple(self.busy)
 
     def busy_ns(self, start: int, end: int) -> int:
-        """Kernel-busy time in [start, end), summed over devices."""
-        return sum(total(clip(iv, start, end)) for iv in self.busy.values())
+        """Kernel-busy time in [start, end), summed over devices (two bisections each)."""
+        out = 0
+        for dev, iv in self.busy.items():
+            i, j = self._slice(dev, start, end)
+            if i >= j:
+                continue
+            cum = self.index[dev][1]
+            inner = cum[j] - cum[i]
+            inner -= max(0, start - iv[i][0]) + max(0, iv[j - 1][1] - end)
+            if i == j - 1 and inner < 0:
+                inner = min(iv[i][1], end) - max(iv[i][0], start)
+            out += max(0, inner)
+        return out
 
     def idle(self, start: int, end: int) -> dict[int, list[Interval]]:
         """Idle intervals of [start, end) per device."""
-        return {dev: gaps(iv, start, end) for dev, iv in self.busy.items()}
+        out = {}
+        for dev, iv in self.busy.items():
+            i, j = self._slice(dev, start, end)
+            out[dev] = gaps(iv[i:j], start, end)
+        return out
+
+    def _slice(self, dev: int, start: int, end: int) -> tuple[int, int]:
+        """Index range of the device's busy intervals that overlap [start, end)."""
+        starts = self.index[dev][0]
+        i = max(0, bisect_right(starts, start) - 1)
+        if i < len(starts) and self.busy[dev][i][1] <= start:
+            i += 1
+        return i, bisect_left(starts, end)
 
 
 def build(activities: Sequence[GpuActivity]) -> GpuTrace:
@@ -61,13 +87,21 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
     kernels.sort(key=by_start)
     copies.sort(key=by_start)
     syncs.sort(key=by_start)
+    busy = _merge_sorted(kernels)
+    index = {}
+    for dev, iv in busy.items():
+        cum = [0]
+        for s, e in iv:
+            cum.append(cum[-1] + e - s)
+        index[dev] = ([s for s, _ in iv], cum)
     return GpuTrace(
         kernels=tuple(kernels),
         starts=tuple(k.start_ns for k in kernels),
-        busy=_merge_sorted(kernels),
+        busy=busy,
         copies=tuple(copies),
         syncs=tuple(syncs),
         pids=frozenset(k.pid for k in kernels),
+        index=index,
     )
 
 
@@ -107,6 +141,8 @@ def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
 
 def subtract(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
     """Parts of sorted, non-overlapping ``a`` not covered by sorted, non-overlapping ``b``."""
+    if not b:
+        return list(a)
     out: list[Interval] = []
     j = 0
     for s, e in a:

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from kubeprof.analysis.cpu_samples import ThreadSamples
-from kubeprof.analysis.gpu_timeline import Interval, gaps, merge, total
+from kubeprof.analysis.gpu_timeline import Interval, merge, total
 from kubeprof.analysis.gpu_trace import COPY_KINDS, GpuTrace, intersect, subtract
 from kubeprof.analysis.phases import Window
 
@@ -66,8 +66,10 @@ class IdleParts:
     host: list[Interval]
 
 
-def split(trace: GpuTrace, window: Window) -> dict[int, IdleParts]:
-    """Idle intervals of ``window`` per device, by category."""
+def split(
+    trace: GpuTrace, window: Window, idle: dict[int, list[Interval]] | None = None
+) -> dict[int, IdleParts]:
+    """Idle intervals of ``window`` per device, by category (``idle``: trace.idle(window))."""
     syncs: dict[int, list[Interval]] = defaultdict(list)
     for s in trace.syncs:
         for dev in trace.busy if s.device < 0 else (s.device,):
@@ -77,10 +79,11 @@ def split(trace: GpuTrace, window: Window) -> dict[int, IdleParts]:
         if c.kind in COPY_KINDS:
             copies[c.device].append((c.start_ns, c.end_ns))
     out = {}
-    for dev, busy in trace.busy.items():
-        idle = gaps(busy, window.start_ns, window.end_ns)
-        sync = intersect(idle, merge(syncs.get(dev, ())))
-        rest = subtract(idle, sync)
+    if idle is None:
+        idle = trace.idle(window.start_ns, window.end_ns)
+    for dev, dev_idle in idle.items():
+        sync = intersect(dev_idle, merge(syncs.get(dev, ())))
+        rest = subtract(dev_idle, sync)
         copy = intersect(rest, merge(copies.get(dev, ())))
         rest = subtract(rest, copy)
         launch = [iv for iv in rest if iv[1] - iv[0] < LAUNCH_GAP_NS]
@@ -95,9 +98,13 @@ def breakdown(
     launcher: ThreadSamples | None = None,
     period_ns: float = 0.0,
     cpu_source: str = "",
+    parts: dict[int, IdleParts] | None = None,
 ) -> IdleBreakdown:
-    """Idle of ``window`` by cause; ``launcher`` (with its sampling period) splits ``host``."""
-    parts = split(trace, window)
+    """Idle of ``window`` by cause; ``launcher`` (with its sampling period) splits ``host``.
+
+    ``parts`` is ``split(trace, window)`` when the caller has it already.
+    """
+    parts = split(trace, window) if parts is None else parts
     host = [iv for p in parts.values() for iv in p.host]
     on_cpu = None
     if launcher is not None and period_ns > 0:

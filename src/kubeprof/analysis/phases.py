@@ -17,6 +17,7 @@ the active window (first kernel start to last kernel end) and ``method`` says so
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -117,39 +118,47 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
 
     A period is regular when its length is within REGULAR of the median, the number of
     kernels in it and their summed duration are the usual ones (within 10 % and 25 %) and
-    the kernels right after and before the anchor are the usual ones: the same step again. Autotuning loops (XLA, cuDNN) recur at a
-    steady pace too, but with a different candidate kernel each time;
-    a per-layer kernel recurs regularly within a step, but not across the step boundary.
-    Among equal scores the shortest period wins (one step, not every other one); a kernel
-    launched once per layer scores less, as its period breaks at the step boundary. A
-    candidate whose window does not run the same kernels each step is dropped.
+    the kernels right after and before the anchor are the usual ones: the same step again.
+    Autotuning loops (XLA, cuDNN) recur at a steady pace too, but with a different
+    candidate kernel (or launch configuration) each time; a per-layer kernel recurs
+    regularly within a step, but not across the step boundary, so it scores less. Among
+    equal scores the shortest period wins (one step, not every other one). A candidate
+    whose window does not run the same kernels each step is dropped.
     """
-    by_key: dict[tuple[str, tuple[int, int, int], tuple[int, int, int], int], list[int]]
-    by_key = defaultdict(list)
+    by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
+    ids: dict[tuple[str, tuple[int, int, int], tuple[int, int, int]], int] = {}
     cum = [0]
     acc = 0
     last_end = 0
+    low, high = GAP_CLASSES
     for i, k in enumerate(trace.kernels):
         # The same kernel is the same name and launch configuration (autotuning tries one
         # name in many configurations). Keyed also by the class of gap before it: the first
         # kernel of a step that launches one kernel many times follows the host gap
         # (coarse classes, and powers of two for gaps within a class).
+        ident = ids.setdefault((k.name, k.grid, k.block), len(ids))
         gap = k.start_ns - last_end
-        by_key[(k.name, k.grid, k.block, -1)].append(i)
-        by_key[(k.name, k.grid, k.block, sum(gap >= g for g in GAP_CLASSES))].append(i)
-        by_key[(k.name, k.grid, k.block, 3 + max(0, gap).bit_length())].append(i)
-        last_end = max(last_end, k.end_ns)
+        by_key[(ident, -1)].append(i)
+        by_key[(ident, 0 if gap < low else 1 if gap < high else 2)].append(i)
+        by_key[(ident, 3 + gap.bit_length() if gap > 0 else 3)].append(i)
+        if k.end_ns > last_end:
+            last_end = k.end_ns
         acc += k.end_ns - k.start_ns
         cum.append(acc)
     cands = []
-    for (name, *_), idx in by_key.items():
-        if len(idx) >= MIN_OCCURRENCES:
-            cand = _regular_span(name, idx, trace, cum)
+    seen: set[tuple[int, int, int, int]] = set()
+    names = {v: name for (name, _, _), v in ids.items()}
+    for (ident, _), idx in by_key.items():
+        # the same occurrences under another key (every gap in one class): look once
+        same = (ident, len(idx), idx[0], idx[-1])
+        if len(idx) >= MIN_OCCURRENCES and same not in seen:
+            seen.add(same)
+            cand = _regular_span(names[ident], idx, trace, cum)
             if cand is not None:
                 cands.append(cand)
-    same: dict[tuple[int, int], bool] = {}
+    repeats: dict[tuple[int, int], bool] = {}
     cands.sort(key=lambda c: -c.score)
-    kept = [c for c in cands[:MAX_CHECKED] if _repeats_itself(c, trace, same)]
+    kept = [c for c in cands[:MAX_CHECKED] if _repeats_itself(c, trace, repeats)]
     if not kept:
         return None
     top = kept[0].score
@@ -159,7 +168,7 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
 
 def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) -> _Candidate | None:
     starts, kernels = trace.starts, trace.kernels
-    pairs = list(zip(idx, idx[1:], strict=False))
+    pairs = list(itertools.pairwise(idx))
     periods = [starts[b] - starts[a] for a, b in pairs]
     counts = [b - a for a, b in pairs]
     work = [cum[b] - cum[a] for a, b in pairs]  # kernel time per period

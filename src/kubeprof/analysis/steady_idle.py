@@ -77,7 +77,9 @@ def figure(trace: GpuTrace, window: Window, *, empty_reason: str = "") -> IdleFi
 def phase_figures(trace: GpuTrace, phases: Phases) -> PhaseFigures:
     return PhaseFigures(
         startup=figure(trace, phases.startup, empty_reason="no start-up before the first kernel"),
-        warmup=figure(trace, phases.warmup, empty_reason="no warm-up: steady from the first kernel"),
+        warmup=figure(
+            trace, phases.warmup, empty_reason="no warm-up: steady from the first kernel"
+        ),
         steady=figure(trace, phases.steady, empty_reason="no steady state found"),
         tail=figure(trace, phases.tail, empty_reason="no tail after the steady state"),
         session=figure(trace, phases.session),

@@ -48,8 +48,16 @@ class Loop:
 
     def kernel(self, t: int, dur: int, name: str | None = None, corr: int = 0) -> GpuActivity:
         return GpuActivity(
-            "kernel", name or self.kernel_name, t, t + dur, 0, self.pid, corr, stream=7,
-            demangled=name or self.kernel_name, stack=self.stack,
+            "kernel",
+            name or self.kernel_name,
+            t,
+            t + dur,
+            0,
+            self.pid,
+            corr,
+            stream=7,
+            demangled=name or self.kernel_name,
+            stack=self.stack,
         )
 
     def build(self) -> Loop:
@@ -103,8 +111,10 @@ def cpu_samples(loop: Loop, hz: float = 1000.0) -> list[CpuSample]:
         else:
             stack = (MODULE, MAIN, loop.step_frame)
         out.append(CpuSample(ts, loop.pid, loop.pid, "python", 0, stack))
-        other = (Frame("_bootstrap", FrameKind.PYTHON, "/usr/lib/python3.12/threading.py", 1),
-                 Frame("log_loop", FrameKind.PYTHON, "/app/log.py", 5))
+        other = (
+            Frame("_bootstrap", FrameKind.PYTHON, "/usr/lib/python3.12/threading.py", 1),
+            Frame("log_loop", FrameKind.PYTHON, "/app/log.py", 5),
+        )
         out.append(CpuSample(ts + 1, loop.pid, loop.pid + 1, "logger", 1, other))
     return out
 

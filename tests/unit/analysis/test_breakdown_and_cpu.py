@@ -14,9 +14,12 @@ from kubeprof.model import GpuActivity
 def test_categories_add_up_and_land_where_the_records_say():
     k = lambda s, e: GpuActivity("kernel", "k", s, e, 0, 1, 0)  # noqa: E731
     acts = [
-        k(0, 100), k(105, 200),  # 5 ns gap: launch overhead
-        GpuActivity("sync", "stream_sync", 150, 400, 0, 1, 0), k(400, 500),  # 200 ns sync
-        GpuActivity("memcpy", "memcpy HtoD (pageable)", 520, 700, 0, 1, 0), k(700, 800),
+        k(0, 100),
+        k(105, 200),  # 5 ns gap: launch overhead
+        GpuActivity("sync", "stream_sync", 150, 400, 0, 1, 0),
+        k(400, 500),  # 200 ns sync
+        GpuActivity("memcpy", "memcpy HtoD (pageable)", 520, 700, 0, 1, 0),
+        k(700, 800),
         k(900_000, 900_100),  # a long host gap
     ]
     trace = gpu_trace.build(acts)
@@ -33,8 +36,11 @@ def test_host_splits_into_on_cpu_and_other_with_samples():
     loop = Loop(steps=40, kernels=5, kernel_ns=1 * MS, host_ns=20 * MS).build()
     samples = cpu_samples(loop)
     # the thread sleeps half of each host stretch: drop those samples
-    awake = [s for s in samples if s.tid != loop.pid or s.stack[-1] not in (LOAD, DECODE)
-             or s.ts_ns % 2_000_000 < 1_000_000]
+    awake = [
+        s
+        for s in samples
+        if s.tid != loop.pid or s.stack[-1] not in (LOAD, DECODE) or s.ts_ns % 2_000_000 < 1_000_000
+    ]
     r = analyse(loop.acts, [], cs.from_samples(awake, hz=1000), Window(*loop.session))
     bd = r.breakdown
     assert bd is not None and bd.host_on_cpu_ns is not None
@@ -59,8 +65,10 @@ def test_cpu_during_idle_names_the_launching_threads_frame():
 
 def test_launching_thread_is_found_by_the_launch_stacks_root_not_by_tid():
     loop = Loop(steps=20, kernels=5, kernel_ns=1 * MS, host_ns=5 * MS).build()
-    samples = [s.__class__(s.ts_ns, s.pid, 555 if s.tid == loop.pid else s.tid, s.thread,
-                           s.cpu, s.stack) for s in cpu_samples(loop)]
+    samples = [
+        s.__class__(s.ts_ns, s.pid, 555 if s.tid == loop.pid else s.tid, s.thread, s.cpu, s.stack)
+        for s in cpu_samples(loop)
+    ]
     cols = cs.from_samples(samples, hz=1000)
     trace = gpu_trace.build(loop.acts)
     from kubeprof.analysis.cpu_during_idle import launching_thread

@@ -24,8 +24,13 @@ def compute_loop() -> Loop:
 
 def test_healthy_compute_bound_loop_is_neither_starved_nor_launch_bound():
     found = kinds(compute_loop())
-    for k in (Kind.GPU_STARVED, Kind.LAUNCH_BOUND, Kind.SYNC_STALL, Kind.FUSION,
-              Kind.PAGEABLE_MEMCPY):
+    for k in (
+        Kind.GPU_STARVED,
+        Kind.LAUNCH_BOUND,
+        Kind.SYNC_STALL,
+        Kind.FUSION,
+        Kind.PAGEABLE_MEMCPY,
+    ):
         assert k not in found
     assert found[Kind.KERNEL_BOUND].severity is Severity.INFO
     assert "compute-bound" in found[Kind.KERNEL_BOUND].message
@@ -44,8 +49,14 @@ def test_starved_loop_fires_starved_with_gain_and_not_launch_bound():
 
 def tiny_loop(frame: Frame | None = None) -> Loop:
     """60 tiny elementwise ops per step, each launch slower than the kernel."""
-    loop = Loop(steps=50, kernels=60, kernel_ns=3 * US, gap_ns=12 * US, host_ns=100 * US,
-                kernel_name=ELEMENTWISE)
+    loop = Loop(
+        steps=50,
+        kernels=60,
+        kernel_ns=3 * US,
+        gap_ns=12 * US,
+        host_ns=100 * US,
+        kernel_name=ELEMENTWISE,
+    )
     if frame is not None:
         loop.step_frame = frame
     return loop.build()
@@ -88,9 +99,19 @@ def item_loop(*, with_copy: bool = True) -> Loop:
         if a.kind == "kernel" and a.name == GEMM:
             e = a.end_ns
             if with_copy:
-                acts.append(GpuActivity("memcpy", "memcpy DtoH (pageable)", e + 2 * US,
-                                        e + 4 * US, 0, a.pid, a.correlation_id, bytes=4,
-                                        stack=a.stack))
+                acts.append(
+                    GpuActivity(
+                        "memcpy",
+                        "memcpy DtoH (pageable)",
+                        e + 2 * US,
+                        e + 4 * US,
+                        0,
+                        a.pid,
+                        a.correlation_id,
+                        bytes=4,
+                        stack=a.stack,
+                    )
+                )
             acts.append(GpuActivity("sync", "stream_sync", a.start_ns, e + 5 * US, 0, a.pid, 0))
     # the host relaunches 40 µs after each sync
     shifted, t = [], 0
@@ -126,8 +147,19 @@ def copy_loop(name: str) -> Loop:
     for a in loop.acts:
         acts.append(a)
         if a.kind == "kernel" and a.correlation_id % 1000 == 3:
-            acts.append(GpuActivity("memcpy", name, a.end_ns, a.end_ns + 600 * US, 0, a.pid,
-                                    0, bytes=6 << 20, stack=a.stack))
+            acts.append(
+                GpuActivity(
+                    "memcpy",
+                    name,
+                    a.end_ns,
+                    a.end_ns + 600 * US,
+                    0,
+                    a.pid,
+                    0,
+                    bytes=6 << 20,
+                    stack=a.stack,
+                )
+            )
     loop.acts = acts
     return loop
 

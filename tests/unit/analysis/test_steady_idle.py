@@ -3,6 +3,8 @@ loop's own truth; phases shown apart; a timeline that adds up; no figure without
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from synth import MS, US, Loop
 
@@ -75,8 +77,14 @@ def test_no_kernels_gives_no_figure_but_a_reason():
 
 def test_tracer_off_says_why():
     loop = Loop(steps=10).build()
-    r = analyse(loop.acts, [], None, Window(*loop.session), gpu_traced=False,
-                untraced_reason="No module named 'elftools'")
+    r = analyse(
+        loop.acts,
+        [],
+        None,
+        Window(*loop.session),
+        gpu_traced=False,
+        untraced_reason="No module named 'elftools'",
+    )
     assert r.headline.ratio is None and "elftools" in r.headline.reason
     assert all(f.ratio is None for f in (r.figures.session, r.figures.warmup))
 
@@ -97,4 +105,4 @@ def test_phases_tile_the_session():
     ph = phases.detect(trace, Window(*loop.session))
     ws = [ph.startup, ph.warmup, ph.steady, ph.tail]
     assert ws[0].start_ns == ph.session.start_ns and ws[-1].end_ns == ph.session.end_ns
-    assert all(a.end_ns == b.start_ns for a, b in zip(ws, ws[1:], strict=False))
+    assert all(a.end_ns == b.start_ns for a, b in itertools.pairwise(ws))

@@ -79,22 +79,29 @@ def analyse(
     tl = steady_idle.timeline(trace, ph.session)
     if not gpu_traced or not trace.kernels:
         reason = (
-            f"GPU tracing was off: {untraced_reason}" if not gpu_traced else
-            "the GPU tracer ran but recorded no kernels"
+            f"GPU tracing was off: {untraced_reason}"
+            if not gpu_traced
+            else "the GPU tracer ran but recorded no kernels"
         )
         off = steady_idle.no_data(ph.steady, reason)
-        figures = PhaseFigures(*(steady_idle.no_data(w, reason) for w in (
-            ph.startup, ph.warmup, ph.steady, ph.tail, ph.session)))
+        figures = PhaseFigures(
+            *(
+                steady_idle.no_data(w, reason)
+                for w in (ph.startup, ph.warmup, ph.steady, ph.tail, ph.session)
+            )
+        )
         return Analysis(off, ph, figures, tl, None, None, (), "no GPU data")
     launcher = cdi.launching_thread(cpu, trace, ph.steady) if cpu is not None else None
+    idle = trace.idle(ph.steady.start_ns, ph.steady.end_ns)
+    parts = idle_breakdown.split(trace, ph.steady, idle)
     bd = idle_breakdown.breakdown(
         trace,
         ph.steady,
         launcher,
         cpu.period_ns if cpu is not None else 0.0,
         cpu.source if cpu is not None else "",
+        parts,
     )
-    parts = idle_breakdown.split(trace, ph.steady)
     during = None
     note = "no CPU samples" if cpu is None else "no CPU samples of a kernel-launching process"
     if cpu is not None and launcher is not None:
@@ -106,7 +113,7 @@ def analyse(
         )
         during = cdi.during(cpu, launcher, stretches)
         note = ""
-    ctx = Context(trace, ph, figures, parts, bd, during, metrics)
+    ctx = Context(trace, ph, figures, parts, bd, during, metrics, idle)
     return Analysis(figures.steady, ph, figures, tl, bd, during, run_all(ctx), note)
 
 

@@ -33,6 +33,7 @@ class Context:
     breakdown: IdleBreakdown  # of the steady state
     cpu: CpuDuringIdle | None
     metrics: Sequence[GpuMetricSample]
+    steady_gaps: dict[int, list[Interval]]  # idle gaps of the steady state per device
 
     @cached_property
     def steady_kernels(self) -> tuple[GpuActivity, ...]:
@@ -48,12 +49,6 @@ class Context:
     @property
     def steps(self) -> int:
         return self.phases.steps
-
-    @cached_property
-    def steady_gaps(self) -> dict[int, list[Interval]]:
-        """Idle gaps of the steady state per device."""
-        w = self.phases.steady
-        return self.trace.idle(w.start_ns, w.end_ns)
 
     @cached_property
     def sync_gaps(self) -> dict[tuple[int, int, int], GpuActivity]:

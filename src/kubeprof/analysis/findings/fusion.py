@@ -40,10 +40,11 @@ def find(ctx: Context) -> Finding | None:
     if ctx.figures.steady.ratio is None or ctx.steady_ns <= 0:
         return None
     frames: dict[int, Frame | None] = {}
+    names: dict[str, bool] = {}
     acc: dict[tuple[str, str], _Runs] = defaultdict(_Runs)
     run: list[tuple[GpuActivity, Frame]] = []
     for k in (*ctx.steady_kernels, None):
-        f = _candidate_frame(k, frames) if k is not None else None
+        f = _candidate_frame(k, frames, names) if k is not None else None
         if run and (
             f is None
             or k is None
@@ -97,8 +98,15 @@ def find(ctx: Context) -> Finding | None:
     )
 
 
-def _candidate_frame(k: GpuActivity, cache: dict[int, Frame | None]) -> Frame | None:
-    if k.end_ns - k.start_ns > SHORT_NS or not ELEMENTWISE.search(k.demangled or k.name):
+def _candidate_frame(
+    k: GpuActivity, cache: dict[int, Frame | None], names: dict[str, bool]
+) -> Frame | None:
+    if k.end_ns - k.start_ns > SHORT_NS:
+        return None
+    elementwise = names.get(k.name)
+    if elementwise is None:
+        elementwise = names[k.name] = bool(ELEMENTWISE.search(k.demangled or k.name))
+    if not elementwise:
         return None
     key = id(k.stack)
     if key not in cache:

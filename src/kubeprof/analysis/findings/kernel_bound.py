@@ -44,7 +44,8 @@ def find(ctx: Context) -> Finding | None:
     label: dict[str, str] = {}
     for k in kernels:
         time_by[k.name] += k.end_ns - k.start_ns
-        label.setdefault(k.name, short_name(k.demangled or k.name))
+        if k.name not in label:
+            label[k.name] = short_name(k.demangled or k.name)
     all_ns = sum(time_by.values())
     top = sorted(time_by, key=time_by.__getitem__, reverse=True)[:TOP]
     per_kernel = _pm_per_kernel(ctx, set(top))
@@ -58,19 +59,27 @@ def find(ctx: Context) -> Finding | None:
             cls = "compute-bound" if COMPUTE_NAMES.search(label[name]) else "memory-bound"
             basis = "name heuristic"
         memory_ns += time_by[name] if cls == "memory-bound" else 0
-        lines.append(f"{label[name]}: {cls} ({basis}), {pct(time_by[name] / all_ns)} of kernel time")
+        lines.append(
+            f"{label[name]}: {cls} ({basis}), {pct(time_by[name] / all_ns)} of kernel time"
+        )
     numbers: dict[str, float] = {"top_memory_bound_share": memory_ns / all_ns}
     gpm = _gpm_means(ctx)
     if gpm is not None:
         dram, tensor, sm = gpm
         verdict = classify(dram, tensor)
-        numbers |= {"gpm_dram_bw_pct": dram, "gpm_tensor_active_pct": tensor, "gpm_sm_active_pct": sm}
+        numbers |= {
+            "gpm_dram_bw_pct": dram,
+            "gpm_tensor_active_pct": tensor,
+            "gpm_sm_active_pct": sm,
+        }
         head = (
             f"Steady state is {verdict} by GPM counters: DRAM bandwidth {dram:.0f} %, "
             f"tensor cores {tensor:.0f} %, SMs {sm:.0f} % active"
         )
     else:
-        verdict = "memory-bound" if memory_ns * 2 >= sum(time_by[n] for n in top) else "compute-bound"
+        verdict = (
+            "memory-bound" if memory_ns * 2 >= sum(time_by[n] for n in top) else "compute-bound"
+        )
         head = f"Top kernels are mostly {verdict} (no GPM counters; {HEURISTIC})"
     advice = (
         "memory-bound time shrinks with fusion and lower precision, not with more FLOPs"
@@ -100,9 +109,7 @@ def _pm_per_kernel(ctx: Context, names: set[str]) -> dict[str, tuple[float, floa
         elif "tensor" in m.metric:
             row[2] += m.value
             row[3] += 1
-    return {
-        n: (r[0] / r[1], r[2] / r[3] if r[3] else 0.0) for n, r in acc.items() if r[1]
-    }
+    return {n: (r[0] / r[1], r[2] / r[3] if r[3] else 0.0) for n, r in acc.items() if r[1]}
 
 
 def _gpm_means(ctx: Context) -> tuple[float, float, float] | None:
@@ -114,4 +121,8 @@ def _gpm_means(ctx: Context) -> tuple[float, float, float] | None:
     if not acc.get("gpm_dram_bw_pct") or not acc.get("gpm_tensor_active_pct"):
         return None
     mean = {k: sum(v) / len(v) for k, v in acc.items()}
-    return mean["gpm_dram_bw_pct"], mean["gpm_tensor_active_pct"], mean.get("gpm_sm_active_pct", 0.0)
+    return (
+        mean["gpm_dram_bw_pct"],
+        mean["gpm_tensor_active_pct"],
+        mean.get("gpm_sm_active_pct", 0.0),
+    )

@@ -48,7 +48,10 @@ def find(ctx: Context) -> Finding | None:
         if pb >= MIN_MEASURED_BYTES and pns:
             pinned_bw, how = pb / pns, f"{d}: pinned bandwidth measured here ({pb / pns:.3g} GB/s)"
         else:
-            pinned_bw, how = bw * PINNED_SPEEDUP, f"{d}: pinned assumed {PINNED_SPEEDUP:g}x pageable"
+            pinned_bw, how = (
+                bw * PINNED_SPEEDUP,
+                f"{d}: pinned assumed {PINNED_SPEEDUP:g}x pageable",
+            )
         models.append(how)
         saved += max(0.0, ns - nbytes / pinned_bw) if pinned_bw else 0.0
         numbers[f"{d}_copies"] = n
