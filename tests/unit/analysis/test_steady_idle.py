@@ -106,3 +106,43 @@ def test_phases_tile_the_session():
     ws = [ph.startup, ph.warmup, ph.steady, ph.tail]
     assert ws[0].start_ns == ph.session.start_ns and ws[-1].end_ns == ph.session.end_ns
     assert all(a.end_ns == b.start_ns for a, b in itertools.pairwise(ws))
+
+
+def test_indexed_busy_time_equals_clipping_on_random_windows():
+    import random
+
+    from kubeprof.analysis.gpu_timeline import clip, total
+
+    rng = random.Random(7)
+    acts = []
+    t = 0
+    for _ in range(500):
+        t += rng.randint(0, 50)
+        acts.append(GpuActivity("kernel", "k", t, t + rng.randint(1, 80), rng.randint(0, 1), 1, 0))
+    trace = gpu_trace.build(acts)
+    for _ in range(300):
+        a = rng.randint(-100, t + 100)
+        b = a + rng.randint(0, 3000)
+        want = sum(total(clip(iv, a, b)) for iv in trace.busy.values())
+        assert trace.busy_ns(a, b) == want, (a, b)
+        idle = trace.idle(a, b)
+        assert sum(total(v) for v in idle.values()) == (b - a) * len(trace.busy) - want
+
+
+def test_one_kernel_autotuned_in_many_configurations_is_not_the_loop():
+    loop = Loop(steps=40, kernel_ns=2 * MS).build()
+    t = loop.t0 + 100 * MS
+    tune = []
+    for i in range(30):  # one fusion tried in 30 launch configurations, each repeated
+        for _ in range(6):
+            k = loop.kernel(t, (1 + i % 5) * 2 * MS, "gemm_fusion_dot_1")
+            tune.append(
+                GpuActivity(
+                    **{**{f: getattr(k, f) for f in k.__slots__}, "grid": (64 * (i + 1), 1, 1)}
+                )
+            )
+            t += 20 * MS
+    acts = tune + [a for a in loop.acts if a.start_ns > t]
+    r = analyse(acts, [], None, Window(*loop.session))
+    assert r.phases.anchor != "gemm_fusion_dot_1"
+    assert r.headline.ratio is not None and r.headline.ratio < 0.05
