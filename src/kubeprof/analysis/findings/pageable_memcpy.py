@@ -4,9 +4,9 @@ host, and slower than from pinned memory. Names read ``memcpy HtoD (pageable)`` 
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from kubeprof.analysis.findings.context import Context, ms, pct
+from kubeprof.analysis.findings.context import Context, ms, pct, user_frame
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 
 MIN_SHARE = 0.02  # of the steady state spent in pageable copies
@@ -24,6 +24,7 @@ def find(ctx: Context) -> Finding | None:
         return None
     pageable: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # count, bytes, ns
     pinned: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # bytes, ns
+    lines: Counter[str] = Counter()
     for c in ctx.trace.copies:
         if c.kind != "memcpy" or not ctx.in_steady(c):
             continue
@@ -33,6 +34,9 @@ def find(ctx: Context) -> Finding | None:
             row[0] += 1
             row[1] += c.bytes
             row[2] += c.end_ns - c.start_ns
+            f = user_frame(c.stack)
+            if f is not None:
+                lines[f"{f.file}:{f.line} {f.name}"] += 1
         elif c.name.endswith("(pinned)"):
             pinned[d][0] += c.bytes
             pinned[d][1] += c.end_ns - c.start_ns
@@ -58,6 +62,9 @@ def find(ctx: Context) -> Finding | None:
         numbers[f"{d}_bytes"] = nbytes
         numbers[f"{d}_gbps"] = bw
     dirs = ", ".join(f"{d} {pageable[d][0]} x" for d in sorted(pageable))
+    if lines:
+        top = lines.most_common(1)[0][0].split(" ")[0]
+        dirs += f", at {top.rsplit('/', 1)[-1]}"
     message = (
         f"Pageable-memory copies take {pct(total_ns / ctx.steady_ns)} of the steady state "
         f"({dirs}, {ms(total_ns)}): allocate the host tensors pinned (pin_memory=True, "
@@ -67,7 +74,7 @@ def find(ctx: Context) -> Finding | None:
         Kind.PAGEABLE_MEMCPY,
         Severity.WARNING if total_ns >= 0.1 * ctx.steady_ns else Severity.INFO,
         message,
-        Evidence(numbers=numbers),
+        Evidence(numbers=numbers, lines=tuple(line for line, _ in lines.most_common(5))),
         Gain(
             round(saved),
             saved / ctx.steady_ns,
