@@ -1,0 +1,254 @@
+"""Start-up, warm-up, steady state and tail of a GPU workload, found from its own rhythm.
+
+A training or inference loop repeats one step, and some kernel runs once per step at a
+steady period. The steady state is where that *anchor* kernel recurs regularly: from the
+first of ``MIN_RUN`` consecutive regular periods to the last such period. It is measured in
+whole steps (anchor start to anchor start), so its idle ratio is the loop's, without the
+interpreter start-up, imports, allocation, cuDNN/XLA autotuning or compilation before it.
+
+- start-up: session start to the first kernel;
+- warm-up: first kernel to the steady state (first steps, compilation, autotuning);
+- steady: whole steps of the main loop;
+- tail: after the last whole steady step (the last partial step, evaluation, shutdown).
+
+When no kernel recurs regularly (a handful of kernels, a one-shot job) the steady state is
+the active window (first kernel start to last kernel end) and ``method`` says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from kubeprof.analysis.gpu_trace import GpuTrace
+
+MIN_RUN = 5  # consecutive regular periods that make a steady state
+REGULAR = (0.5, 1.5)  # a period is regular within these factors of the anchor's median
+WORK_TOLERANCE = 0.25  # kernel time per period within this share of the median period's
+MIN_OCCURRENCES = MIN_RUN + 1
+TIE = 0.99  # scores this close are equal
+MAX_CHECKED = 50  # candidates, best first, checked for a repeating kernel mix
+DIVERSITY = 2.0  # distinct kernel names in the window, at most this many per kernel per step
+GAP_CLASSES = (10_000, 1_000_000)  # queued back to back / launch gap / host gap (ns)
+SETTLED = 0.01  # the steady state may hold at most this much more irregular time than its end
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A half-open time window [start_ns, end_ns)."""
+
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Phases:
+    """The session cut into phases; windows are contiguous and cover the session."""
+
+    session: Window
+    startup: Window
+    warmup: Window
+    steady: Window
+    tail: Window
+    method: str  # how the steady state was found, in words
+    anchor: str = ""  # the once-per-step kernel (raw name); "" when none was found
+    steps: int = 0  # whole steps in the steady window (0 when no anchor)
+    step_ns: float = 0.0  # median step period
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    name: str
+    first: int  # kernel index of the steady window's first anchor occurrence
+    last: int  # kernel index of its last
+    steps: int
+    score: float  # kernel time in the window's regular periods x their share of its time
+
+
+def detect(trace: GpuTrace, session: Window) -> Phases:
+    """Phases of a session from its kernels (an empty trace gives an empty steady window)."""
+    s0 = session.start_ns
+    if not trace.kernels:
+        empty = Window(session.end_ns, session.end_ns)
+        return Phases(session, session, empty, empty, empty, "no kernels")
+    first = trace.kernels[0].start_ns
+    last = max(iv[-1][1] for iv in trace.busy.values())
+    s0 = min(s0, first)
+    s1 = max(session.end_ns, last)
+    best = _anchor(trace)
+    if best is None:
+        steady = Window(first, last)
+        method = "active window (first kernel to last): no kernel recurs at a steady period"
+        return Phases(
+            Window(s0, s1),
+            Window(s0, first),
+            Window(first, first),
+            steady,
+            Window(last, s1),
+            method,
+        )
+    a, b = trace.starts[best.first], trace.starts[best.last]
+    steps = best.steps
+    period = (b - a) / steps
+    method = (
+        f"{steps} whole steps of the main loop, anchored on a kernel launched once per "
+        f"step (median period {period / 1e6:.3g} ms)"
+    )
+    return Phases(
+        Window(s0, s1),
+        Window(s0, first),
+        Window(first, a),
+        Window(a, b),
+        Window(b, s1),
+        method,
+        best.name,
+        steps,
+        period,
+    )
+
+
+def _anchor(trace: GpuTrace) -> _Candidate | None:
+    """The kernel that marks the step: the one whose regular periods hold the most kernel time
+    and the most of its window's time.
+
+    A period is regular when its length is within REGULAR of the median, the number of
+    kernels in it and their summed duration are the usual ones (within 10 % and 25 %) and
+    the kernels right after and before the anchor are the usual ones: the same step again.
+    Autotuning loops (XLA, cuDNN) recur at a steady pace too, but with a different
+    candidate kernel (or launch configuration) each time; a per-layer kernel recurs
+    regularly within a step, but not across the step boundary, so it scores less. Among
+    equal scores the shortest period wins (one step, not every other one). A candidate
+    whose window does not run the same kernels each step is dropped.
+    """
+    by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
+    ids: dict[tuple[str, tuple[int, int, int], tuple[int, int, int]], int] = {}
+    cum = [0]
+    acc = 0
+    last_end = 0
+    low, high = GAP_CLASSES
+    for i, k in enumerate(trace.kernels):
+        # The same kernel is the same name and launch configuration (autotuning tries one
+        # name in many configurations). Keyed also by the class of gap before it: the first
+        # kernel of a step that launches one kernel many times follows the host gap
+        # (coarse classes, and powers of two for gaps within a class).
+        ident = ids.setdefault((k.name, k.grid, k.block), len(ids))
+        gap = k.start_ns - last_end
+        by_key[(ident, -1)].append(i)
+        by_key[(ident, 0 if gap < low else 1 if gap < high else 2)].append(i)
+        by_key[(ident, 3 + gap.bit_length() if gap > 0 else 3)].append(i)
+        if k.end_ns > last_end:
+            last_end = k.end_ns
+        acc += k.end_ns - k.start_ns
+        cum.append(acc)
+    cands = []
+    seen: set[tuple[int, int, int, int]] = set()
+    names = {v: name for (name, _, _), v in ids.items()}
+    for (ident, _), idx in by_key.items():
+        # the same occurrences under another key (every gap in one class): look once
+        same = (ident, len(idx), idx[0], idx[-1])
+        if len(idx) >= MIN_OCCURRENCES and same not in seen:
+            seen.add(same)
+            cand = _regular_span(names[ident], idx, trace, cum)
+            if cand is not None:
+                cands.append(cand)
+    repeats: dict[tuple[int, int], bool] = {}
+    cands.sort(key=lambda c: -c.score)
+    kept = [c for c in cands[:MAX_CHECKED] if _repeats_itself(c, trace, repeats)]
+    if not kept:
+        return None
+    top = kept[0].score
+    near = [c for c in kept if c.score >= TIE * top]
+    return min(near, key=lambda c: ((c.last - c.first) / c.steps, -c.score))
+
+
+def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) -> _Candidate | None:
+    starts, kernels = trace.starts, trace.kernels
+    pairs = list(itertools.pairwise(idx))
+    periods = [starts[b] - starts[a] for a, b in pairs]
+    counts = [b - a for a, b in pairs]
+    work = [cum[b] - cum[a] for a, b in pairs]  # kernel time per period
+    # The kernels right after and right before the anchor: the same step's neighbours.
+    around = [(kernels[a + 1].name, kernels[b - 1].name) for a, b in pairs]
+    median = sorted(periods)[len(periods) // 2]
+    usual = sorted(counts)[len(counts) // 2]
+    usual_work = sorted(work)[len(work) // 2]
+    neighbours = Counter(around).most_common(1)[0][0]
+    if median <= 0:
+        return None
+    lo, hi = REGULAR[0] * median, REGULAR[1] * median
+    ok = [
+        lo <= p <= hi
+        and abs(c - usual) <= 0.1 * usual
+        and abs(w - usual_work) <= WORK_TOLERANCE * usual_work
+        and n == neighbours
+        for p, c, w, n in zip(periods, counts, work, around, strict=True)
+    ]
+    runs = []  # (first, end) period indexes of runs of >= MIN_RUN regular periods
+    i = 0
+    while i < len(ok):
+        if ok[i]:
+            j = i
+            while j < len(ok) and ok[j]:
+                j += 1
+            if j - i >= MIN_RUN:
+                runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    if not runs:
+        return None
+    p1 = runs[-1][1]
+    p0 = _settled_start(runs, periods, ok, median)
+    first, last = idx[p0], idx[p1]
+    regular_work = sum(w for w, good in zip(work[p0:p1], ok[p0:p1], strict=True) if good)
+    regular_time = sum(p for p, good in zip(periods[p0:p1], ok[p0:p1], strict=True) if good)
+    span = starts[last] - starts[first]
+    return _Candidate(name, first, last, p1 - p0, regular_work * regular_time / span)
+
+
+def _settled_start(
+    runs: list[tuple[int, int]], periods: list[int], ok: list[bool], median: int
+) -> int:
+    """The earliest run start after which irregular time is no denser than in the end half.
+
+    Slow first steps (allocation, cuBLAS/cuDNN set-up) separate early regular runs by long
+    periods; hiccups inside the loop (GC, a checkpoint) do too, but no more often than in
+    the loop's second half. The excess of irregular periods over the median, as a share of
+    the time from a candidate start to the end, must stay within SETTLED of that reference.
+    """
+    p1 = runs[-1][1]
+    excess = [0 if good else max(0, p - median) for p, good in zip(periods, ok, strict=True)]
+    cum_x, cum_t = [0], [0]
+    for x, p in zip(excess, periods, strict=True):
+        cum_x.append(cum_x[-1] + x)
+        cum_t.append(cum_t[-1] + p)
+
+    def density(a: int) -> float:
+        span = cum_t[p1] - cum_t[a]
+        return (cum_x[p1] - cum_x[a]) / span if span else 0.0
+
+    mid = (runs[0][0] + p1) // 2
+    ref = density(mid)
+    for start, _ in runs:
+        if start >= mid or density(start) <= ref + SETTLED:
+            return start
+    return runs[-1][0]
+
+
+def _repeats_itself(c: _Candidate, trace: GpuTrace, cache: dict[tuple[int, int], bool]) -> bool:
+    """True when the window runs the same kernels every step (not autotuning candidates).
+
+    Autotuning recurs regularly too, but each period tries different kernels: the window
+    holds many more distinct names than kernels per period.
+    """
+    key = (c.first, c.last)
+    if key not in cache:
+        per_step = (c.last - c.first) / c.steps
+        names = {k.name for k in trace.kernels[c.first : c.last]}
+        cache[key] = len(names) <= DIVERSITY * per_step + 8
+    return cache[key]

@@ -1,0 +1,105 @@
+"""The honest GPU idle figure: idle over the steady state, each phase shown apart, and a
+100 ms timeline that backs every figure.
+
+Idle means no kernel ran on a device (copies and syncs do not keep the SMs busy); over
+several devices it is busy time summed over devices against the window times the devices.
+A figure without data behind it is ``None`` with the reason, never 0 % or 100 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubeprof.analysis.gpu_timeline import Interval
+from kubeprof.analysis.gpu_trace import GpuTrace
+from kubeprof.analysis.phases import Phases, Window
+
+BUCKET_NS = 100_000_000  # timeline resolution: 100 ms
+
+
+@dataclass(frozen=True, slots=True)
+class IdleFigure:
+    """Idle share of one window; ``ratio`` is None when no data backs it (see ``reason``)."""
+
+    window: Window
+    busy_ns: int  # kernel-busy time, summed over devices
+    devices: int
+    ratio: float | None  # 0..1
+    reason: str = ""  # why ratio is None
+
+    @property
+    def idle_ns(self) -> int:
+        return self.window.duration_ns * self.devices - self.busy_ns
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseFigures:
+    """Idle of every phase; ``steady`` is the headline."""
+
+    startup: IdleFigure
+    warmup: IdleFigure
+    steady: IdleFigure
+    tail: IdleFigure
+    session: IdleFigure
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Kernel-busy time per fixed-width bucket from ``start_ns``, summed over devices."""
+
+    start_ns: int
+    bucket_ns: int
+    devices: int
+    busy_ns: tuple[int, ...]
+
+    def idle_ratio(self, i: int) -> float | None:
+        """Idle share of bucket ``i`` (None without devices)."""
+        if not self.devices:
+            return None
+        return 1.0 - self.busy_ns[i] / (self.bucket_ns * self.devices)
+
+
+def no_data(window: Window, reason: str) -> IdleFigure:
+    return IdleFigure(window, 0, 0, None, reason)
+
+
+def figure(trace: GpuTrace, window: Window, *, empty_reason: str = "") -> IdleFigure:
+    """Idle of ``window`` over the devices that ran kernels in the session."""
+    devices = len(trace.busy)
+    if not devices:
+        return no_data(window, "the GPU tracer recorded no kernels")
+    if window.duration_ns <= 0:
+        return IdleFigure(window, 0, devices, None, empty_reason or "empty window")
+    busy = trace.busy_ns(window.start_ns, window.end_ns)
+    return IdleFigure(window, busy, devices, 1.0 - busy / (window.duration_ns * devices))
+
+
+def phase_figures(trace: GpuTrace, phases: Phases) -> PhaseFigures:
+    return PhaseFigures(
+        startup=figure(trace, phases.startup, empty_reason="no start-up before the first kernel"),
+        warmup=figure(
+            trace, phases.warmup, empty_reason="no warm-up: steady from the first kernel"
+        ),
+        steady=figure(trace, phases.steady, empty_reason="no steady state found"),
+        tail=figure(trace, phases.tail, empty_reason="no tail after the steady state"),
+        session=figure(trace, phases.session),
+    )
+
+
+def timeline(trace: GpuTrace, window: Window, bucket_ns: int = BUCKET_NS) -> Timeline:
+    """Busy ns per bucket over ``window``; the last bucket may be partly outside it."""
+    n = max(0, -(-window.duration_ns // bucket_ns))
+    out = [0] * n
+    for iv in trace.busy.values():
+        _add(out, iv, window.start_ns, bucket_ns, window.end_ns)
+    return Timeline(window.start_ns, bucket_ns, len(trace.busy), tuple(out))
+
+
+def _add(out: list[int], busy: list[Interval], start: int, width: int, end: int) -> None:
+    for s, e in busy:
+        s, e = max(s, start), min(e, end)
+        while s < e:
+            i = (s - start) // width
+            edge = min(e, start + (i + 1) * width)
+            out[i] += edge - s
+            s = edge
