@@ -108,10 +108,11 @@ def _start_sources(opts: RecordOptions, gpu_socket: str | None) -> tuple[list[So
     sources: list[Source] = []
     env: dict[str, str] = {}
     if opts.cpu:
-        from kubeprof.agent.cpu.collector import CollectorError, CpuCollector
+        from kubeprof.agent.cpu.collector import CollectorError
+        from kubeprof.agent.cpu.pyspy_collector import open_cpu_collector
 
-        try:
-            sources.append(CpuCollector(hz=opts.hz))
+        try:  # BPF, else py-spy (machines/pods without BPF)
+            sources.append(open_cpu_collector(opts.hz, opts.log))
         except CollectorError as exc:
             raise RecordError(str(exc)) from exc
     if opts.gpu and gpu_socket:
@@ -183,8 +184,12 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     else:
         sources, env = _start_sources(opts, gpu_socket)
     start_ns = time.monotonic_ns()
+    meta = {"cpu": str(opts.cpu), "gpu": str(opts.gpu)}
+    for s in sources:  # which CPU sampler ran: "bpf" or "py-spy" (no BPF there)
+        if hasattr(s, "cpu_source"):
+            meta["cpu_source"] = s.cpu_source
     session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
-                                      meta={"cpu": str(opts.cpu), "gpu": str(opts.gpu)})
+                                      meta=meta)
     writer = _Writer(store, session_id, opts.log)
     warnings: list[str] = []
     child: subprocess.Popen[bytes] | None = None
