@@ -21,8 +21,9 @@ Modes (``--mode``):
 Where a burst is launch-bound (``tiny``, ``item``) the event pair around it spans the gaps
 between its kernels too, so its GPU busy time is measured apart: one step's GPU work queued
 behind a spinning kernel runs back to back, and the event pair around it times the kernels
-alone (``packed_step_ms``); ``gpu_busy_ms`` is then steps x that. ``busy_source`` says which,
-``busy_includes`` whether copies count (only in ``pageable``; ``item``'s 2-byte copies don't).
+alone (``packed_step_ms``, measured during warm-up); ``gpu_busy_ms`` is then steps x that.
+``busy_source`` says which, ``busy_includes`` whether copies count (only in ``pageable``;
+``item``'s 2-byte copies don't).
 ``kernels_per_step`` counts the ops the step launches (one kernel each is expected).
 
 Host timestamps of the main loop (``main_start_ns``/``main_end_ns``, CLOCK_MONOTONIC, the
@@ -124,22 +125,33 @@ class Bursts:
         return sum(a.elapsed_time(b) for a, b in self.pairs)
 
 
-def packed_ms(step_gpu: Callable[[], None], reps: int = 20) -> float:
-    """GPU time of one step's work with no launch gaps: queued behind a spinning kernel."""
+def packed_ms(step_gpu: Callable[[], None], facts: dict[str, Any], reps: int = 20) -> float:
+    """GPU time of one step's work with no launch gaps: queued behind a spinning kernel.
+
+    Run once first (library initialisation, allocations), then timed during warm-up,
+    before the main loop. ``facts`` gets whether every launch was queued before the spin
+    ended (``packed_ok``); if not, the figure includes launch gaps (an overestimate).
+    """
+    step_gpu()
     torch.cuda.synchronize()
-    torch.cuda._sleep(200_000_000)  # ~0.1 s of spinning: every launch below queues up
-    a = torch.cuda.Event(enable_timing=True)
-    b = torch.cuda.Event(enable_timing=True)
+    e0, a, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    e0.record()
+    torch.cuda._sleep(60_000_000)  # ~30 ms of spinning on an H200: the launches queue up
     a.record()
+    t0 = time.perf_counter()
     for _ in range(reps):
         step_gpu()
+    enqueue_ms = (time.perf_counter() - t0) * 1000.0
     b.record()
     torch.cuda.synchronize()
+    spin_ms = e0.elapsed_time(a)
+    facts.update(packed_enqueue_ms=round(enqueue_ms, 3), packed_spin_ms=round(spin_ms, 3),
+                 packed_ok=enqueue_ms < spin_ms)
     return a.elapsed_time(b) / reps
 
 
-# ---- the modes: setup() -> (step(i, bursts), facts, packed step or None) ----
-def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict, Any]:
+# ---- the modes: setup() -> (step(i, bursts), facts, busy from the packed step?) ----
+def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict, bool]:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     facts: dict[str, Any] = {"syncs_per_step": 0, "bytes_copied_per_step": 0,
@@ -157,7 +169,7 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
         facts.update(kernels_per_step=per, matmul_n=N_BIG, dtype="bfloat16")
         host_ms = 0.0
         if mode != "compute":
-            burst_ms = packed_ms(burst, reps=5)
+            burst_ms = packed_ms(burst, facts, reps=5)
             host_ms = burst_ms * (1.0 if mode == "half" else 10.0)
             facts.update(burst_ms=round(burst_ms, 3), host_step_ms=round(host_ms, 3))
         if mode == "half":
@@ -175,7 +187,7 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
             elif mode == "starved":
                 load_batch(host_ms)
 
-        return step, facts, None
+        return step, facts, False
     if mode == "tiny":
         x = torch.ones(256, device=dev)
 
@@ -189,8 +201,9 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
             tiny_ops()
             bursts.end(s)
 
-        facts.update(kernels_per_step=TINY_OPS, elements=256, launch_bound=True)
-        return step, facts, tiny_ops
+        facts.update(kernels_per_step=TINY_OPS, elements=256, launch_bound=True,
+                     packed_step_ms=packed_ms(tiny_ops, facts))
+        return step, facts, True
     if mode == "item":
         a = torch.randn(N_SMALL, N_SMALL, device=dev, dtype=torch.bfloat16, generator=g)
         b = torch.randn(N_SMALL, N_SMALL, device=dev, dtype=torch.bfloat16, generator=g)
@@ -210,8 +223,9 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
         facts.update(kernels_per_step=2, matmul_n=N_SMALL, syncs_per_step=1,
                      copies_per_step=1,
                      bytes_copied_per_step=2, sync_function="read_loss",
-                     sync_line=_line_of("KUBEPROF_TRUTH_SYNC_LINE"))
-        return step, facts, mm_and_sum
+                     sync_line=_line_of("KUBEPROF_TRUTH_SYNC_LINE"),
+                     packed_step_ms=packed_ms(mm_and_sum, facts))
+        return step, facts, True
     if mode == "pageable":
         n = COPY_MB * (1 << 20) // 4
         src = torch.randn(n, generator=torch.Generator().manual_seed(0))
@@ -231,7 +245,7 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
                      busy_includes="kernels+copies",
                      bytes_copied_per_step=n * 4, syncs_per_step=0 if pinned else 1,
                      copy_function="copy_batch", copy_line=_line_of("KUBEPROF_TRUTH_COPY_LINE"))
-        return step, facts, None
+        return step, facts, False
     raise SystemExit(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
 
 
@@ -247,9 +261,9 @@ def main() -> int:
         print("gpu_truth: no CUDA device", file=sys.stderr)
         return 2
     steps = args.steps or DEFAULT_STEPS[args.mode]
+    t_warm = time.monotonic_ns()  # allocation, calibration and warm-up from here
     step, facts, packed = setup(args.mode, args.pinned)
     warm = Bursts()
-    t_warm = time.monotonic_ns()
     for i in range(args.warmup):
         step(i, warm)
     torch.cuda.synchronize()
@@ -270,11 +284,9 @@ def main() -> int:
     wall_ms = loop_start.elapsed_time(loop_end)
     span_ms = bursts.total_ms()
     busy_ms, source = span_ms, "burst_events"
-    out: dict[str, Any] = {}
-    if packed is not None:
-        step_ms = packed_ms(packed)
-        busy_ms, source = step_ms * steps, "packed_step_events"
-        out["packed_step_ms"] = round(step_ms, 4)
+    if packed:
+        busy_ms, source = facts["packed_step_ms"] * steps, "packed_step_events"
+        facts["packed_step_ms"] = round(facts["packed_step_ms"], 4)
     busy_ms = min(busy_ms, wall_ms)
     truth = {
         "mode": args.mode,
@@ -286,7 +298,6 @@ def main() -> int:
         "busy_source": source,
         "burst_span_ms": round(span_ms, 3),
         "idle_ratio": round(1.0 - busy_ms / wall_ms, 4) if wall_ms > 0 else None,
-        **out,
         **facts,
         "main_start_ns": main_start_ns,
         "main_end_ns": main_end_ns,

@@ -44,6 +44,7 @@ _RUNTIME_PREFIXES = (
     "cudaDeviceSynchronize",
     "cudaEventSynchronize",
     "cudaThreadSynchronize",
+    "cudaEventElapsedTime",  # on the H200 these made event_sync records with no other API
 )
 _DRIVER_PREFIXES = (
     "cuLaunchKernel",
@@ -55,6 +56,7 @@ _DRIVER_PREFIXES = (
     "cuStreamSynchronize",
     "cuCtxSynchronize",
     "cuEventSynchronize",
+    "cuEventElapsedTime",
 )
 _DRIVER_EXACT = ("cuLaunch",)
 # Driver calls nested in a runtime call whose id may be the one on the activity record (sync
@@ -65,6 +67,7 @@ _DRIVER_ALIAS_PREFIXES = (
     "cuStreamSynchronize",
     "cuCtxSynchronize",
     "cuEventSynchronize",
+    "cuEventElapsedTime",
 )
 
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset", "sync", "nvtx")
