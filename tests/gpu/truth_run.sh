@@ -6,7 +6,8 @@
 # then, if time is left, the launch-bound tracing overhead. Everything lands in $OUT/truth.tgz
 # (re-made after each stage, so a run cut short still returns what it finished).
 # Usage (repo root): OUT=/tmp/out bash tests/gpu/truth_run.sh [MODE ...]
-# DRY=1 skips the GPU parts (checks the wiring on a machine without a GPU).
+# DRY=1 skips the GPU parts (checks the wiring on a machine without a GPU); SKIP_TRAIN=1,
+# SKIP_BENCH=1 skip the train_torch recording and the overhead benchmark.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -85,8 +86,8 @@ for m in "${modes[@]}"; do
   esac
 done
 # issue 11: a real training loop's raw inputs (a few steps keep the capture small)
-record train_torch 120 $PY examples/train_torch.py --steps 12 --batch 16
-if [ -z "${DRY:-}" ] && left 100; then
+[ -z "${SKIP_TRAIN:-}" ] && record train_torch 120 $PY examples/train_torch.py --steps 12 --batch 16
+if [ -z "${DRY:-}" ] && [ -z "${SKIP_BENCH:-}" ] && left 100; then
   say "overhead: bench/gpu_overhead.py --modes kubeprof,kubeprof_activity --reps 4"
   timeout $((BUDGET_S - SECONDS - 10)) $PY bench/gpu_overhead.py --modes kubeprof,kubeprof_activity \
     --reps 4 --out "$W/overhead.json" >"$W/overhead.txt" 2>&1
