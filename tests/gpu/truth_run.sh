@@ -11,7 +11,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/kubeprof-truth-out}; W=$OUT/work; mkdir -p "$W"
+OUT=${OUT:-/tmp/kubeprof-truth-out}; W=${W:-/tmp/kubeprof-truth-work}; mkdir -p "$W" "$OUT"
 BUDGET_S=${BUDGET_S:-540}   # stop starting stages after this; the device call allows 600
 PY=${PY:-python3}
 log=$W/log.txt
