@@ -70,6 +70,8 @@ class ActivityKind(enum.IntEnum):
 
 
 SUBSCRIBER_PARAMS_SIZE = 16
+# callback function names the receiver reads (waiting APIs); others are "api<cbid>"
+_REAL_NAMES = {131: "cudaStreamSynchronize", 127: "cuStreamSynchronize"}
 
 
 class SubscriberParams:
@@ -129,9 +131,8 @@ class FakeCupti:
 
     def _call(self, domain: CallbackDomain, cbid: int, site: ApiCallbackSite, corr: int) -> None:
         if self.callback and (int(domain), int(cbid)) in self.enabled:
-            data = SimpleNamespace(
-                callback_site=int(site), correlation_id=corr, function_name=f"api{int(cbid)}"
-            )
+            name = _REAL_NAMES.get(int(cbid), f"api{int(cbid)}")
+            data = SimpleNamespace(callback_site=int(site), correlation_id=corr, function_name=name)
             self.callback(None, int(domain), int(cbid), data)
 
     def launch(
@@ -213,10 +214,15 @@ class FakeCupti:
 
     def synchronize(self, duration: int = 5000, record_id: str = "runtime") -> int:
         """cudaStreamSynchronize; the sync record carries the runtime call's correlation id
-        (``record_id="runtime"``) or the nested driver call's (``"driver"``)."""
+        (``record_id="runtime"``), the nested driver call's (``"driver"``), or that of an
+        inner call with no callback (``"inner"``: a further id, as cudaEventElapsedTime's
+        waits on the H200)."""
         corr, nested = self._runtime_call(
             RuntimeApiTraceCbid.cudaStreamSynchronize_v3020, DriverApiTraceCbid.cuStreamSynchronize
         )
+        if record_id == "inner":
+            nested = self.next_corr
+            self.next_corr += 1
         if int(ActivityKind.SYNCHRONIZATION) in self.activities:
             self.pending.append(
                 SimpleNamespace(

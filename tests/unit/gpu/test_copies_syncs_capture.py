@@ -81,7 +81,7 @@ def test_copies_carry_host_memory_kind_and_their_stack(fake, tmp_path):
     assert _caller(copies["memcpy HtoD (pinned)"]).endswith("load_pinned")
 
 
-@pytest.mark.parametrize("record_id", ["runtime", "driver"])
+@pytest.mark.parametrize("record_id", ["runtime", "driver", "inner"])
 def test_sync_records_carry_the_python_line_that_waited(fake, tmp_path, record_id):
     def loss_item():  # what `.item()` does: a copy, then a stream sync
         fake.launch()
@@ -94,8 +94,23 @@ def test_sync_records_carry_the_python_line_that_waited(fake, tmp_path, record_i
     s = syncs[0]
     assert s.name == "stream_sync" and s.end_ns - s.start_ns == 5000
     assert s.stack[-1].kind is FrameKind.CUDA_API
-    assert s.stack[-1].name == "api131"  # the runtime call the program made
+    assert s.stack[-1].name == "cudaStreamSynchronize"  # the runtime call the program made
     assert _caller(s).endswith("loss_item")
+
+
+def test_inner_sync_ids_join_only_a_waiting_call(fake, tmp_path):
+    def after_a_launch():  # a record id just past a kernel launch: not a wait, no stack
+        fake.launch()
+        corr = fake.next_corr
+        fake.next_corr += 1
+        fake.pending.append(
+            types.SimpleNamespace(kind=38, start=1, end=2, context_id=1, correlation_id=corr,
+                                  stream_id=7, type=1)
+        )
+
+    acts, _ = _trace(tmp_path, after_a_launch)
+    (sync,) = [a for a in acts if a.kind == "sync"]
+    assert sync.stack == ()
 
 
 def test_driver_alias_only_for_copies_and_syncs(fake, tmp_path):

@@ -45,6 +45,9 @@ _COPY_KINDS = {
 _MEMORY_KINDS = {1: "pageable", 2: "pinned", 5: "managed", 7: "managed"}
 _SYNC_TYPES = {1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
 _MARKER_START, _MARKER_END = 2, 4
+# API names that wait for the GPU; a sync record may carry the id of a call nested in one
+_WAITING_APIS = ("Synchronize", "ElapsedTime")
+_NESTED_IDS = 8  # how far back (in correlation ids) the enclosing call is looked for
 
 
 @dataclass
@@ -429,9 +432,26 @@ class GpuReceiver:
                     pid=conn.pid,
                     correlation_id=corr,
                     stream=stream,
-                    stack=self._stack(conn, corr),
+                    stack=self._stack(conn, corr) or self._enclosing_wait(conn, corr),
                 )
             )
+
+    def _enclosing_wait(self, conn: _Conn, corr: int) -> Stack:
+        """The stack of the waiting API call a sync record's id is nested in.
+
+        On the H200, ``cudaEventElapsedTime`` produced event-sync records carrying ids of
+        driver calls made inside it, which have no callback of their own. Ids are handed
+        out in call order, so the enclosing call is the nearest launch record before the
+        id; it is used only when it is itself a waiting API (else: no stack, no guess).
+        """
+        for c in range(corr - 1, max(corr - _NESTED_IDS, 0) - 1, -1):
+            launch = conn.launches.get(c)
+            if launch is not None:
+                if any(w in self._string(conn, launch[1]) for w in _WAITING_APIS):
+                    self._count("gpu_syncs_joined_to_enclosing_call")
+                    return self._stack(conn, c)
+                return ()
+        return ()
 
     def _markers(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
         for ts, mid, flags, name, tid in rows:

@@ -44,7 +44,9 @@ _RUNTIME_PREFIXES = (
     "cudaDeviceSynchronize",
     "cudaEventSynchronize",
     "cudaThreadSynchronize",
-    "cudaEventElapsedTime",  # on the H200 these made event_sync records with no other API
+    # waits for its events; on the H200 its event-sync records carry ids of calls nested in
+    # it (no callback of their own): the receiver joins them to this call's stack
+    "cudaEventElapsedTime",
 )
 _DRIVER_PREFIXES = (
     "cuLaunchKernel",
