@@ -24,6 +24,8 @@ class CollectorOptions:
     hz: int = 99  # CPU sampling frequency
     nvml_interval_s: float = 1.0  # NVML sampling period
     gpu_socket: str | None = None  # where the GPU receiver listens for in-process tracers
+    # Where one-line notes go (the recorder prints them; the agent logs them).
+    note: Callable[[str], None] = field(default=lambda msg: log.warning("%s", msg))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +40,10 @@ Factory = Callable[[CollectorOptions], Built]
 
 
 def _cpu(opts: CollectorOptions) -> Built:
-    from kubeprof.agent.cpu.collector import CpuCollector
+    """The BPF sampler where it loads, else the py-spy sampler ($KUBEPROF_CPU_SOURCE forces)."""
+    from kubeprof.agent.cpu.pyspy_collector import open_cpu_collector
 
-    return Built(CpuCollector(hz=opts.hz))
+    return Built(open_cpu_collector(opts.hz, opts.note))
 
 
 def _gpu(opts: CollectorOptions) -> Built:
@@ -65,8 +68,8 @@ def _nvml(opts: CollectorOptions) -> Built:
 
 FACTORIES: dict[str, Factory] = {"cpu": _cpu, "gpu": _gpu, "nvml": _nvml}
 
-# name -> the factory (a key of FACTORIES) tried when that collector cannot start here,
-# e.g. {"cpu": "<a sampler that needs no BPF>"}. Empty: no collector has a stand-in yet.
+# name -> the factory (a key of FACTORIES) tried when that collector cannot start here.
+# Empty: the CPU sampler's BPF-free stand-in (py-spy) is chosen inside its own factory.
 FALLBACKS: dict[str, str] = {}
 
 

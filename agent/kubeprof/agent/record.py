@@ -79,7 +79,8 @@ def _start_collectors(opts: RecordOptions,
     """
     names = (["cpu"] if opts.cpu else []) + (["gpu", "nvml"] if opts.gpu and gpu_socket else [])
     started = collectors.start(names, collectors.CollectorOptions(
-        hz=opts.hz, nvml_interval_s=opts.nvml_interval_s, gpu_socket=gpu_socket))
+        hz=opts.hz, nvml_interval_s=opts.nvml_interval_s, gpu_socket=gpu_socket,
+        note=opts.log))
     for note in started.notes:
         opts.log(f"kubeprof: {note}")
     for required in ("cpu", "gpu"):
@@ -174,8 +175,13 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     else:
         running, env = _start_collectors(opts, gpu_socket)
     start_ns = time.monotonic_ns()
+    meta = {"cpu": str(opts.cpu), "gpu": str(opts.gpu)}
+    for c in running.values():  # which CPU sampler ran: "bpf" or "py-spy" (no BPF there)
+        source = getattr(c, "cpu_source", "")
+        if source:
+            meta["cpu_source"] = str(source)
     session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
-                                      meta={"cpu": str(opts.cpu), "gpu": str(opts.gpu)})
+                                      meta=meta)
     sink = StoreSink(store, session_id, fallback=Path(tmp) / "unsaved-batches", log=opts.log)
     driver = Driver(running, sink, interval_s=opts.poll_interval_s)
     child: subprocess.Popen[bytes] | None = None

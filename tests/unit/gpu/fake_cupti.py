@@ -39,13 +39,25 @@ class RuntimeApiTraceCbid(enum.IntEnum):
     cudaMalloc_v3020 = 20
     cudaLaunchKernel_v7000 = 211
     cudaMemcpyAsync_v3020 = 41
+    cudaStreamSynchronize_v3020 = 131
+    cudaDeviceSynchronize_v3020 = 165
     cudaGraphLaunch_v10000 = 311
 
 
 class DriverApiTraceCbid(enum.IntEnum):
     cuMemAlloc_v2 = 30
+    cuMemcpyHtoDAsync_v2 = 278
+    cuStreamSynchronize = 127
+    cuCtxSynchronize = 17
     cuLaunchKernel = 307
     cuLaunchKernelEx = 652
+
+
+class ActivityMemoryKind(enum.IntEnum):
+    UNKNOWN = 0
+    PAGEABLE = 1
+    PINNED = 2
+    DEVICE = 3
 
 
 class ActivityKind(enum.IntEnum):
@@ -58,6 +70,8 @@ class ActivityKind(enum.IntEnum):
 
 
 SUBSCRIBER_PARAMS_SIZE = 16
+# callback function names the receiver reads (waiting APIs); others are "api<cbid>"
+_REAL_NAMES = {131: "cudaStreamSynchronize", 127: "cuStreamSynchronize"}
 
 
 class SubscriberParams:
@@ -117,9 +131,8 @@ class FakeCupti:
 
     def _call(self, domain: CallbackDomain, cbid: int, site: ApiCallbackSite, corr: int) -> None:
         if self.callback and (int(domain), int(cbid)) in self.enabled:
-            data = SimpleNamespace(
-                callback_site=int(site), correlation_id=corr, function_name=f"api{int(cbid)}"
-            )
+            name = _REAL_NAMES.get(int(cbid), f"api{int(cbid)}")
+            data = SimpleNamespace(callback_site=int(site), correlation_id=corr, function_name=name)
             self.callback(None, int(domain), int(cbid), data)
 
     def launch(
@@ -162,6 +175,67 @@ class FakeCupti:
                 )
             )
         self.now += duration + 500
+        return corr
+
+    def _runtime_call(self, rt_cbid: int, drv_cbid: int) -> tuple[int, int]:
+        """A runtime API call with its nested driver call; their two correlation ids."""
+        corr, nested = self.next_corr, self.next_corr + 1
+        self.next_corr += 2
+        rt, drv = CallbackDomain.RUNTIME_API, CallbackDomain.DRIVER_API
+        enter, leave = ApiCallbackSite.API_ENTER, ApiCallbackSite.API_EXIT
+        self._call(rt, rt_cbid, enter, corr)
+        self._call(drv, drv_cbid, enter, nested)
+        self._call(drv, drv_cbid, leave, nested)
+        self._call(rt, rt_cbid, leave, corr)
+        return corr, nested
+
+    def memcpy(self, nbytes: int = 1 << 20, src_kind: int = 1, dst_kind: int = 3) -> int:
+        """cudaMemcpyAsync host->device (pageable source by default); its correlation id."""
+        corr, _ = self._runtime_call(
+            RuntimeApiTraceCbid.cudaMemcpyAsync_v3020, DriverApiTraceCbid.cuMemcpyHtoDAsync_v2
+        )
+        if int(ActivityKind.MEMCPY) in self.activities:
+            self.pending.append(
+                SimpleNamespace(
+                    kind=int(ActivityKind.MEMCPY),
+                    start=self.now,
+                    end=self.now + 2000,
+                    device_id=0,
+                    correlation_id=corr,
+                    stream_id=7,
+                    bytes=nbytes,
+                    copy_kind=1,
+                    src_kind=src_kind,
+                    dst_kind=dst_kind,
+                )
+            )
+        self.now += 2500
+        return corr
+
+    def synchronize(self, duration: int = 5000, record_id: str = "runtime") -> int:
+        """cudaStreamSynchronize; the sync record carries the runtime call's correlation id
+        (``record_id="runtime"``), the nested driver call's (``"driver"``), or that of an
+        inner call with no callback (``"inner"``: a further id, as cudaEventElapsedTime's
+        waits on the H200)."""
+        corr, nested = self._runtime_call(
+            RuntimeApiTraceCbid.cudaStreamSynchronize_v3020, DriverApiTraceCbid.cuStreamSynchronize
+        )
+        if record_id == "inner":
+            nested = self.next_corr
+            self.next_corr += 1
+        if int(ActivityKind.SYNCHRONIZATION) in self.activities:
+            self.pending.append(
+                SimpleNamespace(
+                    kind=int(ActivityKind.SYNCHRONIZATION),
+                    start=self.now,
+                    end=self.now + duration,
+                    context_id=1,
+                    correlation_id=corr if record_id == "runtime" else nested,
+                    stream_id=7,
+                    type=3,
+                )
+            )
+        self.now += duration + 100
         return corr
 
     def flush(self) -> None:

@@ -45,6 +45,8 @@ class CpuCollector:
     that bought only ~3 points of join accuracy here, see UNWINDER.md).
     """
 
+    cpu_source = "bpf"  # session meta: which CPU sampler produced the samples
+
     def __init__(
         self,
         hz: int = 99,

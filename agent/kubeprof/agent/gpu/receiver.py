@@ -4,6 +4,9 @@ A background thread accepts connections on the unix socket (one per traced proce
 decodes frames; ``poll()`` turns what arrived into ``kubeprof.model`` records, joining each
 kernel/memcpy/memset to the Python stack captured at its launch by correlation id. Counters
 in each returned ``Batch`` are increments since the previous one (sum them for totals).
+
+With ``KUBEPROF_GPU_CAPTURE=/path/file`` set, every byte read is also written to a capture
+(see ``capture.py``) that ``capture.replay`` runs through this same code later.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeprof.agent.gpu.capture import ENV_CAPTURE, CaptureWriter
 from kubeprof.agent.gpu.demangle import demangle_many
 from kubeprof.agent.gpu.wire import FrameDecoder, FrameError
 from kubeprof.model import Batch, Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
@@ -37,15 +41,21 @@ _COPY_KINDS = {
     9: "HtoH",
     10: "PtoP",
 }
+# CUPTI memory kinds of a copy's source and destination; a host copy names its host side
+_MEMORY_KINDS = {1: "pageable", 2: "pinned", 5: "managed", 7: "managed"}
 _SYNC_TYPES = {1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
 _MARKER_START, _MARKER_END = 2, 4
+# API names that wait for the GPU; a sync record may carry the id of a call nested in one
+_WAITING_APIS = ("Synchronize", "ElapsedTime")
+_NESTED_IDS = 8  # how far back (in correlation ids) the enclosing call is looked for
 
 
 @dataclass
 class _Conn:
     """What one traced process has told us so far."""
 
-    sock: socket.socket
+    sock: socket.socket | None  # None when replaying a capture
+    conn_id: int = 0  # order of acceptance, names the connection in a capture
     decoder: FrameDecoder = field(default_factory=FrameDecoder)
     pid: int = 0
     strings: list[str] = field(default_factory=list)
@@ -59,10 +69,21 @@ class _Conn:
     closed: bool = False
 
 
+def memcpy_name(copy_kind: int, src_kind: int, dst_kind: int) -> str:
+    """``memcpy HtoD (pageable)``: the direction, and the host memory's kind when one side
+    is host memory (pageable copies are staged through a driver buffer and block the host)."""
+    name = f"memcpy {_COPY_KINDS.get(copy_kind, copy_kind)}"
+    host = _MEMORY_KINDS.get(src_kind) or _MEMORY_KINDS.get(dst_kind)
+    return f"{name} ({host})" if host else name
+
+
 class GpuReceiver:
     """Listen on ``socket_path``; ``poll()`` and finally ``stop()`` return Batches."""
 
-    def __init__(self, socket_path: str, *, mode: int = 0o600) -> None:
+    def __init__(
+        self, socket_path: str, *, mode: int = 0o600, capture_path: str | None = None
+    ) -> None:
+        """``capture_path`` (default: $KUBEPROF_GPU_CAPTURE) records every byte read."""
         self.socket_path = socket_path
         self.mode = mode
         self.messages: list[str] = []  # one-line notes from tracers and about them
@@ -76,6 +97,10 @@ class GpuReceiver:
         self._events: list[tuple[_Conn, str]] = []  # (conn, "closed"|"bad_frame")
         self._demangled: dict[str, str] = {}
         self._counters: dict[str, int] = {}
+        self._n_conns = 0
+        if capture_path is None:
+            capture_path = os.environ.get(ENV_CAPTURE) or None
+        self.capture = CaptureWriter(capture_path) if capture_path else None
 
     def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -105,9 +130,15 @@ class GpuReceiver:
         with contextlib.suppress(BlockingIOError):
             sock, _ = self._listener.accept()
             sock.setblocking(False)
-            self._sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+            self._sel.register(sock, selectors.EVENT_READ, self.new_connection(sock))
+
+    def new_connection(self, sock: socket.socket | None) -> _Conn:
+        """State for one tracer connection (``sock`` None: fed by ``capture.replay``)."""
+        self._n_conns += 1
+        return _Conn(sock, self._n_conns)
 
     def _read(self, conn: _Conn) -> None:
+        assert conn.sock is not None
         try:
             data = conn.sock.recv(1 << 20)
         except BlockingIOError:
@@ -117,21 +148,35 @@ class GpuReceiver:
         if not data:
             self._close(conn)
             return
+        if not self.feed(conn, data):
+            self._close(conn)
+
+    def feed(self, conn: _Conn, data: bytes) -> bool:
+        """Decode bytes read from a connection; False when the stream is corrupt."""
+        if self.capture is not None:
+            self.capture.data(conn.conn_id, data)
         try:
             frames = list(conn.decoder.feed(data))
         except FrameError:
             with self._lock:
                 self._events.append((conn, "bad_frame"))
-            self._close(conn)
-            return
+            return False
         if frames:
             with self._lock:
                 self._inbox.extend((conn, h, r) for h, r in frames)
+        return True
 
     def _close(self, conn: _Conn) -> None:
-        with contextlib.suppress(Exception):
-            self._sel.unregister(conn.sock)
-        conn.sock.close()
+        if conn.sock is not None:
+            with contextlib.suppress(Exception):
+                self._sel.unregister(conn.sock)
+            conn.sock.close()
+        self.closed(conn)
+
+    def closed(self, conn: _Conn) -> None:
+        """The tracer's end of a connection is gone (EOF, error or corrupt stream)."""
+        if self.capture is not None:
+            self.capture.close_conn(conn.conn_id)
         with self._lock:
             self._events.append((conn, "closed"))
 
@@ -186,6 +231,8 @@ class GpuReceiver:
             self._listener = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.socket_path)
+        if self.capture is not None:
+            self.capture.close()
         return self.poll()
 
     def _pending_accept(self) -> bool:
@@ -340,11 +387,13 @@ class GpuReceiver:
     def _copies(
         self, conn: _Conn, records: dict[str, Any], out: list[GpuActivity], off: int
     ) -> None:
-        for start, end, device, corr, stream, nbytes, copy_kind in records.get("memcpy", ()):
+        for start, end, device, corr, stream, nbytes, copy_kind, src, dst in records.get(
+            "memcpy", ()
+        ):
             out.append(
                 GpuActivity(
                     kind="memcpy",
-                    name=f"memcpy {_COPY_KINDS.get(copy_kind, copy_kind)}",
+                    name=memcpy_name(copy_kind, src, dst),
                     start_ns=start + off,
                     end_ns=end + off,
                     device=device,
@@ -383,8 +432,26 @@ class GpuReceiver:
                     pid=conn.pid,
                     correlation_id=corr,
                     stream=stream,
+                    stack=self._stack(conn, corr) or self._enclosing_wait(conn, corr),
                 )
             )
+
+    def _enclosing_wait(self, conn: _Conn, corr: int) -> Stack:
+        """The stack of the waiting API call a sync record's id is nested in.
+
+        On the H200, ``cudaEventElapsedTime`` produced event-sync records carrying ids of
+        driver calls made inside it, which have no callback of their own. Ids are handed
+        out in call order, so the enclosing call is the nearest launch record before the
+        id; it is used only when it is itself a waiting API (else: no stack, no guess).
+        """
+        for c in range(corr - 1, max(corr - _NESTED_IDS, 0) - 1, -1):
+            launch = conn.launches.get(c)
+            if launch is not None:
+                if any(w in self._string(conn, launch[1]) for w in _WAITING_APIS):
+                    self._count("gpu_syncs_joined_to_enclosing_call")
+                    return self._stack(conn, c)
+                return ()
+        return ()
 
     def _markers(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
         for ts, mid, flags, name, tid in rows:

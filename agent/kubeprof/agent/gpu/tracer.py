@@ -39,6 +39,14 @@ _RUNTIME_PREFIXES = (
     "cudaMemcpy",
     "cudaMemset",
     "__cudaLaunchKernel",
+    # host waits: a sync record's stack says which line blocked (.item(), .cpu(), ...)
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaThreadSynchronize",
+    # waits for its events; on the H200 its event-sync records carry ids of calls nested in
+    # it (no callback of their own): the receiver joins them to this call's stack
+    "cudaEventElapsedTime",
 )
 _DRIVER_PREFIXES = (
     "cuLaunchKernel",
@@ -47,8 +55,22 @@ _DRIVER_PREFIXES = (
     "cuMemcpy",
     "cuMemset",
     "cuLaunchGrid",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
 )
 _DRIVER_EXACT = ("cuLaunch",)
+# Driver calls nested in a runtime call whose id may be the one on the activity record (sync
+# records are documented as carrying "the API's" id, without saying which layer's): these
+# also get a launch record, with the runtime call's stack, under their own correlation id.
+_DRIVER_ALIAS_PREFIXES = (
+    "cuMemcpy",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+)
 
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset", "sync", "nvtx")
 FOREIGN_MARKER = "[launched by a native thread; main thread shown]"
@@ -359,7 +381,13 @@ class CuptiTracer:
         counters = self.sender.counters
         intern = self.sender.intern
         api_ids: dict[tuple[int, int], int] = {}
-        in_runtime: dict[int, int] = {}
+        # thread -> (stack id, api id) of the runtime call it is inside, None outside one
+        in_runtime: dict[int, tuple[int, int] | None] = {}
+        alias = {
+            int(member)
+            for name, member in cupti.DriverApiTraceCbid.__members__.items()
+            if name.startswith(_DRIVER_ALIAS_PREFIXES)
+        }
         foreign_main = self.config.foreign == "main"
 
         def on_api(_userdata: Any, domain: int, cbid: int, cbdata: Any) -> None:
@@ -367,11 +395,16 @@ class CuptiTracer:
             tid = get_ident()
             if domain == runtime:
                 if site != enter:
-                    in_runtime[tid] = 0
+                    in_runtime[tid] = None
                     return
-                in_runtime[tid] = 1
-            elif site != enter or in_runtime.get(tid):
+            elif site != enter:
                 return
+            else:
+                outer = in_runtime.get(tid)
+                if outer is not None:  # nested in a runtime call: its stack, maybe an alias
+                    if cbid in alias and len(queue) < max_queued:
+                        queue.append((cbdata.correlation_id, outer[0], outer[1], tid))
+                    return
             try:
                 frame = getframe(1)
             except ValueError:  # a native thread: no Python frames at all
@@ -385,6 +418,8 @@ class CuptiTracer:
             api = api_ids.get((domain, cbid))
             if api is None:
                 api = api_ids[(domain, cbid)] = intern(cbdata.function_name or str(cbid))
+            if domain == runtime:
+                in_runtime[tid] = (sid, api)
             if len(queue) >= max_queued:
                 counters["dropped"] += 1
                 return
@@ -465,7 +500,15 @@ _KERNEL_FIELDS = attrgetter(
     "context_id",
 )
 _MEMCPY_FIELDS = attrgetter(
-    "start", "end", "device_id", "correlation_id", "stream_id", "bytes", "copy_kind"
+    "start",
+    "end",
+    "device_id",
+    "correlation_id",
+    "stream_id",
+    "bytes",
+    "copy_kind",
+    "src_kind",
+    "dst_kind",
 )
 _MEMSET_FIELDS = attrgetter("start", "end", "device_id", "correlation_id", "stream_id", "bytes")
 _SYNC_FIELDS = attrgetter("start", "end", "context_id", "correlation_id", "stream_id", "type")

@@ -56,7 +56,19 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
         "context",
         "name",
     ),
-    "memcpy": ("start", "end", "device", "correlation_id", "stream", "bytes", "copy_kind"),
+    # src/dst_kind: CUPTI memory kinds (1 pageable, 2 pinned, 3 device, ...), so a host copy
+    # says whether it ran from pageable memory (staged by the driver, synchronous) or pinned
+    "memcpy": (
+        "start",
+        "end",
+        "device",
+        "correlation_id",
+        "stream",
+        "bytes",
+        "copy_kind",
+        "src_kind",
+        "dst_kind",
+    ),
     "memset": ("start", "end", "device", "correlation_id", "stream", "bytes"),
     # host-side waits for the GPU (cudaStreamSynchronize, cudaEventSynchronize, ...)
     "sync": ("start", "end", "context", "correlation_id", "stream", "type"),
