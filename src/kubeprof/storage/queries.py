@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from kubeprof.model import GpuActivity, GpuMetricSample
-from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.reportdata import Profile, WeightedStack
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
     CounterRow,
