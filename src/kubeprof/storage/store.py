@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, insert, select, update
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import migrate
+from kubeprof.storage import migrate, sessions
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
@@ -23,7 +20,6 @@ from kubeprof.storage.models import (
     GpuMetricRow,
     ProcessRow,
     SampleRow,
-    SessionRow,
 )
 
 
@@ -111,33 +107,14 @@ class Store:
                        meta: Mapping[str, str] | None = None) -> int:
         """Create a session; a taken name gets a numeric suffix. Returns its id."""
         with self.engine.begin() as conn:
-            taken = set(conn.scalars(select(SessionRow.name).where(
-                SessionRow.name.like(f"{name}%"))))
-            final, n = name, 1
-            while final in taken:
-                n += 1
-                final = f"{name}-{n}"
-            row = SessionRow(
-                name=final, kind=kind, command=command, hz=hz, host=socket.gethostname(),
-                status="running", started_at=datetime.now(UTC), start_ns=start_ns,
-                end_ns=0, meta=json.dumps(dict(meta or {}), sort_keys=True),
-            )
-            result = conn.execute(
-                insert(SessionRow).returning(SessionRow.id),
-                [{c.key: getattr(row, c.key) for c in SessionRow.__table__.columns
-                  if c.key != "id"}],
-            )
-            return int(result.scalar_one())
+            return sessions.create(conn, name, kind=kind, command=command, hz=hz,
+                                   start_ns=start_ns, meta=meta)
 
     def finish_session(self, session_id: int, *, status: str = "completed", end_ns: int = 0,
                        meta: Mapping[str, str] | None = None) -> None:
         """Mark a session ended; `meta` entries are merged into the stored ones."""
         with self.engine.begin() as conn:
-            old = conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
-            merged = {**json.loads(old or "{}"), **dict(meta or {})}
-            conn.execute(update(SessionRow).where(SessionRow.id == session_id).values(
-                status=status, ended_at=datetime.now(UTC), end_ns=end_ns,
-                meta=json.dumps(merged, sort_keys=True)))
+            sessions.finish(conn, session_id, status, end_ns=end_ns, meta=meta)
 
     # -- data -------------------------------------------------------------------------------
 
