@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
@@ -20,6 +21,7 @@ from kubeprof.storage.models import (
     GpuMetricRow,
     ProcessRow,
     SampleRow,
+    SessionAggregateRow,
 )
 
 
@@ -186,3 +188,16 @@ def _add_counters(conn: Connection, session_id: int, node: str,
     )
     conn.execute(stmt, [{"session_id": session_id, "node": node, "name": k, "value": int(v)}
                         for k, v in counters.items()])
+
+
+def upsert_session_aggregates(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write session_aggregates rows, replacing earlier ones of the same (session, scope,
+    key): re-running an aggregation (after an operator restart) changes nothing."""
+    if not rows:
+        return
+    ins = dialect_insert(conn, SessionAggregateRow)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["session_id", "scope", "key"],
+        set_={k: getattr(ins.excluded, k)
+              for k in ("samples", "gpu_idle_ratio", "detail", "computed_at")})
+    conn.execute(stmt, list(rows))
