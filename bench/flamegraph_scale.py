@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/flamegraph_scale.py [--sizes 10000,100000,1000000] [--out FILE]
 
 Each size runs in a fresh subprocess (so peak RSS is that size's own). Profiles come from
-kubeprof.report.synthetic: N distinct CPU stacks (plus N/50 GPU stacks, so both views are
+tests/support/synthetic.py: N distinct CPU stacks (plus N/50 GPU stacks, so both views are
 embedded). Where headless Chromium is installed, the page is also opened and the page's own
 timings (JSON parse; prepare + first layout + draw) are read back from the DOM.
 """
@@ -27,9 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 def measure_one(n: int) -> dict[str, float | int | str]:
     """Build a profile of n stacks, render it, and (if possible) open it in Chromium."""
+    sys.path.insert(0, str(REPO))  # for tests.support
     from kubeprof.report.flamegraph import render_html
-    from kubeprof.report.synthetic import synthetic_profile
     from kubeprof.report.tree import build_tree
+    from tests.support.synthetic import synthetic_profile
 
     profile = synthetic_profile(n, gpu_stacks=max(n // 50, 1))
     c, t = time.process_time(), time.perf_counter()

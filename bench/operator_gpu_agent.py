@@ -127,6 +127,7 @@ def main() -> int:
     result.update(
         agent_rc=agent.returncode, agent_log_tail=agent.stderr[-1500:], ingest=stats,
         expected_idle=round(1 - args.busy, 2), session_gpu_idle=s.gpu_idle,
+        session_gpu_idle_source=s.gpu_idle_source,
         gpus=[g.__dict__ | {"pods": g.pods} for g in s.gpus],
         pods={k: v.gpu_idle for k, v in s.pods.items()}, processes=s.processes)
     if cg is not None:

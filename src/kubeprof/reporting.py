@@ -1,17 +1,30 @@
-"""`kubeprof report` and `kubeprof sessions`: load a session, pick a renderer, write it."""
+"""`kubeprof report` and `kubeprof sessions`: load a session, analyse it, render, write it."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from kubeprof.report.aggregate import Profile
+from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
+from kubeprof.model import GpuActivity, GpuMetricSample
+from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 
 
-def load(store_url: str | None, ref: str | None) -> tuple[Profile, list[tuple[str, str]], str]:
-    """The session's profile, extra report sections (GPU) as (title, html), and GPU text."""
+def build_report(profile: Profile, activities: Sequence[GpuActivity],
+                 metrics: Sequence[GpuMetricSample], start_ns: int, end_ns: int) -> Report:
+    """The whole report of a session from its CPU profile and GPU records (no I/O)."""
+    if not (activities or metrics):
+        return Report(profile)
+    summary = gpu_summary(activities, metrics, start_ns, end_ns)
+    return Report(replace(profile, gpu=gpu_profile_stacks(activities)), gpu=summary)
+
+
+def load(store_url: str | None, ref: str | None) -> Report:
+    """The report of session `ref` (the newest when None) in the store at `store_url`."""
     store = Store.open(store_url)
     try:
         with store.engine.connect() as conn:
@@ -21,23 +34,13 @@ def load(store_url: str | None, ref: str | None) -> tuple[Profile, list[tuple[st
             metrics = q.gpu_metrics(conn, info.id)
     finally:
         store.close()
-    sections: list[tuple[str, str]] = []
-    gpu_text = ""
-    if activities or metrics:
-        from dataclasses import replace
-
-        from kubeprof.analysis import gpu_report
-
-        summary = gpu_report.gpu_summary(activities, metrics, info.start_ns, info.end_ns)
-        profile = replace(profile, gpu=gpu_report.gpu_profile_stacks(activities))
-        sections.append(("GPU", gpu_report.render_gpu_html(summary)))
-        gpu_text = gpu_report.render_gpu_text(summary)
-    return profile, sections, gpu_text
+    return build_report(profile, activities, metrics, info.start_ns, info.end_ns)
 
 
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                    store_url: str | None) -> int:
-    profile, sections, gpu_text = load(store_url, ref)
+    report = load(store_url, ref)
+    profile = report.profile
     if view == "gpu" and not profile.gpu:
         raise LookupError(f"session {profile.session!r} has no GPU data: record it with "
                           "`kubeprof record --gpu`, or drop --view gpu")
@@ -46,9 +49,7 @@ def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                           "--no-cpu?): use --view gpu")
     from kubeprof.report.formats import FORMATS, render
 
-    data = render(profile, fmt, view=view, extra_sections=sections)
-    if isinstance(data, str) and gpu_text:  # text: the GPU summary follows the CPU tables
-        data = f"{data}\n{gpu_text}"
+    data = render(report, fmt, view=view)
     if out is None and fmt in ("html", "pprof"):
         out = f"{profile.session}{FORMATS[fmt].suffix}"
     if out is None:

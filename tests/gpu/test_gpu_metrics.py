@@ -7,7 +7,7 @@ import json
 import pytest
 from harness import python, run_traced
 
-from kubeprof.analysis.pm_join import per_kernel_means
+from tests.support.pm_join import per_kernel_means
 
 pytestmark = pytest.mark.gpu
 

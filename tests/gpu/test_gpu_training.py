@@ -13,8 +13,9 @@ from harness import REPO, python, run_traced
 
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_attribution import attribution
-from kubeprof.analysis.gpu_report import gpu_summary, render_gpu_text
+from kubeprof.analysis.gpu_summary import gpu_summary
 from kubeprof.analysis.gpu_timeline import active_window
+from kubeprof.report.gpu import render_gpu_text
 
 pytestmark = pytest.mark.gpu
 FIXTURES_OUT = os.environ.get("KUBEPROF_GPU_FIXTURES_OUT", "")

@@ -1,5 +1,8 @@
 """The operator's writes to the results database: session rows and idempotent batches.
 
+Session rows go through `kubeprof.storage.sessions` (shared with `kubeprof record`); this
+module only names a ProfilingSession's row and opens the transactions.
+
 A batch is stored in one transaction together with its row in `ingested_batches`; the id
 row goes first with ON CONFLICT DO NOTHING, so a retried batch (the agent never heard the
 answer, or the operator restarted) is recognised and skipped, and a batch whose
@@ -8,7 +11,6 @@ transaction failed leaves no trace and is simply sent again.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,9 +20,10 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.model import Batch
+from kubeprof.storage import sessions
 from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.intern import Interner
-from kubeprof.storage.models import IngestedBatchRow, SessionRow
+from kubeprof.storage.models import IngestedBatchRow
 from kubeprof.storage.store import write_batch
 
 
@@ -32,36 +35,25 @@ def store_name(namespace: str, name: str, uid: str) -> str:
 def ensure_session(engine: Engine, namespace: str, name: str, uid: str, *, hz: int,
                    started_at: datetime, meta: Mapping[str, str]) -> int:
     """The session's row id, creating the row on first call (idempotent)."""
-    sname = store_name(namespace, name, uid)
     with engine.begin() as conn:
-        stmt = dialect_insert(conn, SessionRow).values(
-            name=sname, kind="cluster", command=f"ProfilingSession {namespace}/{name}", hz=hz,
-            host="", status="running", started_at=started_at, start_ns=0, end_ns=0,
-            meta=json.dumps(dict(meta), sort_keys=True),
-        ).on_conflict_do_nothing(index_elements=["name"])
-        conn.execute(stmt)
-        return int(conn.execute(select(SessionRow.id).where(SessionRow.name == sname))
-                   .scalar_one())
+        return sessions.ensure(conn, store_name(namespace, name, uid), kind="cluster",
+                               command=f"ProfilingSession {namespace}/{name}", hz=hz,
+                               started_at=started_at, meta=meta)
 
 
 def merge_meta(engine: Engine, session_id: int, meta: Mapping[str, str]) -> None:
     """Merge entries into sessions.meta (e.g. pod UID -> pod name, kept for the reports)."""
     with engine.begin() as conn:
-        old = conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
-        merged = {**json.loads(old or "{}"), **dict(meta)}
-        conn.execute(update(SessionRow).where(SessionRow.id == session_id)
-                     .values(meta=json.dumps(merged, sort_keys=True)))
+        sessions.merge_meta(conn, session_id, meta)
 
 
 def session_meta(conn: Connection, session_id: int) -> dict[str, str]:
-    return json.loads(conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
-                      or "{}")
+    return sessions.read_meta(conn, session_id)
 
 
 def finish_session(engine: Engine, session_id: int, status: str) -> None:
     with engine.begin() as conn:
-        conn.execute(update(SessionRow).where(SessionRow.id == session_id)
-                     .values(status=status, ended_at=datetime.now(UTC)))
+        sessions.finish(conn, session_id, status)
 
 
 @dataclass(frozen=True, slots=True)

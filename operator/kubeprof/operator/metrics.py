@@ -35,7 +35,11 @@ def set_phases(counts: dict[str, int]) -> None:
 
 def publish_gpu_idle(namespace: str, session: str, s: Summary,
                      pod_names: dict[str, str]) -> None:
-    """One gauge sample per (node, GPU, pod) of the session (pod "" when no pod is known)."""
+    """One gauge sample per (node, GPU, pod) of the session (pod "" when no pod is known).
+
+    The values are the aggregation's per-GPU figures (`kubeprof.analysis.gpu_idle`: CUPTI
+    kernel spans, NVML utilisation only for a GPU on which no kernel was traced).
+    """
     for g in s.gpus:
         for uid in g.pods or [""]:
             GPU_IDLE.labels(namespace=namespace, session=session, node=g.node,

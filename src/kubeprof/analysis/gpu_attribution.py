@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kubeprof.analysis.kernel_names import short_name
 from kubeprof.model import Frame, FrameKind, GpuActivity, Stack
-from kubeprof.report.aggregate import WeightedStack
+from kubeprof.reportdata import WeightedStack
 
 GPU_WORK = frozenset({"kernel", "memcpy", "memset"})
 UNATTRIBUTED = Frame("[unattributed: no launch stack]", FrameKind.NATIVE)

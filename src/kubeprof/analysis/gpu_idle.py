@@ -4,16 +4,32 @@ Computed per device, per process (over the devices that process used) and per se
 all devices used), for two windows: the session's (start to end of recording, which includes
 start-up such as ``import torch``) and the active one (first kernel start to last kernel end),
 which isolates stalls inside the workload such as a slow DataLoader.
+
+``headline`` is THE GPU idle figure kubeprof shows (`kubeprof report`, the operator's
+`.status` and `/metrics`): measured from CUPTI kernel spans over ``window``; only where no
+kernel was traced, NVML's device-wide utilisation stands in, labelled ``source="nvml"``.
+Change the definition here and every consumer follows.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kubeprof.analysis.gpu_timeline import BUSY_KINDS, Interval, busy_by_device, clip, total
-from kubeprof.model import GpuActivity
+from kubeprof.analysis.gpu_timeline import (
+    BUSY_KINDS,
+    Interval,
+    active_window,
+    busy_by_device,
+    clip,
+    total,
+)
+from kubeprof.model import GpuActivity, GpuMetricSample
+
+UTIL_METRIC = "gpu_util_pct"  # NVML: percent of the sample period in which a kernel ran
+CUPTI = "cupti"
+NVML = "nvml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +78,79 @@ def session(
 ) -> IdleRatio:
     """Idle ratio over all devices used in the session."""
     return _ratio(busy_by_device(activities, kinds=kinds), start, end)
+
+
+@dataclass(frozen=True, slots=True)
+class IdleFigure:
+    """The headline GPU idle ratio, with where it comes from and the window it covers."""
+
+    ratio: float  # 0..1, averaged over `devices`
+    source: str  # "cupti" (kernel spans) or "nvml" (utilisation fallback); "cupti+nvml" mixed
+    window: Interval  # [start_ns, end_ns) in the clock of the records it was measured on
+    devices: int = 1
+
+
+def window(activities: Sequence[GpuActivity]) -> Interval:
+    """The window the headline is measured over: first kernel start to last kernel end."""
+    return active_window(activities)
+
+
+def headline(
+    activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample] = ()
+) -> IdleFigure | None:
+    """GPU idle of one clock domain (a local session, or one node), all devices together.
+
+    CUPTI first: the devices that ran kernels, over ``window``. Without any kernel, the mean
+    of NVML's device-wide utilisation samples. None when neither exists.
+    """
+    start, end = window(activities)
+    if end > start:
+        r = session(activities, start, end)
+        return IdleFigure(r.idle_ratio, CUPTI, (start, end), r.devices)
+    util = nvml_util(metrics)
+    if not util:
+        return None
+    figures = [_nvml_figure(v) for v in util.values()]
+    return combine(figures)
+
+
+def per_device(
+    activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample] = ()
+) -> dict[int, IdleFigure]:
+    """The headline definition per device; devices that ran no kernel fall back to NVML."""
+    start, end = window(activities)
+    out: dict[int, IdleFigure] = {}
+    if end > start:
+        for dev, r in by_device(activities, start, end).items():
+            out[dev] = IdleFigure(r.idle_ratio, CUPTI, (start, end), 1)
+    for dev, samples in nvml_util(metrics).items():
+        if dev not in out:
+            out[dev] = _nvml_figure(samples)
+    return dict(sorted(out.items()))
+
+
+def combine(figures: Iterable[IdleFigure]) -> IdleFigure | None:
+    """Device-weighted mean of figures from separate clock domains (e.g. several nodes)."""
+    figs = list(figures)
+    if len(figs) <= 1:
+        return figs[0] if figs else None
+    devices = sum(f.devices for f in figs)
+    ratio = sum(f.ratio * f.devices for f in figs) / devices
+    source = "+".join(sorted({s for f in figs for s in f.source.split("+")}))
+    span = (min(f.window[0] for f in figs), max(f.window[1] for f in figs))
+    return IdleFigure(ratio, source, span, devices)
+
+
+def nvml_util(metrics: Iterable[GpuMetricSample]) -> dict[int, list[GpuMetricSample]]:
+    """Device-wide NVML utilisation samples per device (per-process rows are not used)."""
+    out: dict[int, list[GpuMetricSample]] = defaultdict(list)
+    for m in metrics:
+        if m.metric == UTIL_METRIC and m.pid == 0:
+            out[m.device].append(m)
+    return dict(sorted(out.items()))
+
+
+def _nvml_figure(samples: Sequence[GpuMetricSample]) -> IdleFigure:
+    mean = sum(m.value for m in samples) / len(samples)
+    span = (min(m.ts_ns for m in samples), max(m.ts_ns for m in samples))
+    return IdleFigure(min(1.0, max(0.0, 1 - mean / 100)), NVML, span, 1)

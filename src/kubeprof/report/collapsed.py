@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubeprof.report.aggregate import Profile, WeightedStack
 from kubeprof.report.tree import GROUPS, group_frames
 from kubeprof.report.views import view_stacks
+from kubeprof.reportdata import Profile, WeightedStack
 
 _ESCAPES = (("%", "%25"), (";", "%3B"), ("\n", "%0A"), ("\r", "%0D"))
 

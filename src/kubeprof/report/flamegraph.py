@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from importlib import resources
 
 from kubeprof.model import FrameKind
-from kubeprof.report.aggregate import Profile
 from kubeprof.report.tree import CallTree, build_tree
 from kubeprof.report.views import available_views, format_ns, view_info, view_stacks
+from kubeprof.reportdata import Profile
 
 KINDS = [k.value for k in FrameKind]
 # (hue, saturation %, lightness %, hue spread) per frame kind; the legend and JS share it.

@@ -18,9 +18,9 @@ from __future__ import annotations
 import gzip
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report.aggregate import Profile
 from kubeprof.report.protowire import Message
 from kubeprof.report.views import view_info, view_stacks
+from kubeprof.reportdata import Profile
 
 
 class _Strings:

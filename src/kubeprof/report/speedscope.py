@@ -12,8 +12,8 @@ import json
 from collections import defaultdict
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report.aggregate import Profile, WeightedStack
 from kubeprof.report.views import view_info, view_stacks
+from kubeprof.reportdata import Profile, WeightedStack
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

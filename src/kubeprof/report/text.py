@@ -11,8 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report.aggregate import Profile, WeightedStack
 from kubeprof.report.views import available_views, format_ns, view_info, view_stacks
+from kubeprof.reportdata import Profile, WeightedStack
 
 FuncKey = tuple[str, str, str]  # (kind, name, file): functions merge across line numbers
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report.aggregate import WeightedStack
+from kubeprof.reportdata import WeightedStack
 
 GROUPS = ("none", "process", "thread")
 

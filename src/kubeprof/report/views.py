@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.reportdata import Profile, WeightedStack
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,21 @@
-"""Read-side queries, apart from the models: sessions, aggregated stacks, GPU records."""
+"""Read-side queries, apart from the models: sessions, aggregated stacks, GPU records.
+
+`kubeprof report` and the operator's session-end aggregation read through these same
+functions, so both analyse the same rows.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
-from kubeprof.model import GpuActivity, GpuMetricSample
-from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.model import GpuActivity, GpuMetricSample, Stack
+from kubeprof.reportdata import Profile, WeightedStack
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
     CounterRow,
@@ -117,30 +122,104 @@ def cpu_stacks(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, .
     )
 
 
-def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
-    """All GPU activity records of a session, in start order, with launch stacks."""
+def _gpu_activity_rows(conn: Connection, session_id: int, *, stacks: bool,
+                       ) -> list[tuple[str, GpuActivity]]:
+    """(node, activity) in start order; launch stacks loaded only when asked for."""
     t = GpuActivityRow.__table__
     q = select(t).where(t.c.session_id == session_id).order_by(t.c.start_ns, t.c.id)
     rows = conn.execute(q).all()
-    stacks = load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None))
+    by_id = (load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None))
+             if stacks else {})
     return [
-        GpuActivity(kind=r.kind, name=r.name, start_ns=r.start_ns, end_ns=r.end_ns,
-                    device=r.device, pid=r.pid, correlation_id=r.correlation_id,
-                    stream=r.stream, demangled=r.demangled,
-                    grid=(r.grid_x, r.grid_y, r.grid_z), block=(r.block_x, r.block_y, r.block_z),
-                    registers=r.registers, shared_mem=r.shared_mem, bytes=r.bytes,
-                    stack=stacks.get(r.stack_id, ()) if r.stack_id is not None else ())
+        (r.node, GpuActivity(
+            kind=r.kind, name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=r.device,
+            pid=r.pid, correlation_id=r.correlation_id, stream=r.stream, demangled=r.demangled,
+            grid=(r.grid_x, r.grid_y, r.grid_z), block=(r.block_x, r.block_y, r.block_z),
+            registers=r.registers, shared_mem=r.shared_mem, bytes=r.bytes,
+            stack=by_id.get(r.stack_id, ()) if r.stack_id is not None else ()))
         for r in rows
     ]
 
 
+def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
+    """All GPU activity records of a session, in start order, with launch stacks."""
+    return [a for _, a in _gpu_activity_rows(conn, session_id, stacks=True)]
+
+
+def gpu_activities_by_node(conn: Connection, session_id: int, *, stacks: bool = False,
+                           ) -> dict[str, list[GpuActivity]]:
+    """The same records per node (each node's GPU clock is its own), stacks optional."""
+    out: dict[str, list[GpuActivity]] = {}
+    for node, a in _gpu_activity_rows(conn, session_id, stacks=stacks):
+        out.setdefault(node, []).append(a)
+    return out
+
+
+def _gpu_metric_rows(conn: Connection, session_id: int, metric: str | None,
+                     ) -> list[tuple[str, GpuMetricSample]]:
+    t = GpuMetricRow.__table__
+    q = select(t).where(t.c.session_id == session_id)
+    if metric is not None:
+        q = q.where(t.c.metric == metric)
+    q = q.order_by(t.c.ts_ns, t.c.id)
+    return [(r.node, GpuMetricSample(ts_ns=r.ts_ns, device=r.device, metric=r.metric,
+                                     value=r.value, pid=r.pid, correlation_id=r.correlation_id))
+            for r in conn.execute(q)]
+
+
 def gpu_metrics(conn: Connection, session_id: int) -> list[GpuMetricSample]:
     """All GPU metric samples of a session, in time order."""
-    t = GpuMetricRow.__table__
-    q = select(t).where(t.c.session_id == session_id).order_by(t.c.ts_ns, t.c.id)
-    return [GpuMetricSample(ts_ns=r.ts_ns, device=r.device, metric=r.metric, value=r.value,
-                            pid=r.pid, correlation_id=r.correlation_id)
-            for r in conn.execute(q)]
+    return [m for _, m in _gpu_metric_rows(conn, session_id, None)]
+
+
+def gpu_metrics_by_node(conn: Connection, session_id: int, *, metric: str | None = None,
+                        ) -> dict[str, list[GpuMetricSample]]:
+    """GPU metric samples per node, in time order; only `metric` when given."""
+    out: dict[str, list[GpuMetricSample]] = {}
+    for node, m in _gpu_metric_rows(conn, session_id, metric):
+        out.setdefault(node, []).append(m)
+    return out
+
+
+def gpu_users(conn: Connection, session_id: int) -> set[tuple[str, int, int]]:
+    """(node, device, pid) of every process seen on a GPU: in kernel records or NVML rows."""
+    a = select(GpuActivityRow.node, GpuActivityRow.device, GpuActivityRow.pid).distinct().where(
+        GpuActivityRow.session_id == session_id)
+    m = select(GpuMetricRow.node, GpuMetricRow.device, GpuMetricRow.pid).distinct().where(
+        GpuMetricRow.session_id == session_id, GpuMetricRow.pid != 0)
+    return {(r[0], int(r[1]), int(r[2])) for q in (a, m) for r in conn.execute(q)}
+
+
+def pid_pods(conn: Connection, session_id: int) -> dict[tuple[str, int], str]:
+    """(node, pid) -> pod UID, for the processes that belong to a pod."""
+    q = select(ProcessRow.node, ProcessRow.pid, ProcessRow.pod_uid).where(
+        ProcessRow.session_id == session_id)
+    return {(r.node, r.pid): r.pod_uid for r in conn.execute(q) if r.pod_uid}
+
+
+def sample_counts(conn: Connection, session_id: int) -> list[tuple[str, int, int]]:
+    """(node, pid, CPU samples) of a session."""
+    q = (select(SampleRow.node, SampleRow.pid, func.count())
+         .where(SampleRow.session_id == session_id).group_by(SampleRow.node, SampleRow.pid))
+    return [(node, int(pid), int(n)) for node, pid, n in conn.execute(q)]
+
+
+def top_stacks(conn: Connection, session_id: int, limit: int, *, node: str | None = None,
+               pids: Collection[tuple[str, int]] | None = None) -> list[tuple[Stack, int]]:
+    """The `limit` stacks with most CPU samples; of one node, or of some (node, pid)s."""
+    conds: list[ColumnElement[bool]] = [SampleRow.session_id == session_id]
+    if node is not None:
+        conds.append(SampleRow.node == node)
+    if pids is not None:
+        if not pids:
+            return []
+        conds.append(or_(*(and_(SampleRow.node == n, SampleRow.pid == p) for n, p in pids)))
+    n = func.count().label("n")
+    q = (select(SampleRow.stack_id, n).where(*conds)
+         .group_by(SampleRow.stack_id).order_by(n.desc(), SampleRow.stack_id).limit(limit))
+    rows = conn.execute(q).all()
+    stacks = load_stacks(conn, (r.stack_id for r in rows))
+    return [(stacks[r.stack_id], int(r.n)) for r in rows]
 
 
 def counters(conn: Connection, session_id: int) -> dict[str, int]:

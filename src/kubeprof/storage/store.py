@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import create_engine, event, insert, select, update
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import migrate
+from kubeprof.storage import migrate, sessions
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
@@ -23,7 +21,7 @@ from kubeprof.storage.models import (
     GpuMetricRow,
     ProcessRow,
     SampleRow,
-    SessionRow,
+    SessionAggregateRow,
 )
 
 
@@ -111,33 +109,14 @@ class Store:
                        meta: Mapping[str, str] | None = None) -> int:
         """Create a session; a taken name gets a numeric suffix. Returns its id."""
         with self.engine.begin() as conn:
-            taken = set(conn.scalars(select(SessionRow.name).where(
-                SessionRow.name.like(f"{name}%"))))
-            final, n = name, 1
-            while final in taken:
-                n += 1
-                final = f"{name}-{n}"
-            row = SessionRow(
-                name=final, kind=kind, command=command, hz=hz, host=socket.gethostname(),
-                status="running", started_at=datetime.now(UTC), start_ns=start_ns,
-                end_ns=0, meta=json.dumps(dict(meta or {}), sort_keys=True),
-            )
-            result = conn.execute(
-                insert(SessionRow).returning(SessionRow.id),
-                [{c.key: getattr(row, c.key) for c in SessionRow.__table__.columns
-                  if c.key != "id"}],
-            )
-            return int(result.scalar_one())
+            return sessions.create(conn, name, kind=kind, command=command, hz=hz,
+                                   start_ns=start_ns, meta=meta)
 
     def finish_session(self, session_id: int, *, status: str = "completed", end_ns: int = 0,
                        meta: Mapping[str, str] | None = None) -> None:
         """Mark a session ended; `meta` entries are merged into the stored ones."""
         with self.engine.begin() as conn:
-            old = conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
-            merged = {**json.loads(old or "{}"), **dict(meta or {})}
-            conn.execute(update(SessionRow).where(SessionRow.id == session_id).values(
-                status=status, ended_at=datetime.now(UTC), end_ns=end_ns,
-                meta=json.dumps(merged, sort_keys=True)))
+            sessions.finish(conn, session_id, status, end_ns=end_ns, meta=meta)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -209,3 +188,16 @@ def _add_counters(conn: Connection, session_id: int, node: str,
     )
     conn.execute(stmt, [{"session_id": session_id, "node": node, "name": k, "value": int(v)}
                         for k, v in counters.items()])
+
+
+def upsert_session_aggregates(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write session_aggregates rows, replacing earlier ones of the same (session, scope,
+    key): re-running an aggregation (after an operator restart) changes nothing."""
+    if not rows:
+        return
+    ins = dialect_insert(conn, SessionAggregateRow)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["session_id", "scope", "key"],
+        set_={k: getattr(ins.excluded, k)
+              for k in ("samples", "gpu_idle_ratio", "detail", "computed_at")})
+    conn.execute(stmt, list(rows))

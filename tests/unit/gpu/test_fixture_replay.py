@@ -10,11 +10,12 @@ import trace_io
 
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
-from kubeprof.analysis.gpu_report import gpu_summary, render_gpu_html, render_gpu_text
+from kubeprof.analysis.gpu_summary import gpu_summary
 from kubeprof.analysis.gpu_timeline import active_window, busy_by_device, total
 from kubeprof.model import Batch, FrameKind
-from kubeprof.report.aggregate import Profile
 from kubeprof.report.collapsed import parse_collapsed, render_collapsed
+from kubeprof.report.gpu import render_gpu_html, render_gpu_text
+from kubeprof.reportdata import Profile
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
 NAMES = ["torch_fast", "torch_slow", "jax_fast", "jax_slow"]

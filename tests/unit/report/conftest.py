@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeprof.report.aggregate import Profile
+from kubeprof.reportdata import Profile
 
 from .sample_profile import make_profile
 

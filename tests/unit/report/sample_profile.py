@@ -11,7 +11,7 @@ GPU: main -> step -> cudaLaunchKernel -> sgemm (10 launches, 3 ms) / add_kernel 
 from __future__ import annotations
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.reportdata import Profile, WeightedStack
 
 PERIOD = 10_000_000
 MAIN = Frame("main", FrameKind.PYTHON, "/srv/app.py", 3)

@@ -11,7 +11,7 @@ import pytest
 
 from kubeprof.model import Frame, FrameKind
 from kubeprof.report.flamegraph import render_html
-from kubeprof.report.synthetic import synthetic_profile
+from tests.support.synthetic import synthetic_profile
 
 from .sample_profile import PERIOD, ws
 

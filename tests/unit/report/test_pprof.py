@@ -7,8 +7,8 @@ import subprocess
 import pytest
 
 from kubeprof.report.pprof import render_pprof
-from kubeprof.report.pprof_read import parse_pprof
 from kubeprof.report.protowire import Message, fields, to_int64, unpack, varint
+from tests.support.pprof_read import parse_pprof
 
 from .sample_profile import PERIOD
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from kubeprof.report.synthetic import synthetic_profile
 from kubeprof.report.tree import build_tree
+from tests.support.synthetic import synthetic_profile
 
 from .sample_profile import PERIOD
 

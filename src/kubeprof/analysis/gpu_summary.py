@@ -1,8 +1,7 @@
 """The GPU part of a report: idle ratios, top kernels, attribution, NVML summaries.
 
 ``gpu_summary`` gathers numbers from stored records; ``gpu_profile_stacks`` gives the GPU
-flame-graph stacks for ``Profile.gpu``; ``render_gpu_text`` / ``render_gpu_html`` (in
-gpu_render.py, re-exported here) show a summary.
+flame-graph stacks for ``Profile.gpu``. Rendering lives in ``kubeprof.report.gpu``.
 """
 
 from __future__ import annotations
@@ -13,11 +12,11 @@ from dataclasses import dataclass, field
 
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
-from kubeprof.analysis.gpu_idle import IdleRatio
-from kubeprof.analysis.gpu_timeline import active_window, buckets, busy_by_device
+from kubeprof.analysis.gpu_idle import IdleFigure, IdleRatio
+from kubeprof.analysis.gpu_timeline import buckets, busy_by_device
 from kubeprof.analysis.top_kernels import KernelStat, top_kernels
 from kubeprof.model import GpuActivity, GpuMetricSample
-from kubeprof.report.aggregate import WeightedStack
+from kubeprof.reportdata import WeightedStack
 
 TIMELINE_BUCKETS = 120
 
@@ -40,10 +39,10 @@ class GpuSummary:
 
     session_start_ns: int
     session_end_ns: int
-    active_start_ns: int  # first kernel start (0 if no kernel)
+    active_start_ns: int  # the headline window (gpu_idle.window): first kernel start, or 0
     active_end_ns: int  # last kernel end
     session: IdleRatio  # all devices, session window
-    session_active: IdleRatio  # all devices, active window
+    headline: IdleFigure | None  # THE GPU idle figure (gpu_idle.headline), None without data
     devices: dict[int, IdleRatio]  # per device, session window
     devices_active: dict[int, IdleRatio]
     processes: dict[int, IdleRatio]  # per pid, session window
@@ -75,7 +74,7 @@ def gpu_summary(
 ) -> GpuSummary:
     """Summarise a session's GPU records over [session_start_ns, session_end_ns)."""
     s0, s1 = session_start_ns, session_end_ns
-    a0, a1 = active_window(activities)
+    a0, a1 = gpu_idle.window(activities)
     att = attribution(activities)
     busy = busy_by_device(activities)
     tl_end = max(s1, a1)
@@ -85,7 +84,7 @@ def gpu_summary(
         active_start_ns=a0,
         active_end_ns=a1,
         session=gpu_idle.session(activities, s0, s1),
-        session_active=gpu_idle.session(activities, a0, a1),
+        headline=gpu_idle.headline(activities, metrics),
         devices=gpu_idle.by_device(activities, s0, s1),
         devices_active=gpu_idle.by_device(activities, a0, a1),
         processes=gpu_idle.by_process(activities, s0, s1),
@@ -131,14 +130,3 @@ def summarise_metrics(metrics: Sequence[GpuMetricSample]) -> tuple[MetricSummary
 def _sum_ns(activities: Sequence[GpuActivity], kind: str) -> int:
     return sum(a.end_ns - a.start_ns for a in activities if a.kind == kind)
 
-
-from kubeprof.analysis.gpu_render import render_gpu_html, render_gpu_text  # noqa: E402
-
-__all__ = [
-    "GpuSummary",
-    "MetricSummary",
-    "gpu_profile_stacks",
-    "gpu_summary",
-    "render_gpu_html",
-    "render_gpu_text",
-]

@@ -8,7 +8,7 @@ followed by a few native and kernel frames that vary with ``i``.
 from __future__ import annotations
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report.aggregate import Profile, WeightedStack
+from kubeprof.reportdata import Profile, WeightedStack
 
 _ROOT = (
     Frame("<module>", FrameKind.PYTHON, "/app/train.py", 1),

@@ -1,12 +1,15 @@
-"""Text and HTML views of a GpuSummary (the HTML is a pre-escaped section to embed)."""
+"""Text and HTML views of a GpuSummary (the HTML is a pre-escaped section to embed).
+
+The idle figure shown first is the analysis' headline (``kubeprof.analysis.gpu_idle``); when
+it comes from NVML rather than CUPTI kernel spans, the text says so.
+"""
 
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kubeprof.analysis.gpu_report import GpuSummary
+from kubeprof.analysis.gpu_idle import NVML, IdleFigure
+from kubeprof.analysis.gpu_summary import GpuSummary
 
 _SHOWN_METRICS = (
     "gpu_util_pct",
@@ -42,6 +45,34 @@ def _strip(values: tuple[float, ...], width: int = 60) -> str:
     return "".join(_BLOCKS[min(8, round(v * 8))] for v in cells)
 
 
+def _nvml_note(h: IdleFigure) -> str:
+    return f"{_pct(h.ratio)} from NVML device utilisation (no CUPTI kernel spans recorded)"
+
+
+def _idle_line(s: GpuSummary) -> str:
+    """The headline GPU idle figure, labelled with the window or the NVML fallback."""
+    h = s.headline
+    if h is not None and h.source == NVML:
+        return f"GPU idle ratio (all GPUs): {_nvml_note(h)}"
+    active = _pct(h.ratio) if h is not None else "-"
+    return (
+        f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "
+        f"active window {active} "
+        f"({_ms(s.active_end_ns - s.active_start_ns)} from first to last kernel)"
+    )
+
+
+def _idle_html(s: GpuSummary) -> str:
+    h = s.headline
+    if h is not None and h.source == NVML:
+        return f"GPU idle ratio: <b>{escape(_nvml_note(h))}</b>."
+    active = _pct(h.ratio) if h is not None else "-"
+    return (
+        f"GPU idle ratio: <b>{_pct(s.session.idle_ratio)}</b> of the session, "
+        f"<b>{active}</b> of the active window."
+    )
+
+
 def render_gpu_text(s: GpuSummary) -> str:
     """Plain-text GPU section."""
     out = ["GPU", "==="]
@@ -56,11 +87,7 @@ def render_gpu_text(s: GpuSummary) -> str:
             f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "
             "native threads (autograd, XLA) and shown under the main thread's stack"
         )
-    out.append(
-        f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "
-        f"active window {_pct(s.session_active.idle_ratio)} "
-        f"({_ms(s.active_end_ns - s.active_start_ns)} from first to last kernel)"
-    )
+    out.append(_idle_line(s))
     for dev, r in sorted(s.devices.items()):
         act = s.devices_active.get(dev)
         out.append(
@@ -138,9 +165,7 @@ def render_gpu_html(s: GpuSummary) -> str:
     return (
         '<section class="kubeprof-gpu"><h2>GPU</h2>'
         f"<p>{s.kernels:,} kernels, {e(_ms(s.kernel_ns))} of GPU kernel time, "
-        f"{_pct(s.attributed_share)} attributed to a Python stack. GPU idle ratio: "
-        f"<b>{_pct(s.session.idle_ratio)}</b> of the session, "
-        f"<b>{_pct(s.session_active.idle_ratio)}</b> of the active window.</p>"
+        f"{_pct(s.attributed_share)} attributed to a Python stack. {_idle_html(s)}</p>"
         "<table><tr><th>device</th><th>idle (session)</th><th>idle (active)</th>"
         "<th>timeline</th></tr>"
         f"{''.join(rows)}</table>"

@@ -1,0 +1,62 @@
+"""The report's data: aggregated stacks, the profile they form, and the whole report.
+
+Renderers are pure functions of these structures, so they are tested without a database and
+the same code renders a local session and a cluster session. This module is core: the
+analysis builds these values, `kubeprof.report` renders them, and neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kubeprof.model import Stack
+
+if TYPE_CHECKING:  # a type only: the analysis builds GpuSummary from WeightedStack values
+    from kubeprof.analysis.gpu_summary import GpuSummary
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedStack:
+    """One distinct stack of one thread, with how often / how long it was seen."""
+
+    stack: Stack  # root first, leaf last
+    pid: int
+    tid: int
+    thread: str  # thread name
+    process: str  # process name (comm) or command line
+    samples: int  # number of samples (CPU) or kernel launches (GPU)
+    value_ns: int  # CPU: samples * sampling period; GPU: device time in ns
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A session's aggregated stacks, ready to render as flame graphs and tables."""
+
+    session: str  # session name
+    hz: int  # CPU sampling frequency
+    duration_s: float  # wall-clock length of the session
+    cpu: tuple[WeightedStack, ...] = ()
+    gpu: tuple[WeightedStack, ...] = ()  # stacks end in a FrameKind.GPU frame
+    meta: dict[str, str] = field(default_factory=dict)  # command, host, counters, ...
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything one report shows: what `kubeprof.report.formats.render` takes.
+
+    The profile carries the session's name, length and meta; `gpu` is None for a session
+    without GPU records; `findings` is filled by the findings analysis once it exists.
+    """
+
+    profile: Profile
+    gpu: GpuSummary | None = None
+    findings: tuple[object, ...] = ()
+
+    @property
+    def session(self) -> str:
+        return self.profile.session
+
+    @property
+    def meta(self) -> dict[str, str]:
+        return self.profile.meta

@@ -1,0 +1,1 @@
+"""Helpers only tests and benchmarks use: a pprof reader, synthetic profiles, PM joins."""
