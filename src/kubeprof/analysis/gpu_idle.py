@@ -1,12 +1,12 @@
 """GPU idle ratio: the share of a time window in which a GPU ran no kernel.
 
 Computed per device, per process (over the devices that process used) and per session (over
-all devices used), for two windows: the session's (start to end of recording, which includes
-start-up such as ``import torch``) and the active one (first kernel start to last kernel end),
-which isolates stalls inside the workload such as a slow DataLoader.
+all devices used), over any window.
 
 ``headline`` is THE GPU idle figure kubeprof shows (`kubeprof report`, the operator's
-`.status` and `/metrics`): measured from CUPTI kernel spans over ``window``; only where no
+`.status` and `/metrics`): measured from CUPTI kernel spans over ``window``, the steady
+state of the workload's main loop (start-up and warm-up are shown apart by
+``kubeprof.analysis.findings.analyse``, which detects them with the same function); only where no
 kernel was traced, NVML's device-wide utilisation stands in, labelled ``source="nvml"``.
 Change the definition here and every consumer follows.
 """
@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kubeprof.analysis import gpu_trace, phases
 from kubeprof.analysis.gpu_timeline import (
     BUSY_KINDS,
     Interval,
@@ -91,8 +92,19 @@ class IdleFigure:
 
 
 def window(activities: Sequence[GpuActivity]) -> Interval:
-    """The window the headline is measured over: first kernel start to last kernel end."""
-    return active_window(activities)
+    """The window the headline is measured over: the steady state of the main loop.
+
+    Found by ``phases.detect`` (whole steps of the recurring loop, after start-up, imports,
+    allocation and warm-up/compilation); where no kernel recurs at a steady period, the
+    active window (first kernel start to last kernel end). (0, 0) without kernels.
+    """
+    first, last = active_window(activities)
+    if last <= first:
+        return (0, 0)
+    steady = phases.detect(gpu_trace.build(activities), phases.Window(first, last)).steady
+    if steady.duration_ns <= 0:
+        return (first, last)
+    return (steady.start_ns, steady.end_ns)
 
 
 def headline(
