@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kubeprof.agent.cluster.client import IngestClient  # noqa: E402
-from kubeprof.agent.cluster.codec import encode  # noqa: E402
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo  # noqa: E402
 from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
 from kubeprof.operator.ingest import IngestApi, serve  # noqa: E402
 from kubeprof.operator.phases import Phase  # noqa: E402
 from kubeprof.operator.registry import Registry, SessionEntry  # noqa: E402
+from kubeprof.protocol.codec import encode  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
 
 

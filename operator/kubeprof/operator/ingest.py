@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from kubeprof.agent.cluster import codec
 from kubeprof.operator import metrics
 from kubeprof.operator.db import BatchWriter
 from kubeprof.operator.phases import ACCEPTS_DATA
 from kubeprof.operator.registry import Registry, SessionEntry
+from kubeprof.protocol import codec
 
 log = logging.getLogger("kubeprof.operator.ingest")
 

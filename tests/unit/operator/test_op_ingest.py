@@ -8,13 +8,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
-from kubeprof.agent.cluster.codec import encode
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
 from kubeprof.operator.db import BatchWriter, ensure_session
 from kubeprof.operator.ingest import IngestApi
 from kubeprof.operator.phases import Phase
 from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.targets import Target
+from kubeprof.protocol.codec import encode
 from kubeprof.storage import Store
 from kubeprof.storage.models import IngestedBatchRow, SampleRow
 

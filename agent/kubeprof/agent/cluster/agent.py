@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kubeprof.agent.cluster import codec
 from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.agent.cluster.collectors import Collector, TargetedCollector
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
 from kubeprof.model import Batch, ProcessInfo
+from kubeprof.protocol import codec
 
 log = logging.getLogger("kubeprof.agent")
 ACTIVE_PHASES = frozenset({"Pending", "Running"})  # the session still wants data
