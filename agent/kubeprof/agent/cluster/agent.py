@@ -25,9 +25,9 @@ from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
 from kubeprof.model import Batch, ProcessInfo
 from kubeprof.protocol import codec
+from kubeprof.protocol.phases import ACTIVE
 
 log = logging.getLogger("kubeprof.agent")
-ACTIVE_PHASES = frozenset({"Pending", "Running"})  # the session still wants data
 
 
 @dataclass
@@ -169,7 +169,7 @@ class NodeAgent:
     def should_stop(self) -> bool:
         end = self.config.end_time
         return (self.stop_event.is_set() or (end is not None and self.clock() >= end)
-                or self.phase not in ACTIVE_PHASES)
+                or self.phase not in ACTIVE)
 
     # -- the run ----------------------------------------------------------------------------
     def run(self) -> int:
