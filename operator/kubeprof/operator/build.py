@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from kubeprof.operator.config import (
@@ -19,6 +20,12 @@ from kubeprof.operator.config import (
     TOKEN_KEY,
     VERSION,
     OperatorConfig,
+)
+from kubeprof.protocol.settings import (
+    DEFAULT_CPU_HZ,
+    DEFAULT_NVML_INTERVAL_S,
+    DEFAULT_SPOOL_DIR,
+    AgentSettings,
 )
 
 TOKEN_MOUNT = "/var/run/kubeprof"
@@ -116,20 +123,14 @@ def build_daemonset(session: Mapping[str, Any], nodes: Sequence[str], config: Op
     cpu, gpu = prof.get("cpu") or {}, prof.get("gpu") or {}
     lbl = labels(session, "agent")
     selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent"}
-    env = [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "KUBEPROF_INGEST_URL", "value": config.ingest_url},
-        {"name": "KUBEPROF_SESSION_NAMESPACE", "value": meta["namespace"]},
-        {"name": "KUBEPROF_SESSION", "value": meta["name"]},
-        {"name": "KUBEPROF_TOKEN_FILE", "value": f"{TOKEN_MOUNT}/{TOKEN_KEY}"},
-        {"name": "KUBEPROF_SESSION_END", "value": f"{end_time:.3f}"},
-        {"name": "KUBEPROF_COLLECTORS", "value": ",".join(collectors_for(spec))},
-        {"name": "KUBEPROF_CPU_HZ", "value": str(int(cpu.get("frequencyHz", 99)))},
-        {"name": "KUBEPROF_NVML_INTERVAL_S",
-         "value": f"{int(gpu.get('metricsIntervalMs', 1000)) / 1000:g}"},
-        {"name": "KUBEPROF_PROC_ROOT", "value": HOST_PROC},
-        {"name": "KUBEPROF_SPOOL_DIR", "value": "/var/lib/kubeprof/spool"},
-    ]
+    env = AgentSettings(
+        ingest_url=config.ingest_url, namespace=meta["namespace"], session=meta["name"],
+        token_file=Path(TOKEN_MOUNT) / TOKEN_KEY, end_time=end_time,
+        collectors=tuple(collectors_for(spec)),
+        cpu_hz=int(cpu.get("frequencyHz", DEFAULT_CPU_HZ)),
+        nvml_interval_s=int(gpu.get("metricsIntervalMs", DEFAULT_NVML_INTERVAL_S * 1000)) / 1000,
+        proc_root=Path(HOST_PROC), spool_dir=DEFAULT_SPOOL_DIR,
+    ).to_env()
     container = {
         "name": "agent",
         "image": config.agent_image,

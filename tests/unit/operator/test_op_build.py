@@ -12,6 +12,7 @@ from kubeprof.operator.build import (
     label_value,
 )
 from kubeprof.operator.config import OperatorConfig
+from kubeprof.protocol.settings import AgentSettings
 
 SESSION = {
     "apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
@@ -94,3 +95,12 @@ def test_names_stay_valid_for_long_sessions():
 def test_collectors_for_profilers():
     assert collectors_for({}) == ["cpu", "nvml"]
     assert collectors_for({"profilers": {"cpu": {"enabled": False}}}) == ["nvml"]
+
+
+def test_agent_reads_back_what_the_daemonset_sets():
+    """The DaemonSet's env, as the agent parses it, is the session's settings."""
+    env = _ds()["spec"]["template"]["spec"]["containers"][0]["env"]
+    s = AgentSettings.from_env({e["name"]: e["value"] for e in env if "value" in e})
+    assert (s.cpu_hz, s.collectors, s.end_time, s.nvml_interval_s) == (49, ("cpu",),
+                                                                        1700000000.5, 1.0)
+    assert (str(s.proc_root), str(s.spool_dir)) == ("/host/proc", "/var/lib/kubeprof/spool")
