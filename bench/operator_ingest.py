@@ -10,7 +10,7 @@ Three paths are timed for each batch size:
 
 Usage:
   .venv/bin/python bench/operator_ingest.py [--sizes 100,1000,5000,20000] [--rows 200000]
-      [--senders 4] [--writers 2] [--dsn postgresql+psycopg://...]
+      [--senders 4] [--writers 2] [--dsn postgresql+psycopg://...] [--baseline-codec PATH]
 Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
 Prints a Markdown table; db and http also as a percentage of copy.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import random
 import sys
 import tempfile
@@ -27,6 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,14 +42,24 @@ from kubeprof.model import (  # noqa: E402
     ProcessInfo,
     stack_hash,
 )
+from kubeprof.operator import ingest  # noqa: E402
 from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
 from kubeprof.operator.ingest import IngestApi, serve  # noqa: E402
 from kubeprof.operator.registry import Registry, SessionEntry  # noqa: E402
-from kubeprof.protocol.codec import encode  # noqa: E402
+from kubeprof.protocol import codec  # noqa: E402
 from kubeprof.protocol.phases import Phase  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
 from kubeprof.storage.intern import Interner  # noqa: E402
 from kubeprof.storage.models import ProcessRow, SampleRow  # noqa: E402
+
+
+def load_codec(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("baseline_codec", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def make_stacks(n: int, depth: int, rng: random.Random) -> list[tuple[Frame, ...]]:
@@ -125,7 +137,7 @@ def bench_copy(engine, sid: int, size: int, total: int, stacks, rng, *,
 
 
 def bench_http(url: str, token: str, size: int, total: int, senders: int, stacks,
-               rng) -> float:
+               rng, encode=codec.encode) -> float:
     batches = [make_batch(size, stacks, rng, i * size) for i in range(max(1, total // size))]
     bodies = [(encode(b, batch_id=f"h-{size}-{i}-{rng.random()}", node=f"node-{i % senders}"),
                len(b.samples) + len(b.processes)) for i, b in enumerate(batches)]
@@ -178,6 +190,10 @@ def main() -> int:
     p.add_argument("--writers", type=int, default=2)
     p.add_argument("--stacks", type=int, default=500, help="distinct stacks")
     p.add_argument("--dsn", help="SQLAlchemy URL of an existing database")
+    p.add_argument("--baseline-codec", metavar="PATH",
+                   help="a codec module file (encode/decode/CodecError) to time the http "
+                        "path with as well, alternating with kubeprof.protocol.codec, e.g. "
+                        "`git show 13e38fb:agent/kubeprof/agent/cluster/codec.py`")
     args = p.parse_args()
     pg = None
     if args.dsn:
@@ -200,18 +216,29 @@ def main() -> int:
                                         make_batch(2000, stacks, rng, 0))
         token = "bench-token"
         api_url, stop = start_api(store.engine, sid, token, args.writers)
+        base = load_codec(args.baseline_codec) if args.baseline_codec else None
         print(f"| batch size (rows) | COPY text rows/s | COPY write_row rows/s (limit) | "
               f"db rows/s | db % of limit | http rows/s ({args.senders} senders, "
-              f"{args.writers} writers) | http % of limit |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+              f"{args.writers} writers) | http % of limit |"
+              + (" http rows/s, baseline codec | new / baseline |" if base else ""))
+        print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
         for size in (int(s) for s in args.sizes.split(",")):
             text_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng, text=True)
             copy_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng)
             db_rate = bench_db(store.engine, sid, size, args.rows, stacks, rng)
             http_rate = bench_http(api_url, token, size, args.rows, args.senders, stacks, rng)
+            extra = ""
+            if base is not None:
+                ingest.codec = base  # the API decodes with the baseline too
+                try:
+                    base_rate = bench_http(api_url, token, size, args.rows, args.senders,
+                                           stacks, rng, encode=base.encode)
+                finally:
+                    ingest.codec = codec
+                extra = f" {base_rate:,.0f} | {http_rate / base_rate:.2f}x |"
             print(f"| {size:,} | {text_rate:,.0f} | {copy_rate:,.0f} | {db_rate:,.0f} | "
                   f"{100 * db_rate / copy_rate:.0f} % | {http_rate:,.0f} | "
-                  f"{100 * http_rate / copy_rate:.0f} % |", flush=True)
+                  f"{100 * http_rate / copy_rate:.0f} % |" + extra, flush=True)
         stop()
     finally:
         store.close()
