@@ -17,9 +17,10 @@ demo: setup  ## record the bundled example workload and write its reports to kub
 	$(KUBEPROF) report --store $(DEMO_STORE) --format html --out kubeprof-out/demo.html
 	@echo "open kubeprof-out/demo.html (self-contained flame graph); text in kubeprof-out/demo.txt"
 
-lint: setup  ## ruff (with A005 strict) and mypy over the three source roots
+lint: setup  ## ruff (with A005 strict), mypy over the three source roots, import-linter contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 cluster-build: setup  ## build (or reuse) kube-apiserver, controller-manager, scheduler, etcd, kwok
 	tests/e2e/cluster/build.sh

@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 for sub in ("src", "agent", "operator"):
     sys.path.insert(0, str(ROOT / sub))
 
-from kubeprof.agent.cluster import codec  # noqa: E402
 from kubeprof.agent.cluster.cgroups import cgroup_name  # noqa: E402
 from kubeprof.operator import aggregate  # noqa: E402
 from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
+from kubeprof.protocol import codec  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
 
 WORKLOAD = """

@@ -1,21 +1,25 @@
 """Ingest throughput into PostgreSQL: rows/s for a sweep of batch sizes.
 
-Two paths are timed for each batch size:
+Three paths are timed for each batch size:
+  copy  the limit: the same rows COPYed into the same tables over one psycopg connection,
+        one transaction per batch, with no API, decoding, interning or idempotency row
+        (stack ids and row tuples prepared before the clock starts)
   db    BatchWriter.store() straight into Postgres (idempotency row + interning + COPY)
   http  the agent's encoder and IngestClient -> the operator's aiohttp ingest API -> db,
         with --senders concurrent agents
 
 Usage:
   .venv/bin/python bench/operator_ingest.py [--sizes 100,1000,5000,20000] [--rows 200000]
-      [--senders 4] [--writers 2] [--dsn postgresql+psycopg://...]
+      [--senders 4] [--writers 2] [--dsn postgresql+psycopg://...] [--baseline-codec PATH]
 Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
-Prints a Markdown table.
+Prints a Markdown table; db and http also as a percentage of copy.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import random
 import sys
 import tempfile
@@ -24,18 +28,38 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kubeprof.agent.cluster.client import IngestClient  # noqa: E402
-from kubeprof.agent.cluster.codec import encode  # noqa: E402
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo  # noqa: E402
+from kubeprof.model import (  # noqa: E402
+    Batch,
+    CpuSample,
+    Frame,
+    FrameKind,
+    ProcessInfo,
+    stack_hash,
+)
+from kubeprof.operator import ingest  # noqa: E402
 from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
 from kubeprof.operator.ingest import IngestApi, serve  # noqa: E402
-from kubeprof.operator.phases import Phase  # noqa: E402
 from kubeprof.operator.registry import Registry, SessionEntry  # noqa: E402
+from kubeprof.protocol import codec  # noqa: E402
+from kubeprof.protocol.phases import Phase  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
+from kubeprof.storage.intern import Interner  # noqa: E402
+from kubeprof.storage.models import ProcessRow, SampleRow  # noqa: E402
+
+
+def load_codec(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("baseline_codec", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def make_stacks(n: int, depth: int, rng: random.Random) -> list[tuple[Frame, ...]]:
@@ -67,8 +91,53 @@ def bench_db(engine, sid: int, size: int, total: int, stacks, rng) -> float:
     return rows / (time.perf_counter() - t)
 
 
+def bench_copy(engine, sid: int, size: int, total: int, stacks, rng, *,
+               text: bool = False) -> float:
+    """Rows/s of plain COPY: the ceiling for any ingest path on this database.
+
+    text=False sends the rows with psycopg's write_row (as kubeprof's store does, so the
+    per-row formatting in Python is included); text=True sends COPY text formatted before
+    the clock starts (the database's own limit).
+    """
+    batches = [make_batch(size, stacks, rng, i * size) for i in range(max(1, total // size))]
+    with engine.begin() as conn:
+        ids = Interner().stack_ids_for(conn, stacks)
+    s_cols = ["session_id", "node", "ts_ns", "pid", "tid", "cpu", "thread", "stack_id"]
+    p_cols = ["session_id", "node", "pid", "ppid", "name", "cmdline", "container_id",
+              "pod_uid"]
+    tag = f"copy-{size}-{rng.random()}"
+    prepared = [
+        ([(sid, "node-1", x.ts_ns, x.pid, x.tid, x.cpu, x.thread, ids[stack_hash(x.stack)])
+          for x in b.samples],
+         # the node differs per batch: a process row is an upsert in the real path
+         [(sid, f"{tag}-{i}", p.pid, p.ppid, p.name, p.cmdline, p.container_id, p.pod_uid)
+          for p in b.processes])
+        for i, b in enumerate(batches)]
+    s_sql = f'COPY "{SampleRow.__tablename__}" ({", ".join(s_cols)}) FROM STDIN'
+    p_sql = f'COPY "{ProcessRow.__tablename__}" ({", ".join(p_cols)}) FROM STDIN'
+    payload = [[(sql, "".join("\t".join(map(str, r)) + "\n" for r in rows) if text else rows)
+                for sql, rows in ((s_sql, srows), (p_sql, prows))] for srows, prows in prepared]
+    raw = engine.raw_connection()
+    try:
+        pg = raw.driver_connection
+        t = time.perf_counter()
+        for parts in payload:
+            with pg.transaction(), pg.cursor() as cur:
+                for sql, rows in parts:
+                    with cur.copy(sql) as copy:
+                        if isinstance(rows, str):
+                            copy.write(rows)
+                        else:
+                            for row in rows:
+                                copy.write_row(row)
+        elapsed = time.perf_counter() - t
+    finally:
+        raw.close()
+    return sum(len(a) + len(b) for a, b in prepared) / elapsed
+
+
 def bench_http(url: str, token: str, size: int, total: int, senders: int, stacks,
-               rng) -> float:
+               rng, encode=codec.encode) -> float:
     batches = [make_batch(size, stacks, rng, i * size) for i in range(max(1, total // size))]
     bodies = [(encode(b, batch_id=f"h-{size}-{i}-{rng.random()}", node=f"node-{i % senders}"),
                len(b.samples) + len(b.processes)) for i, b in enumerate(batches)]
@@ -121,6 +190,10 @@ def main() -> int:
     p.add_argument("--writers", type=int, default=2)
     p.add_argument("--stacks", type=int, default=500, help="distinct stacks")
     p.add_argument("--dsn", help="SQLAlchemy URL of an existing database")
+    p.add_argument("--baseline-codec", metavar="PATH",
+                   help="a codec module file (encode/decode/CodecError) to time the http "
+                        "path with as well, alternating with kubeprof.protocol.codec, e.g. "
+                        "`git show 13e38fb:agent/kubeprof/agent/cluster/codec.py`")
     args = p.parse_args()
     pg = None
     if args.dsn:
@@ -143,13 +216,29 @@ def main() -> int:
                                         make_batch(2000, stacks, rng, 0))
         token = "bench-token"
         api_url, stop = start_api(store.engine, sid, token, args.writers)
-        print(f"| batch size (rows) | db rows/s | http rows/s ({args.senders} senders, "
-              f"{args.writers} writers) |")
-        print("|---:|---:|---:|")
+        base = load_codec(args.baseline_codec) if args.baseline_codec else None
+        print(f"| batch size (rows) | COPY text rows/s | COPY write_row rows/s (limit) | "
+              f"db rows/s | db % of limit | http rows/s ({args.senders} senders, "
+              f"{args.writers} writers) | http % of limit |"
+              + (" http rows/s, baseline codec | new / baseline |" if base else ""))
+        print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
         for size in (int(s) for s in args.sizes.split(",")):
+            text_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng, text=True)
+            copy_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng)
             db_rate = bench_db(store.engine, sid, size, args.rows, stacks, rng)
             http_rate = bench_http(api_url, token, size, args.rows, args.senders, stacks, rng)
-            print(f"| {size:,} | {db_rate:,.0f} | {http_rate:,.0f} |", flush=True)
+            extra = ""
+            if base is not None:
+                ingest.codec = base  # the API decodes with the baseline too
+                try:
+                    base_rate = bench_http(api_url, token, size, args.rows, args.senders,
+                                           stacks, rng, encode=base.encode)
+                finally:
+                    ingest.codec = codec
+                extra = f" {base_rate:,.0f} | {http_rate / base_rate:.2f}x |"
+            print(f"| {size:,} | {text_rate:,.0f} | {copy_rate:,.0f} | {db_rate:,.0f} | "
+                  f"{100 * db_rate / copy_rate:.0f} % | {http_rate:,.0f} | "
+                  f"{100 * http_rate / copy_rate:.0f} % |" + extra, flush=True)
         stop()
     finally:
         store.close()

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kubeprof import reporting
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage import StoreError
 
 EPILOG_RECORD = """examples:
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     rec.add_argument("--duration", type=_positive_float, metavar="SECONDS",
                      help="stop after this many seconds (default: when the target exits)")
-    rec.add_argument("--hz", type=_hz, default=99, help="CPU sampling rate (default 99)")
+    rec.add_argument("--hz", type=_hz, default=DEFAULT_CPU_HZ,
+                     help="CPU sampling rate (default %(default)s)")
     rec.add_argument("--output", "-o", metavar="NAME", help="session name (default: "
                      "command name and time)")
     rec.add_argument("--store", metavar="URL", help="database URL (default: embedded SQLite "

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from kubeprof.agent.cluster.client import IngestClient, Outcome
-from kubeprof.agent.cluster.codec import encode
 from kubeprof.model import Batch, ProcessInfo
+from kubeprof.protocol.codec import encode
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kubeprof.agent.driver import Collector
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 log = logging.getLogger("kubeprof.agent")
 
@@ -21,7 +22,7 @@ log = logging.getLogger("kubeprof.agent")
 class CollectorOptions:
     """Settings the factories read."""
 
-    hz: int = 99  # CPU sampling frequency
+    hz: int = DEFAULT_CPU_HZ  # CPU sampling frequency
     nvml_interval_s: float = 1.0  # NVML sampling period
     gpu_socket: str | None = None  # where the GPU receiver listens for in-process tracers
     # Where one-line notes go (the recorder prints them; the agent logs them).

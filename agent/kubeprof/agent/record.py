@@ -25,6 +25,7 @@ from pathlib import Path
 from kubeprof.agent import collectors
 from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import StoreSink
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage import Store, StoreError
 
 
@@ -39,7 +40,7 @@ class RecordOptions:
     command: Sequence[str] = ()
     pid: int | None = None
     duration_s: float | None = None
-    hz: int = 99
+    hz: int = DEFAULT_CPU_HZ
     name: str | None = None
     store_url: str | None = None
     cpu: bool = True

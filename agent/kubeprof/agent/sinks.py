@@ -17,12 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubeprof.agent.cluster import codec
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.driver import is_empty, merge
 from kubeprof.model import Batch
+from kubeprof.protocol import codec
 
 if TYPE_CHECKING:  # the node agent needs no database driver
     from kubeprof.storage import Store

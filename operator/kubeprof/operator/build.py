@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -23,6 +24,10 @@ from kubeprof.operator.config import (
     OperatorConfig,
 )
 from kubeprof.operator.spec import Profilers, SessionSpec
+from kubeprof.protocol.settings import (
+    DEFAULT_SPOOL_DIR,
+    AgentSettings,
+)
 
 TOKEN_MOUNT = "/var/run/kubeprof"
 HOST_PROC = "/host/proc"
@@ -123,19 +128,13 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
     cpu, gpu = spec.profilers.cpu, spec.profilers.gpu
     lbl = labels(session, "agent")
     selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent"}
-    env = [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "KUBEPROF_INGEST_URL", "value": config.ingest_url},
-        {"name": "KUBEPROF_SESSION_NAMESPACE", "value": meta["namespace"]},
-        {"name": "KUBEPROF_SESSION", "value": meta["name"]},
-        {"name": "KUBEPROF_TOKEN_FILE", "value": f"{TOKEN_MOUNT}/{TOKEN_KEY}"},
-        {"name": "KUBEPROF_SESSION_END", "value": f"{end_time:.3f}"},
-        {"name": "KUBEPROF_COLLECTORS", "value": ",".join(collectors_for(spec.profilers))},
-        {"name": "KUBEPROF_CPU_HZ", "value": str(cpu.frequency_hz)},
-        {"name": "KUBEPROF_NVML_INTERVAL_S", "value": f"{gpu.metrics_interval_ms / 1000:g}"},
-        {"name": "KUBEPROF_PROC_ROOT", "value": HOST_PROC},
-        {"name": "KUBEPROF_SPOOL_DIR", "value": "/var/lib/kubeprof/spool"},
-    ]
+    env = AgentSettings(
+        ingest_url=config.ingest_url, namespace=meta["namespace"], session=meta["name"],
+        token_file=Path(TOKEN_MOUNT) / TOKEN_KEY, end_time=end_time,
+        collectors=tuple(collectors_for(spec.profilers)),
+        cpu_hz=cpu.frequency_hz, nvml_interval_s=gpu.metrics_interval_ms / 1000,
+        proc_root=Path(HOST_PROC), spool_dir=DEFAULT_SPOOL_DIR,
+    ).to_env()
     container = {
         "name": "agent",
         "image": config.agent_image,

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
-from kubeprof.agent.cluster import codec
 from kubeprof.operator import metrics
 from kubeprof.operator.db import BatchWriter
-from kubeprof.operator.phases import ACCEPTS_DATA
 from kubeprof.operator.registry import Registry, SessionEntry
+from kubeprof.protocol import codec, routes
+from kubeprof.protocol.phases import ACCEPTS_DATA, Phase
 
 log = logging.getLogger("kubeprof.operator.ingest")
 
@@ -49,10 +49,10 @@ class IngestApi:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_post("/v1/sessions/{namespace}/{name}/batches", self.post_batch)
-        app.router.add_get("/v1/sessions/{namespace}/{name}/targets", self.get_targets)
-        app.router.add_get("/metrics", self.get_metrics)
-        app.router.add_get("/healthz", self.get_healthz)
+        app.router.add_post(routes.BATCHES_ROUTE, self.post_batch)
+        app.router.add_get(routes.TARGETS_ROUTE, self.get_targets)
+        app.router.add_get(routes.METRICS, self.get_metrics)
+        app.router.add_get(routes.HEALTHZ, self.get_healthz)
         return app
 
     async def _authorize(self, request: web.Request) -> SessionEntry | web.Response:
@@ -125,9 +125,10 @@ class IngestApi:
         node = request.query.get("node", "")
         pods = [{"uid": t.uid, "name": t.name, "namespace": t.namespace}
                 for t in entry.targets_on(node)]
-        phase = "Aggregating" if entry.closed and entry.phase in ACCEPTS_DATA else \
-            entry.phase.value
-        return _json(200, "", phase=phase, endTime=entry.end_time, pods=pods)
+        # A closed session drains like Aggregating even before reconcile writes the phase.
+        phase = Phase.AGGREGATING if entry.closed and entry.phase in ACCEPTS_DATA else \
+            entry.phase
+        return _json(200, "", phase=phase.value, endTime=entry.end_time, pods=pods)
 
     async def get_metrics(self, _request: web.Request) -> web.Response:
         metrics.set_phases(self.registry.phases())

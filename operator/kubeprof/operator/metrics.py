@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from kubeprof.operator.aggregate import Summary
+from kubeprof.protocol.phases import Phase
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -25,12 +26,9 @@ RECONCILE_ERRORS = Counter("kubeprof_reconcile_errors_total",
                            "Reconcile passes that failed (retried)", ["stage"],
                            registry=REGISTRY)
 
-PHASES = ("Pending", "Running", "Aggregating", "Completed", "Failed")
-
-
 def set_phases(counts: dict[str, int]) -> None:
-    for p in PHASES:
-        SESSIONS.labels(phase=p).set(counts.get(p, 0))
+    for p in Phase:
+        SESSIONS.labels(phase=p.value).set(counts.get(p.value, 0))
 
 
 def publish_gpu_idle(namespace: str, session: str, s: Summary,

@@ -16,19 +16,10 @@ operator restarted at any point continues from the same place.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from kubeprof.protocol.phases import ACCEPTS_DATA, TERMINAL, Phase
 
-class Phase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    AGGREGATING = "Aggregating"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-
-
-TERMINAL = frozenset({Phase.COMPLETED, Phase.FAILED})
-ACCEPTS_DATA = frozenset({Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING})
+__all__ = ["ACCEPTS_DATA", "TERMINAL", "Observed", "Phase", "Step", "condition", "next_step"]
 
 
 @dataclass(frozen=True, slots=True)

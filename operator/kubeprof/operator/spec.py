@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeprof.operator.targets import label_selector
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ, DEFAULT_NVML_INTERVAL_S
 
-# moves to kubeprof.protocol.settings at merge
-DEFAULT_CPU_HZ = 99  # CPU samples per second per thread
-DEFAULT_NVML_INTERVAL_MS = 1000  # NVML sampling period
+DEFAULT_NVML_INTERVAL_MS = round(DEFAULT_NVML_INTERVAL_S * 1000)  # the CRD speaks milliseconds
 
 CPU_HZ_RANGE = (1, 1000)
 NVML_INTERVAL_MS_RANGE = (10, 60000)

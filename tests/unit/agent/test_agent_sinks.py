@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubeprof.agent.cluster import codec
 from kubeprof.agent.cluster.client import Answer, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.sinks import SpoolSink, StoreSink
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+from kubeprof.protocol import codec
 
 STACK = (Frame("main", FrameKind.PYTHON, "/x.py", 1),)
 

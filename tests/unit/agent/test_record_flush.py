@@ -94,8 +94,8 @@ def test_missing_command_is_a_clear_error_and_session_kept(tmp_path):
 
 
 def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch):
-    from kubeprof.agent.cluster import codec
     from kubeprof.agent.cluster.spool import Spool
+    from kubeprof.protocol import codec
 
     url = f"sqlite:///{tmp_path}/r.db"
 

@@ -13,6 +13,7 @@ from kubeprof.operator.build import (
 )
 from kubeprof.operator.config import OperatorConfig
 from kubeprof.operator.spec import CpuProfiler, Profilers, parse
+from kubeprof.protocol.settings import AgentSettings
 
 SESSION = {
     "apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
@@ -103,3 +104,12 @@ def test_owner_reference_names_the_crd_even_for_a_partial_body():
     assert build_secret(partial, "t")["metadata"]["ownerReferences"] == \
         _ds()["metadata"]["ownerReferences"]
     assert len(_ds()["metadata"]["ownerReferences"]) == 1
+
+
+def test_agent_reads_back_what_the_daemonset_sets():
+    """The DaemonSet's env, as the agent parses it, is the session's settings."""
+    env = _ds()["spec"]["template"]["spec"]["containers"][0]["env"]
+    s = AgentSettings.from_env({e["name"]: e["value"] for e in env if "value" in e})
+    assert (s.cpu_hz, s.collectors, s.end_time, s.nvml_interval_s) == (49, ("cpu",),
+                                                                        1700000000.5, 1.0)
+    assert (str(s.proc_root), str(s.spool_dir)) == ("/host/proc", "/var/lib/kubeprof/spool")

@@ -8,13 +8,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
-from kubeprof.agent.cluster.codec import encode
+from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
 from kubeprof.operator.db import BatchWriter, ensure_session
 from kubeprof.operator.ingest import IngestApi
 from kubeprof.operator.phases import Phase
 from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.targets import Target
+from kubeprof.protocol import routes
+from kubeprof.protocol.codec import encode
 from kubeprof.storage import Store
 from kubeprof.storage.models import IngestedBatchRow, SampleRow
 
@@ -138,3 +140,22 @@ def test_database_down_answers_503_and_nothing_half_written(setup, monkeypatch):
 
     assert _run(setup, again) == 200
     assert _count(store, SampleRow, SampleRow.id) == 10
+
+
+def test_agent_client_reaches_every_route(setup):
+    """The agent's IngestClient and the API's router take their paths from one module."""
+
+    async def fn(client, store, reg, writer):
+        base = str(client.make_url("/")).rstrip("/")
+        agent = IngestClient(base, "ns", "a", "tok-a", timeout_s=10)
+        loop = asyncio.get_running_loop()
+        posted = await loop.run_in_executor(None, lambda: agent.post_batch(
+            encode(BATCH, batch_id="n1-r", node="n1"), "n1-r"))
+        targets = await loop.run_in_executor(None, agent.targets, "n1")
+        health = await (await client.get(routes.HEALTHZ)).text()
+        return posted, targets, health
+
+    posted, targets, health = _run(setup, fn)
+    assert (posted.outcome, posted.status, posted.data["rows"]) == (Outcome.STORED, 200, 11)
+    assert targets.status == 200 and [p["uid"] for p in targets.data["pods"]] == ["uid-p"]
+    assert health == "ok"

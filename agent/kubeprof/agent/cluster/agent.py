@@ -25,9 +25,9 @@ from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import SpoolSink
 from kubeprof.model import Batch, ProcessInfo
+from kubeprof.protocol.phases import ACTIVE, Phase
 
 log = logging.getLogger("kubeprof.agent")
-ACTIVE_PHASES = frozenset({"Pending", "Running"})  # the session still wants data
 
 
 @dataclass
@@ -56,7 +56,7 @@ class NodeAgent:
     clock: Callable[[], float] = time.time
     stop_event: threading.Event = field(default_factory=threading.Event)
     targets: set[str] = field(default_factory=set)
-    phase: str = "Pending"
+    phase: str = Phase.PENDING.value
     _next_scan: float = 0.0  # monotonic time of the next rescan
 
     def __post_init__(self) -> None:
@@ -68,7 +68,7 @@ class NodeAgent:
                              log=log.warning)  # collector failures and notes, as they come
         self.targets |= set(self.config.static_targets)
         if self.config.static_targets:  # no API to ask: profile until the end time or SIGTERM
-            self.phase = "Running"
+            self.phase = Phase.RUNNING.value
 
     @property
     def batches(self) -> int:
@@ -89,7 +89,7 @@ class NodeAgent:
         elif ans.outcome in (Outcome.SESSION_OVER, Outcome.FORBIDDEN):
             log.warning("targets refused (HTTP %s: %s)", ans.status, ans.detail)
             if ans.outcome is Outcome.SESSION_OVER:
-                self.phase = "Gone"
+                self.phase = "Gone"  # not a session phase: the session no longer exists
         else:
             log.info("targets unavailable (%s %s); keeping %d known target pod(s)",
                      ans.status, ans.detail, len(self.targets))
@@ -118,7 +118,7 @@ class NodeAgent:
     def should_stop(self) -> bool:
         end = self.config.end_time
         return (self.stop_event.is_set() or (end is not None and self.clock() >= end)
-                or self.phase not in ACTIVE_PHASES)
+                or self.phase not in ACTIVE)
 
     # -- the run ----------------------------------------------------------------------------
     def run(self) -> int:

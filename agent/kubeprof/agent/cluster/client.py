@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import urllib.error
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from kubeprof.protocol import routes
 
 
 class Outcome(Enum):
@@ -54,24 +55,26 @@ class IngestClient:
 
     def __init__(self, base_url: str, namespace: str, session: str, token: str,
                  *, timeout_s: float = 30.0) -> None:
-        q = urllib.parse.quote
-        self.base = f"{base_url.rstrip('/')}/v1/sessions/{q(namespace)}/{q(session)}"
+        self.base_url = base_url.rstrip("/")
+        self.namespace, self.session = namespace, session
         self._auth = f"Bearer {token}"
         self.timeout_s = timeout_s
 
     def post_batch(self, body: bytes, batch_id: str) -> Answer:
         """POST one gzip-compressed batch."""
         headers = {"Content-Type": "application/json", "Content-Encoding": "gzip",
-                   "X-Kubeprof-Batch-Id": batch_id}
-        return self._call("POST", "/batches", body, headers)
+                   routes.BATCH_ID_HEADER: batch_id}
+        return self._call("POST", routes.batches_path(self.namespace, self.session), body,
+                          headers)
 
     def targets(self, node: str) -> Answer:
         """GET the session's target pods on `node` and its phase and end time."""
-        return self._call("GET", f"/targets?node={urllib.parse.quote(node)}", None, {})
+        return self._call("GET", routes.targets_path(self.namespace, self.session, node),
+                          None, {})
 
     def _call(self, method: str, path: str, body: bytes | None,
               headers: dict[str, str]) -> Answer:
-        req = urllib.request.Request(self.base + path, data=body, method=method,
+        req = urllib.request.Request(self.base_url + path, data=body, method=method,
                                      headers={**headers, "Authorization": self._auth})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kubeprof.protocol.settings import AgentSettings
+
 DESCRIPTION = """\
 Profile the target pods of one ProfilingSession on this node and ship the data to the
 operator's ingest API. Target pods are asked from the API; their processes are found
@@ -30,77 +32,68 @@ example (by hand, outside Kubernetes):
 """
 
 
-def _env(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """Flags whose defaults are the settings in `environ` (os.environ by default)."""
+    s = AgentSettings.from_env(os.environ if environ is None else environ)
+    e = AgentSettings.env_name
     p = argparse.ArgumentParser(prog="kubeprof agent", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--node-name", default=_env("NODE_NAME"),
-                   help="this node's name; only pods on it are profiled (env NODE_NAME, "
+    p.add_argument("--node-name", default=s.node_name,
+                   help=f"this node's name; only pods on it are profiled (env {e('node_name')}, "
                         "set from spec.nodeName by the downward API)")
-    p.add_argument("--ingest-url", default=_env("KUBEPROF_INGEST_URL"),
+    p.add_argument("--ingest-url", default=s.ingest_url,
                    help="base URL of the operator's ingest API, e.g. "
-                        "http://kubeprof-operator.kubeprof:8080 (env KUBEPROF_INGEST_URL)")
-    p.add_argument("--namespace", default=_env("KUBEPROF_SESSION_NAMESPACE"),
-                   help="namespace of the ProfilingSession (env KUBEPROF_SESSION_NAMESPACE)")
-    p.add_argument("--session", default=_env("KUBEPROF_SESSION"),
-                   help="name of the ProfilingSession (env KUBEPROF_SESSION)")
-    p.add_argument("--token-file", type=Path,
-                   default=Path(_env("KUBEPROF_TOKEN_FILE", "/var/run/kubeprof/token")),
+                        f"http://kubeprof-operator.kubeprof:8080 (env {e('ingest_url')})")
+    p.add_argument("--namespace", default=s.namespace,
+                   help=f"namespace of the ProfilingSession (env {e('namespace')})")
+    p.add_argument("--session", default=s.session,
+                   help=f"name of the ProfilingSession (env {e('session')})")
+    p.add_argument("--token-file", type=Path, default=s.token_file,
                    help="file holding the session's ingest token, mounted from the "
-                        "session's Secret (env KUBEPROF_TOKEN_FILE, default %(default)s)")
-    p.add_argument("--spool-dir", type=Path,
-                   default=Path(_env("KUBEPROF_SPOOL_DIR", "/var/lib/kubeprof/spool")),
+                        f"session's Secret (env {e('token_file')}, default %(default)s)")
+    p.add_argument("--spool-dir", type=Path, default=s.spool_dir,
                    help="where batches wait until the ingest stored them; a per-session "
-                        "sub-folder is used (env KUBEPROF_SPOOL_DIR, default %(default)s)")
-    p.add_argument("--spool-max-mb", type=int, default=int(_env("KUBEPROF_SPOOL_MAX_MB", "1024")),
+                        f"sub-folder is used (env {e('spool_dir')}, default %(default)s)")
+    p.add_argument("--spool-max-mb", type=int, default=s.spool_max_mb,
                    help="oldest batches are dropped (and counted) past this spool size "
-                        "(env KUBEPROF_SPOOL_MAX_MB, default %(default)s)")
-    p.add_argument("--proc-root", type=Path, default=Path(_env("KUBEPROF_PROC_ROOT", "/proc")),
-                   help="the host's /proc (the pod runs with hostPID) (env "
-                        "KUBEPROF_PROC_ROOT, default %(default)s)")
-    p.add_argument("--collectors", default=_env("KUBEPROF_COLLECTORS", "cpu"),
-                   help="comma-separated collectors to run: cpu (eBPF sampler + Python "
-                        "frames), nvml (GPU metrics) (env KUBEPROF_COLLECTORS, default "
-                        "%(default)s)")
-    p.add_argument("--hz", type=int, default=int(_env("KUBEPROF_CPU_HZ", "99")),
-                   help="CPU sampling frequency (env KUBEPROF_CPU_HZ, default %(default)s)")
-    p.add_argument("--nvml-interval", type=float,
-                   default=float(_env("KUBEPROF_NVML_INTERVAL_S", "1.0")),
-                   help="seconds between NVML readings (env KUBEPROF_NVML_INTERVAL_S, "
+                        f"(env {e('spool_max_mb')}, default %(default)s)")
+    p.add_argument("--proc-root", type=Path, default=s.proc_root,
+                   help=f"the host's /proc (the pod runs with hostPID) (env {e('proc_root')}, "
                         "default %(default)s)")
-    p.add_argument("--poll-interval", type=float,
-                   default=float(_env("KUBEPROF_POLL_INTERVAL_S", "1.0")),
+    p.add_argument("--collectors", default=",".join(s.collectors),
+                   help="comma-separated collectors to run: cpu (eBPF sampler + Python "
+                        f"frames), nvml (GPU metrics) (env {e('collectors')}, default "
+                        "%(default)s)")
+    p.add_argument("--hz", type=int, default=s.cpu_hz,
+                   help=f"CPU sampling frequency (env {e('cpu_hz')}, default %(default)s)")
+    p.add_argument("--nvml-interval", type=float, default=s.nvml_interval_s,
+                   help=f"seconds between NVML readings (env {e('nvml_interval_s')}, "
+                        "default %(default)s)")
+    p.add_argument("--poll-interval", type=float, default=s.poll_interval_s,
                    help="seconds between collector polls, i.e. batch cadence (env "
-                        "KUBEPROF_POLL_INTERVAL_S, default %(default)s)")
-    p.add_argument("--rescan-interval", type=float,
-                   default=float(_env("KUBEPROF_RESCAN_INTERVAL_S", "5.0")),
+                        f"{e('poll_interval_s')}, default %(default)s)")
+    p.add_argument("--rescan-interval", type=float, default=s.rescan_interval_s,
                    help="seconds between target/process rescans (env "
-                        "KUBEPROF_RESCAN_INTERVAL_S, default %(default)s)")
-    p.add_argument("--end-time", type=float,
-                   default=float(_env("KUBEPROF_SESSION_END", "0")) or None,
+                        f"{e('rescan_interval_s')}, default %(default)s)")
+    p.add_argument("--end-time", type=float, default=s.end_time,
                    help="wall-clock end of the session as Unix seconds; the API's answer "
-                        "overrides it (env KUBEPROF_SESSION_END)")
-    p.add_argument("--drain-timeout", type=float,
-                   default=float(_env("KUBEPROF_DRAIN_TIMEOUT_S", "60")),
+                        f"overrides it (env {e('end_time')})")
+    p.add_argument("--drain-timeout", type=float, default=s.drain_timeout_s,
                    help="seconds to keep sending spooled batches at exit (env "
-                        "KUBEPROF_DRAIN_TIMEOUT_S, default %(default)s)")
+                        f"{e('drain_timeout_s')}, default %(default)s)")
     p.add_argument("--pod-uid", action="append", default=[],
                    help="profile this pod UID without asking the API for targets "
                         "(repeatable; for use outside a session DaemonSet)")
-    p.add_argument("--log-level", default=_env("KUBEPROF_LOG_LEVEL", "INFO"),
-                   help="DEBUG, INFO, WARNING (env KUBEPROF_LOG_LEVEL, default %(default)s)")
+    p.add_argument("--log-level", default=s.log_level,
+                   help=f"DEBUG, INFO, WARNING (env {e('log_level')}, default %(default)s)")
     return p
 
 
 def _check(args: argparse.Namespace) -> str | None:
     """A one-line problem with the configuration, or None."""
-    for flag, env, value in (("--node-name", "NODE_NAME", args.node_name),
-                             ("--ingest-url", "KUBEPROF_INGEST_URL", args.ingest_url),
-                             ("--namespace", "KUBEPROF_SESSION_NAMESPACE", args.namespace),
-                             ("--session", "KUBEPROF_SESSION", args.session)):
+    for flag, field in (("--node-name", "node_name"), ("--ingest-url", "ingest_url"),
+                        ("--namespace", "namespace"), ("--session", "session")):
+        value, env = getattr(args, field), AgentSettings.env_name(field)
         if not value:
             return f"{flag} is required (or set {env})"
     if not args.token_file.is_file():
@@ -112,7 +105,12 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except ValueError as exc:  # an environment variable that does not parse
+        print(f"kubeprof agent: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     problem = _check(args)

@@ -19,6 +19,7 @@ from kubeprof.agent.cpu.python_stacks import PythonUnwinder
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 
 class CollectorError(RuntimeError):
@@ -49,7 +50,7 @@ class CpuCollector:
 
     def __init__(
         self,
-        hz: int = 99,
+        hz: int = DEFAULT_CPU_HZ,
         *,
         python: bool = True,
         pyspy_native: bool = False,

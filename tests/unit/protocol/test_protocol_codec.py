@@ -1,11 +1,11 @@
 """The agent->ingest wire format round-trips and refuses malformed bodies."""
 
+import dataclasses
 import gzip
 import json
 
 import pytest
 
-from kubeprof.agent.cluster import codec
 from kubeprof.model import (
     Batch,
     CpuSample,
@@ -15,6 +15,7 @@ from kubeprof.model import (
     GpuMetricSample,
     ProcessInfo,
 )
+from kubeprof.protocol import codec
 
 STACK = (Frame("main", FrameKind.PYTHON, "train.py", 3), Frame("memcpy", FrameKind.NATIVE,
                                                                "libc.so.6"))
@@ -59,3 +60,35 @@ def test_gzip_bomb_refused():
     body = gzip.compress(b" " * (4 << 20))
     with pytest.raises(codec.CodecError, match="inflates past"):
         codec.decode(body, max_bytes=1 << 20)
+
+
+def test_rows_follow_the_model_fields():
+    """Each record travels as its dataclass fields in order: the model is the one spelling."""
+    doc = codec.to_dict(_batch(), batch_id="x", node="n")
+    act = _batch().gpu_activities[0]
+    row = doc["gpu_activities"][0]
+    names = [f.name for f in dataclasses.fields(GpuActivity)]
+    assert len(row) == len(names)
+    for name, value in zip(names, row, strict=True):
+        if name == "stack":
+            assert [doc["frames"][i][0] for i in value] == [f.name for f in act.stack]
+        else:
+            assert value == getattr(act, name)
+
+
+def test_wrong_version_and_dangling_frame_index_are_named():
+    bad_version = json.dumps({"v": 2, "batch_id": "x", "frames": []}).encode()
+    with pytest.raises(codec.CodecError, match="version 1"):
+        codec.decode(bad_version, gzipped=False)
+    doc = codec.to_dict(_batch(), batch_id="x", node="n")
+    doc["frames"] = doc["frames"][:1]
+    with pytest.raises(codec.CodecError, match="frame not listed"):
+        codec.decode(json.dumps(doc).encode(), gzipped=False)
+    doc = codec.to_dict(_batch(), batch_id="x", node="n")
+    doc["samples"][0][1] = "ten"  # pid must be an int
+    with pytest.raises(codec.CodecError, match="malformed batch"):
+        codec.decode(json.dumps(doc).encode(), gzipped=False)
+
+
+def test_rows_counts_every_record():
+    assert codec.rows(_batch()) == 50 + 1 + 1 + 1

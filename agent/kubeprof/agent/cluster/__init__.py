@@ -1,0 +1,1 @@
+"""The node agent of one ProfilingSession: discovery, collection, spool and shipping."""

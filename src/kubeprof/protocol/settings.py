@@ -1,0 +1,126 @@
+"""The node agent's settings: one typed object, written by the operator, read by the agent.
+
+The operator puts `AgentSettings(...).to_env()` into the session's DaemonSet; the agent's
+`from_env(os.environ)` gives the same object back (its flags override single fields). The
+defaults here are the only ones: the CLI, the agent, the operator and the CRD reader use
+DEFAULT_CPU_HZ and friends instead of repeating the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CPU_HZ = 99  # CPU samples per second per thread: off the kernel's 100 Hz tick
+DEFAULT_NVML_INTERVAL_S = 1.0  # seconds between NVML readings
+DEFAULT_TOKEN_FILE = Path("/var/run/kubeprof/token")
+DEFAULT_SPOOL_DIR = Path("/var/lib/kubeprof/spool")
+NODE_NAME_ENV = "NODE_NAME"  # set by the downward API from spec.nodeName
+
+
+def _var(name: str) -> dict[str, str]:
+    """Field metadata naming the environment variable the field is read from."""
+    return {"env": name}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """Everything the node agent reads from its environment."""
+
+    # This node's name; only target pods on it are profiled. In the DaemonSet it comes
+    # from the downward API (spec.nodeName), so to_env() never writes a value for it.
+    node_name: str = field(default="", metadata=_var(NODE_NAME_ENV))
+    # Base URL of the operator's ingest API, e.g. http://kubeprof-operator.kubeprof:8080.
+    ingest_url: str = field(default="", metadata=_var("KUBEPROF_INGEST_URL"))
+    # Namespace and name of the ProfilingSession the agent works for.
+    namespace: str = field(default="", metadata=_var("KUBEPROF_SESSION_NAMESPACE"))
+    session: str = field(default="", metadata=_var("KUBEPROF_SESSION"))
+    # File holding the session's ingest token (mounted from the session's Secret).
+    token_file: Path = field(default=DEFAULT_TOKEN_FILE, metadata=_var("KUBEPROF_TOKEN_FILE"))
+    # Where batches wait until the ingest stored them (a per-session sub-folder is used).
+    spool_dir: Path = field(default=DEFAULT_SPOOL_DIR, metadata=_var("KUBEPROF_SPOOL_DIR"))
+    # Oldest spooled batches are dropped (and counted) past this size, in MiB.
+    spool_max_mb: int = field(default=1024, metadata=_var("KUBEPROF_SPOOL_MAX_MB"))
+    # The host's /proc (the agent pod runs with hostPID and mounts it elsewhere).
+    proc_root: Path = field(default=Path("/proc"), metadata=_var("KUBEPROF_PROC_ROOT"))
+    # Collectors to run: "cpu" (eBPF sampler + Python frames), "nvml" (GPU metrics).
+    collectors: tuple[str, ...] = field(default=("cpu",), metadata=_var("KUBEPROF_COLLECTORS"))
+    # CPU sampling frequency in Hz.
+    cpu_hz: int = field(default=DEFAULT_CPU_HZ, metadata=_var("KUBEPROF_CPU_HZ"))
+    # Seconds between NVML readings.
+    nvml_interval_s: float = field(default=DEFAULT_NVML_INTERVAL_S,
+                                   metadata=_var("KUBEPROF_NVML_INTERVAL_S"))
+    # Seconds between collector polls, i.e. the batch cadence.
+    poll_interval_s: float = field(default=1.0, metadata=_var("KUBEPROF_POLL_INTERVAL_S"))
+    # Seconds between rescans of target pods and their processes.
+    rescan_interval_s: float = field(default=5.0, metadata=_var("KUBEPROF_RESCAN_INTERVAL_S"))
+    # Wall-clock end of the session (Unix seconds, millisecond precision); None: not
+    # known yet (the API's answer tells). Written as 0 when None.
+    end_time: float | None = field(default=None, metadata=_var("KUBEPROF_SESSION_END"))
+    # Seconds to keep sending spooled batches at exit.
+    drain_timeout_s: float = field(default=60.0, metadata=_var("KUBEPROF_DRAIN_TIMEOUT_S"))
+    # Log level: DEBUG, INFO, WARNING.
+    log_level: str = field(default="INFO", metadata=_var("KUBEPROF_LOG_LEVEL"))
+
+    def to_env(self) -> list[dict[str, Any]]:
+        """The container's `env` entries (NODE_NAME from the downward API)."""
+        out: list[dict[str, Any]] = []
+        for f in dataclasses.fields(self):
+            name = f.metadata["env"]
+            if name == NODE_NAME_ENV:
+                out.append({"name": name,
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+            else:
+                out.append({"name": name, "value": _FORMAT[str(f.type)](getattr(self, f.name))})
+        return out
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AgentSettings:
+        """Settings from `environ`; unset variables keep the defaults. ValueError names a
+        variable whose value does not parse."""
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            name = f.metadata["env"]
+            raw = environ.get(name)
+            if raw is None:
+                continue
+            try:
+                kw[f.name] = _PARSE[str(f.type)](raw)
+            except ValueError as exc:
+                raise ValueError(f"{name}={raw!r}: {exc}") from exc
+        return cls(**kw)
+
+    @staticmethod
+    def env_name(field_name: str) -> str:
+        """The environment variable of one field (for help texts)."""
+        return _ENV_NAMES[field_name]
+
+
+def _fmt_float(v: float) -> str:
+    return repr(float(v)).removesuffix(".0")
+
+
+def _fmt_end(v: float | None) -> str:
+    return "0" if v is None else f"{v:.3f}"
+
+
+def _parse_collectors(raw: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in raw.split(",") if n.strip())
+
+
+# Field annotation -> (format for the env, parse from the env).
+_FORMAT: dict[str, Callable[[Any], str]] = {
+    "str": str, "int": str, "Path": str, "float": _fmt_float, "float | None": _fmt_end,
+    "tuple[str, ...]": ",".join,
+}
+_PARSE: dict[str, Callable[[str], Any]] = {
+    "str": str, "int": int, "Path": Path, "float": float,
+    "float | None": lambda raw: float(raw or 0) or None, "tuple[str, ...]": _parse_collectors,
+}
+_ENV_NAMES = {f.name: f.metadata["env"] for f in dataclasses.fields(AgentSettings)}
+for _f in dataclasses.fields(AgentSettings):
+    if str(_f.type) not in _PARSE or str(_f.type) not in _FORMAT:
+        raise TypeError(f"AgentSettings.{_f.name}: no environment format for {_f.type}")
