@@ -327,7 +327,8 @@ def explain(e: EnergyEstimate) -> list[str]:
     for g in e.gpus:
         where = f"{g.node} GPU {g.device}" if g.node else f"GPU {g.device}"
         lines.append(f"{where}: {g.joules:.1f} J measured ({g.method}, {g.readings} readings "
-                     f"over {g.seconds:.1f} s, mean {g.mean_watts:.1f} W)")
+                     f"over {g.seconds:.1f} s of the session's {e.wall_s:.1f} s, mean "
+                     f"{g.mean_watts:.1f} W)")
     if (c := e.cpu) is not None:
         lines.append(
             f"CPU: {c.vcpus} vCPU x ({c.min_watts_per_vcpu:g} W + {c.utilisation:.3f} x "
