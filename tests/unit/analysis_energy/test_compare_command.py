@@ -141,3 +141,13 @@ def test_labels_parse_to_meta_entries():
             compare.parse_label(bad)
     with pytest.raises(ValueError, match="--label batch_size given twice"):
         compare.labels_meta(["batch_size=1", "batch_size=2"])
+
+
+def test_machine_size_of_a_session_recorded_here_is_read_here(store_url):
+    import os
+
+    names = fill(store_url, CARBON)  # no host:vcpus / host:memory_gb in meta
+    rc, text = run_compare(names[:1], store_url)
+    assert rc == 0
+    assert f"    CPU: {os.cpu_count()} vCPU x (0.74 W + " in text
+    assert "    memory: " in text and "not counted" not in text
