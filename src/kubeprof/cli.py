@@ -31,6 +31,35 @@ def _hz(text: str) -> int:
     return value
 
 
+def _label(text: str) -> str:
+    """A valid KEY=VALUE, kept as text (argparse names the flag when parse_label refuses)."""
+    from kubeprof.compare import parse_label
+
+    parse_label(text)
+    return text
+
+
+def _carbon_flags(p: argparse.ArgumentParser) -> None:
+    """Where the workload runs, for the energy and CO2 estimate (Cloud Carbon Footprint)."""
+    p.add_argument("--cloud-provider", choices=["aws", "gcp", "azure"],
+                   help="cloud provider, for CO2e (with --region)")
+    p.add_argument("--region", help="the provider's region, e.g. us-east-1 (with "
+                   "--cloud-provider)")
+    p.add_argument("--pue", type=_positive_float, help="data centre PUE (default: the "
+                   "provider's, as Cloud Carbon Footprint publishes it)")
+
+
+def _carbon_meta(args: argparse.Namespace) -> dict[str, str]:
+    if bool(args.cloud_provider) != bool(args.region):
+        raise ValueError("--cloud-provider and --region go together: give both or neither")
+    if not args.cloud_provider:
+        return {}
+    meta = {"carbon:cloudProvider": args.cloud_provider, "carbon:region": args.region}
+    if args.pue:
+        meta["carbon:pue"] = str(args.pue)
+    return meta
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kubeprof",
                                      description="GPU+CPU profiler for AI workloads.")
@@ -53,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="trace CUDA kernels with their Python stacks and sample NVML")
     rec.add_argument("--no-cpu", dest="cpu", action="store_false",
                      help="skip eBPF CPU sampling (e.g. where BPF is not allowed)")
+    rec.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                     type=_label, help="attach a label to the session, e.g. batch_size=64 "
+                     "(repeatable; `kubeprof compare` reads batch_size)")
+    _carbon_flags(rec)
     rec.add_argument("command", nargs=argparse.REMAINDER,
                      help="-- COMMAND [ARGS...] to run and profile")
 
@@ -66,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", metavar="FILE", help="write here (default: stdout for text "
                      "formats, SESSION.html / SESSION.pb.gz for html / pprof)")
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
+
+    cmp_ = sub.add_parser("compare", help="compare sessions of one workload (e.g. at several "
+                          "batch sizes): throughput, GPU busy, energy per sample")
+    cmp_.add_argument("sessions", nargs="+", metavar="SESSION", help="session names or ids")
+    cmp_.add_argument("--store", metavar="URL", help="database URL (as for record)")
+    _carbon_flags(cmp_)
 
     ses = sub.add_parser("sessions", help="list stored sessions")
     ses.add_argument("--store", metavar="URL", help="database URL (as for record)")
@@ -88,12 +127,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "report":
             return reporting.report_command(args.session, args.format, args.view, args.out,
                                             args.store)
+        if args.cmd == "compare":
+            return _compare(args)
         if args.cmd == "sessions":
             return reporting.sessions_command(args.store)
     except (StoreError, LookupError) as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
     return 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from kubeprof.analysis.energy import CarbonSettings
+    from kubeprof.compare import compare_command
+
+    try:
+        meta = _carbon_meta(args)
+    except ValueError as exc:
+        print(f"kubeprof: error: {exc}", file=sys.stderr)
+        return 2
+    carbon = CarbonSettings(meta["carbon:cloudProvider"], meta["carbon:region"],
+                            args.pue) if meta else None
+    return compare_command(args.sessions, args.store, carbon=carbon)
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -106,9 +161,16 @@ def _record(args: argparse.Namespace) -> int:
         return 2
     # Loaded here, not at the top: the core never imports the agent at module level.
     from kubeprof.agent.record import RecordError, RecordOptions, record
+    from kubeprof.compare import labels_meta
 
+    try:
+        meta = {**labels_meta(args.label), **_carbon_meta(args)}
+    except ValueError as exc:
+        print(f"kubeprof: error: {exc}", file=sys.stderr)
+        return 2
     opts = RecordOptions(command=command, pid=args.pid, duration_s=args.duration, hz=args.hz,
-                         name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu)
+                         name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu,
+                         meta=meta)
     try:
         result = record(opts)
     except RecordError as exc:

@@ -47,6 +47,8 @@ class RecordOptions:
     gpu: bool = False
     nvml_interval_s: float = 0.1
     poll_interval_s: float = 0.5
+    # Extra session meta from the user (`--label`, carbon settings), stored with the session.
+    meta: dict[str, str] = field(default_factory=dict)
     # Collectors already built by the caller (tests); None = build them.
     sources: list[Collector] | None = None
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
@@ -69,6 +71,14 @@ def default_name(opts: RecordOptions) -> str:
     if opts.command:
         return f"{Path(opts.command[0]).name}-{stamp}"
     return f"pid{opts.pid}-{stamp}"
+
+
+def host_meta() -> dict[str, str]:
+    """This machine's size, which the energy estimate needs (CCF counts per vCPU and GB)."""
+    import psutil
+
+    return {"host:vcpus": str(os.cpu_count() or 0),
+            "host:memory_gb": f"{psutil.virtual_memory().total / 2**30:.1f}"}
 
 
 def _start_collectors(opts: RecordOptions,
@@ -176,7 +186,7 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     else:
         running, env = _start_collectors(opts, gpu_socket)
     start_ns = time.monotonic_ns()
-    meta = {"cpu": str(opts.cpu), "gpu": str(opts.gpu)}
+    meta = {**opts.meta, **host_meta(), "cpu": str(opts.cpu), "gpu": str(opts.gpu)}
     for c in running.values():  # which CPU sampler ran: "bpf" or "py-spy" (no BPF there)
         source = getattr(c, "cpu_source", "")
         if source:
