@@ -15,9 +15,11 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from kubeprof.analysis import findings as fa
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis import session_summary as ss
 from kubeprof.analysis.session_summary import Summary
+from kubeprof.model import GpuActivity, GpuMetricSample
 from kubeprof.storage import queries as q
 from kubeprof.storage.store import upsert_session_aggregates
 
@@ -35,16 +37,54 @@ def aggregate(conn: Connection, session_id: int, top_n: int = 5) -> Summary:
     for uid, scope in s.pods.items():
         top = q.top_stacks(conn, session_id, 1, pids=ss.pod_pids(pid_pods, uid))
         scope.top_stack = ss.stack_label(top[0][0]) if top else ""
-    activities = q.gpu_activities_by_node(conn, session_id)
-    util = q.gpu_metrics_by_node(conn, session_id, metric=gpu_idle.UTIL_METRIC)
+    activities = q.gpu_activities_by_node(conn, session_id, stacks=True)
+    all_metrics = q.gpu_metrics_by_node(conn, session_id)
     headlines: dict[str, gpu_idle.IdleFigure | None] = {}
     gpus: list[ss.GpuIdle] = []
-    for node in sorted(activities.keys() | util.keys()):
-        acts, metrics = activities.get(node, []), util.get(node, [])
-        headlines[node] = gpu_idle.headline(acts, metrics)
-        gpus += ss.node_gpus(node, acts, metrics)
+    for node in sorted(activities.keys() | all_metrics.keys()):
+        acts, metrics = activities.get(node, []), all_metrics.get(node, [])
+        util = [m for m in metrics if m.metric == gpu_idle.UTIL_METRIC]
+        headlines[node] = gpu_idle.headline(acts, util)
+        gpus += ss.node_gpus(node, acts, util)
+        s.findings += [(node, f) for f in node_findings(acts, metrics)]
+    s.findings.sort(key=lambda nf: fa.rank(nf[1]))
     ss.add_gpu_idle(s, headlines, gpus, q.gpu_users(conn, session_id), pid_pods)
     return s
+
+
+def node_findings(activities: list[GpuActivity], metrics: list[GpuMetricSample],
+                  ) -> tuple[fa.Finding, ...]:
+    """The verdicts on one node's GPU records (the same analysis `kubeprof report` runs).
+
+    Without kernel records (no tracer in the pods yet) there is nothing to judge: none.
+    """
+    kernels = [a for a in activities if a.kind == "kernel"]
+    if not kernels:
+        return ()
+    window = fa.Window(min(a.start_ns for a in kernels), max(a.end_ns for a in kernels))
+    return fa.analyse(activities, metrics, None, window).findings
+
+
+def gpu_pods(conn: Connection, session_id: int) -> dict[tuple[str, int], list[str]]:
+    """(node, GPU) -> UIDs of the pods whose processes used that GPU."""
+    pid_pods = q.pid_pods(conn, session_id)
+    out: dict[tuple[str, int], set[str]] = {}
+    for node, dev, pid in q.gpu_users(conn, session_id):
+        uid = pid_pods.get((node, pid))
+        if uid:
+            out.setdefault((node, dev), set()).add(uid)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def recent_gpu_idle(conn: Connection, session_id: int, window_s: float,
+                    ) -> dict[str, dict[int, gpu_idle.IdleFigure]]:
+    """Per node and GPU, idle over the last `window_s` of that node's records ("idle now")."""
+    window_ns = int(window_s * 1e9)
+    out = {}
+    for node, now_ns in q.latest_gpu_ns(conn, session_id).items():
+        acts, util = q.recent_gpu_records(conn, session_id, node, now_ns - window_ns)
+        out[node] = gpu_idle.recent(acts, util, window_ns, now_ns)
+    return out
 
 
 def store(conn: Connection, session_id: int, s: Summary) -> None:
@@ -54,6 +94,7 @@ def store(conn: Connection, session_id: int, s: Summary) -> None:
              "gpu_idle_ratio": s.gpu_idle, "computed_at": now,
              "detail": json.dumps({"top_stacks": s.top_stacks, "processes": s.processes,
                                    "gpu_idle_source": s.gpu_idle_source,
+                                   "findings": [finding_status(n, f) for n, f in s.findings],
                                    "gpus": [g.__dict__ for g in s.gpus]})}]
     rows += [{"session_id": session_id, "scope": "node", "key": node, "samples": sc.samples,
               "gpu_idle_ratio": sc.gpu_idle, "computed_at": now,
@@ -68,7 +109,14 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{x:.0%}"
 
 
-def status_summary(s: Summary, pod_names: Mapping[str, str], top_n: int = 5) -> dict[str, Any]:
+def finding_status(node: str, f: fa.Finding) -> dict[str, str]:
+    """A finding as `.status.findings` carries it: kind, severity, node, the one line."""
+    return {"kind": f.kind.value, "severity": f.severity.value, "node": node,
+            "message": f.message[:ss.LABEL_MAX * 2]}
+
+
+def status_summary(s: Summary, pod_names: Mapping[str, str], top_n: int = 5,
+                   top_findings: int = 3) -> dict[str, Any]:
     """The compact `.status` part: counts, top stacks as short strings, top nodes/pods."""
     nodes = sorted(s.nodes.items(), key=lambda kv: -kv[1].samples)[:top_n]
     pods = sorted(s.pods.items(), key=lambda kv: -kv[1].samples)[:top_n]
@@ -78,6 +126,7 @@ def status_summary(s: Summary, pod_names: Mapping[str, str], top_n: int = 5) -> 
         "gpuIdle": _pct(s.gpu_idle),
         "gpuIdleSource": s.gpu_idle_source,
         "topFinding": s.top_finding(),
+        "findings": [finding_status(n, f) for n, f in s.findings[:top_findings]],
         "topStacks": [f"{n} {label}" for label, n in s.top_stacks[:top_n]],
         "summary": {
             "nodes": [{"name": n, "samples": sc.samples, "gpuIdle": _pct(sc.gpu_idle)}

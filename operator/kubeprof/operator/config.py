@@ -40,6 +40,8 @@ class OperatorConfig:
     agent_spool_host_path: str = "/var/lib/kubeprof/spool"
     # Seconds between reconcile passes of a session (re-resolve pods, agents, phase).
     reconcile_interval_s: float = 5.0
+    # Window of the rolling `kubeprof_gpu_idle_ratio` of a running session ("idle now").
+    gpu_idle_window_s: float = 60.0
     # Seconds after the session's end during which late batches are still accepted.
     drain_s: float = 15.0
     # How many top CPU stacks go into .status (the CR must stay small).

@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds after a session's end during which late batches are "
                         "accepted before aggregation (env KUBEPROF_DRAIN_S, default "
                         "%(default)s)")
+    p.add_argument("--gpu-idle-window", type=float,
+                   default=float(_env("KUBEPROF_GPU_IDLE_WINDOW_S", "60")),
+                   help="seconds of the rolling kubeprof_gpu_idle_ratio of a running session, "
+                        "so an alert on it means idle now (env KUBEPROF_GPU_IDLE_WINDOW_S, "
+                        "default %(default)s)")
     p.add_argument("--ingest-writers", type=int,
                    default=int(_env("KUBEPROF_INGEST_WRITERS", "2")),
                    help="threads writing batches to the database concurrently (env "
@@ -104,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ingest_url=args.ingest_url, agent_image=args.agent_image,
         agent_service_account=args.agent_service_account,
         reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
+        gpu_idle_window_s=args.gpu_idle_window,
         ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace))
     try:
         store = Store.open(config.database_url)

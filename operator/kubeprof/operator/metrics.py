@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from kubeprof.analysis.gpu_idle import IdleFigure
 from kubeprof.operator.aggregate import Summary
 from kubeprof.protocol.phases import Phase
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 GPU_IDLE = Gauge("kubeprof_gpu_idle_ratio",
-                 "Fraction of a profiled session during which a GPU ran no kernel",
+                 "Share of time a GPU ran no kernel: over the last window (default 60 s) "
+                 "while the session runs, over its steady state once it completed",
                  ["namespace", "session", "node", "gpu", "pod"], registry=REGISTRY)
+FINDINGS = Gauge("kubeprof_findings", "Findings of a completed session, by kind and severity",
+                 ["namespace", "session", "kind", "severity"], registry=REGISTRY)
 SESSIONS = Gauge("kubeprof_sessions", "ProfilingSessions known to the operator, by phase",
                  ["phase"], registry=REGISTRY)
 INGEST_BATCHES = Counter("kubeprof_ingest_batches_total",
@@ -44,16 +51,45 @@ def publish_gpu_idle(namespace: str, session: str, s: Summary,
                             gpu=str(g.device), pod=pod_names.get(uid, uid)).set(g.idle)
 
 
+def publish_recent_gpu_idle(namespace: str, session: str,
+                            figures: Mapping[str, Mapping[int, IdleFigure]],
+                            users: Mapping[tuple[str, int], list[str]],
+                            pod_names: Mapping[str, str]) -> None:
+    """The rolling "idle now" figure of a running session, per (node, GPU, pod).
+
+    Series of GPUs without a figure in this window are dropped rather than left stale.
+    """
+    fresh: set[tuple[str, ...]] = set()
+    for node, per_dev in figures.items():
+        for dev, fig in per_dev.items():
+            for uid in users.get((node, dev)) or [""]:
+                labels = (namespace, session, node, str(dev), pod_names.get(uid, uid))
+                GPU_IDLE.labels(*labels).set(fig.ratio)
+                fresh.add(labels)
+    for stale in _label_sets(GPU_IDLE, namespace, session):
+        if stale not in fresh:
+            GPU_IDLE.remove(*stale)
+
+
+def publish_findings(namespace: str, session: str, s: Summary) -> None:
+    """One gauge sample per (kind, severity) of the session's findings."""
+    counts = Tally((f.kind.value, f.severity.value) for _, f in s.findings)
+    for (kind, severity), n in counts.items():
+        FINDINGS.labels(namespace, session, kind, severity).set(n)
+
+
 def forget_session(namespace: str, session: str) -> None:
     """Drop a deleted session's gauge samples."""
-    for labels in list(_label_sets(GPU_IDLE)):
-        if labels[0] == namespace and labels[1] == session:
-            GPU_IDLE.remove(*labels)
+    for labels in _label_sets(GPU_IDLE, namespace, session):
+        GPU_IDLE.remove(*labels)
+    for labels in _label_sets(FINDINGS, namespace, session):
+        FINDINGS.remove(*labels)
 
 
-def _label_sets(gauge: Gauge) -> list[tuple[str, ...]]:
-    return [tuple(s.labels[k] for k in ("namespace", "session", "node", "gpu", "pod"))
-            for m in gauge.collect() for s in m.samples]
+def _label_sets(gauge: Gauge, namespace: str, session: str) -> list[tuple[str, ...]]:
+    names = gauge._labelnames
+    sets = [tuple(s.labels[k] for k in names) for m in gauge.collect() for s in m.samples]
+    return [ls for ls in sets if ls[0] == namespace and ls[1] == session]
 
 
 def render() -> bytes:

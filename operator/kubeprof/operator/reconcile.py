@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.operator import aggregate, build, db, metrics
 from kubeprof.operator.config import TOKEN_KEY, OperatorConfig
@@ -134,7 +134,24 @@ def _close_and_aggregate(ctx: Context, entry: SessionEntry, body: Mapping[str, A
         raise
     meta = body["metadata"]
     metrics.publish_gpu_idle(meta["namespace"], meta["name"], summary, dict(pod_names))
+    metrics.publish_findings(meta["namespace"], meta["name"], summary)
     return aggregate.status_summary(summary, pod_names, ctx.config.status_top_targets)
+
+
+def _publish_recent(ctx: Context, entry: SessionEntry, body: Mapping[str, Any]) -> None:
+    """While the session runs, `kubeprof_gpu_idle_ratio` is idle over the last window."""
+    with ctx.engine.connect() as conn:
+        figures = aggregate.recent_gpu_idle(conn, entry.db_id, ctx.config.gpu_idle_window_s)
+        users = aggregate.gpu_pods(conn, entry.db_id)
+        pod_names = _pod_names(conn, entry.db_id)
+    meta = body["metadata"]
+    metrics.publish_recent_gpu_idle(meta["namespace"], meta["name"], figures, users, pod_names)
+
+
+def _pod_names(conn: Connection, session_id: int) -> dict[str, str]:
+    """Pod UID -> namespace/name, as the reconciler recorded them in the session's meta."""
+    return {k.removeprefix("pod:"): v for k, v in db.session_meta(conn, session_id).items()
+            if k.startswith("pod:")}
 
 
 def _invalid_spec(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
@@ -224,11 +241,11 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     ready, expected = int(ds_status.get("numberReady", 0)), int(
         ds_status.get("desiredNumberScheduled", 0))
 
+    if step.phase is Phase.RUNNING:
+        _publish_recent(ctx, entry, body)
     if step.reason == "ReadyToAggregate":
         with ctx.engine.connect() as conn:
-            pod_names = {k.removeprefix("pod:"): v
-                         for k, v in db.session_meta(conn, entry.db_id).items()
-                         if k.startswith("pod:")}
+            pod_names = _pod_names(conn, entry.db_id)
         status.update(_close_and_aggregate(ctx, entry, body, pod_names))
         step = next_step(Phase.AGGREGATING,
                          Observed(now, end, drain_until, len(targets), ever, aggregated=True))

@@ -166,3 +166,21 @@ def _nvml_figure(samples: Sequence[GpuMetricSample]) -> IdleFigure:
     mean = sum(m.value for m in samples) / len(samples)
     span = (min(m.ts_ns for m in samples), max(m.ts_ns for m in samples))
     return IdleFigure(min(1.0, max(0.0, 1 - mean / 100)), NVML, span, 1)
+
+
+def recent(activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample],
+           window_ns: int, now_ns: int) -> dict[int, IdleFigure]:
+    """Per device, idle over the last ``window_ns`` up to ``now_ns``: "idle now".
+
+    The rolling figure an alert reads. Same definition as ``headline`` (kernel spans first,
+    NVML device utilisation for a device that ran no kernel in the window), over a window
+    that moves with the session instead of its steady state. A device with neither has no
+    figure (never 0 % or 100 %).
+    """
+    start = now_ns - window_ns
+    inside = [a for a in activities if a.end_ns > start and a.start_ns < now_ns]
+    out = {dev: IdleFigure(r.idle_ratio, CUPTI, (start, now_ns), 1)
+           for dev, r in by_device(inside, start, now_ns).items()}
+    for dev, samples in nvml_util(m for m in metrics if start <= m.ts_ns <= now_ns).items():
+        out.setdefault(dev, _nvml_figure(samples))
+    return dict(sorted(out.items()))

@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kubeprof.analysis import gpu_idle
+from kubeprof.analysis.findings import Finding
 from kubeprof.model import FrameKind, GpuActivity, GpuMetricSample, Stack
 
 LABEL_MAX = 120  # characters of one stack label in .status
@@ -48,9 +49,13 @@ class Summary:
     nodes: dict[str, Scope] = field(default_factory=dict)
     pods: dict[str, Scope] = field(default_factory=dict)  # by pod uid
     gpus: list[GpuIdle] = field(default_factory=list)
+    # Verdicts of `kubeprof.analysis.findings`, most severe first, with the node each is on.
+    findings: list[tuple[str, Finding]] = field(default_factory=list)
 
     def top_finding(self) -> str:
-        """One line for the printer column."""
+        """One line for the printer column: the most severe finding, else the raw figures."""
+        if self.findings:
+            return self.findings[0][1].message[:LABEL_MAX]
         cpu = ""
         if self.top_stacks and self.samples:
             label, n = self.top_stacks[0]

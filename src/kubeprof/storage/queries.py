@@ -123,10 +123,20 @@ def cpu_stacks(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, .
 
 
 def _gpu_activity_rows(conn: Connection, session_id: int, *, stacks: bool,
+                       node: str | None = None, since_ns: int | None = None,
                        ) -> list[tuple[str, GpuActivity]]:
-    """(node, activity) in start order; launch stacks loaded only when asked for."""
+    """(node, activity) in start order; launch stacks loaded only when asked for.
+
+    ``node``/``since_ns`` narrow it to one node's records ending at or after ``since_ns``
+    (its own clock), for the rolling figure.
+    """
     t = GpuActivityRow.__table__
-    q = select(t).where(t.c.session_id == session_id).order_by(t.c.start_ns, t.c.id)
+    q = select(t).where(t.c.session_id == session_id)
+    if node is not None:
+        q = q.where(t.c.node == node)
+    if since_ns is not None:
+        q = q.where(t.c.end_ns >= since_ns)
+    q = q.order_by(t.c.start_ns, t.c.id)
     rows = conn.execute(q).all()
     by_id = (load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None))
              if stacks else {})
@@ -156,11 +166,16 @@ def gpu_activities_by_node(conn: Connection, session_id: int, *, stacks: bool = 
 
 
 def _gpu_metric_rows(conn: Connection, session_id: int, metric: str | None,
+                     node: str | None = None, since_ns: int | None = None,
                      ) -> list[tuple[str, GpuMetricSample]]:
     t = GpuMetricRow.__table__
     q = select(t).where(t.c.session_id == session_id)
     if metric is not None:
         q = q.where(t.c.metric == metric)
+    if node is not None:
+        q = q.where(t.c.node == node)
+    if since_ns is not None:
+        q = q.where(t.c.ts_ns >= since_ns)
     q = q.order_by(t.c.ts_ns, t.c.id)
     return [(r.node, GpuMetricSample(ts_ns=r.ts_ns, device=r.device, metric=r.metric,
                                      value=r.value, pid=r.pid, correlation_id=r.correlation_id))
@@ -237,3 +252,30 @@ def load_profile(conn: Connection, session: SessionInfo) -> Profile:
         meta.setdefault("command", session.command)
     return Profile(session=session.name, hz=session.hz, duration_s=session.duration_s,
                    cpu=cpu_stacks(conn, session), meta=meta)
+
+
+def latest_gpu_ns(conn: Connection, session_id: int) -> dict[str, int]:
+    """Per node, the newest timestamp of any GPU record (kernel end or metric sample).
+
+    "Now" on that node's clock: a rolling window ends here, so it needs no clock agreement
+    between the operator and the node.
+    """
+    out: dict[str, int] = {}
+    for q in (select(GpuActivityRow.node, func.max(GpuActivityRow.end_ns))
+              .where(GpuActivityRow.session_id == session_id).group_by(GpuActivityRow.node),
+              select(GpuMetricRow.node, func.max(GpuMetricRow.ts_ns))
+              .where(GpuMetricRow.session_id == session_id).group_by(GpuMetricRow.node)):
+        for node, ts in conn.execute(q):
+            if ts is not None:
+                out[node] = max(out.get(node, 0), int(ts))
+    return out
+
+
+def recent_gpu_records(conn: Connection, session_id: int, node: str, since_ns: int,
+                       ) -> tuple[list[GpuActivity], list[GpuMetricSample]]:
+    """One node's kernel records and NVML utilisation samples from ``since_ns`` on."""
+    acts = [a for _, a in _gpu_activity_rows(conn, session_id, stacks=False, node=node,
+                                             since_ns=since_ns)]
+    util = [m for _, m in _gpu_metric_rows(conn, session_id, "gpu_util_pct", node=node,
+                                           since_ns=since_ns)]
+    return acts, util

@@ -120,8 +120,13 @@ def analyse(
 def run_all(ctx: Context) -> tuple[Finding, ...]:
     """Every finder over one context, most severe first."""
     out = [f for find in FINDERS if (f := find(ctx)) is not None]
-    out.sort(key=lambda f: (_ORDER[f.severity], -(f.gain.share if f.gain else 0.0)))
+    out.sort(key=rank)
     return tuple(out)
+
+
+def rank(f: Finding) -> tuple[int, float]:
+    """Sort key: most severe first, then the largest estimated gain."""
+    return (_ORDER[f.severity], -(f.gain.share if f.gain else 0.0))
 
 
 __all__ = [
@@ -135,5 +140,6 @@ __all__ = [
     "Severity",
     "Window",
     "analyse",
+    "rank",
     "run_all",
 ]
