@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import trace_io
-from conftest import FIXTURES
 
+from conftest import FIXTURES
 from kubeprof.analysis.findings import Kind, Window, analyse
 
 REFERENCE = {"jax_fast": 0.088, "jax_slow": 0.647, "torch_slow": 0.729}

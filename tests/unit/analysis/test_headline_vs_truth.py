@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import trace_io
-from conftest import FIXTURES
 
+from conftest import FIXTURES
 from kubeprof.analysis import cpu_samples as cs
 from kubeprof.analysis.findings import Analysis, Kind, Window, analyse
 
