@@ -127,11 +127,12 @@ def render_gpu_text(
             f"  {_name(pid, names)}  idle {_pct(r.idle_ratio)} of session, "
             f"{_pct(act.idle_ratio) if act else '-'} of {STEADY} on {r.devices} GPU(s)"
         )
-    out.append(
-        f"memcpy: {_ms(s.memcpy_ns)} ({s.memcpy_bytes / 2**20:,.1f} MiB)  "
-        f"memset: {_ms(s.memset_ns)}  "
-        f"host waiting in sync calls: {_ms(s.sync_ns)}  NVTX ranges: {s.nvtx_ranges}"
-    )
+    if s.kernels or s.memcpy_ns or s.memset_ns or s.sync_ns or s.nvtx_ranges:
+        out.append(
+            f"memcpy: {_ms(s.memcpy_ns)} ({s.memcpy_bytes / 2**20:,.1f} MiB)  "
+            f"memset: {_ms(s.memset_ns)}  "
+            f"host waiting in sync calls: {_ms(s.sync_ns)}  NVTX ranges: {s.nvtx_ranges}"
+        )
     if s.top_kernels:
         out += [
             "",
