@@ -115,7 +115,8 @@ def idle_html(a: Analysis) -> str:
         return f'<p class="kp-headline">GPU idle: <b>{e(figure_text(h))}</b></p>'
     ph = a.phases
     rows = "".join(
-        f"<tr><td>{e(PHASE_NAMES[n])}</td><td>{e(seconds(getattr(ph, n).start_ns - ph.session.start_ns))}</td>"
+        f"<tr><td>{e(PHASE_NAMES[n])}</td>"
+        f"<td>{e(seconds(getattr(ph, n).start_ns - ph.session.start_ns))}</td>"
         f"<td>{e(seconds(getattr(ph, n).duration_ns))}</td>"
         f"<td>{e(figure_text(getattr(a.figures, n)))}</td></tr>"
         for n, _ in PHASE_MARKS

@@ -63,7 +63,11 @@ def render(report: Report, fmt: str, *, view: str | None = None) -> str | bytes:
     if fmt == "json":
         return render_json(report)
     if fmt == "html":
-        sections = [("GPU", render_gpu_html(report.gpu, off_reason=off, names=names))] if report.gpu else []
+        sections = (
+            [("GPU", render_gpu_html(report.gpu, off_reason=off, names=names))]
+            if report.gpu is not None
+            else []
+        )
         top = [("Findings", findings_html(a))] if a is not None else []
         return render_html(profile, view=view, extra_sections=sections, top_sections=top,
                            header_items=items(report))

@@ -57,9 +57,9 @@ STEADY = "steady state"  # the headline window: whole steps of the main loop (gp
 
 def _off_text(off_reason: str) -> str:
     reason = off_reason or "no CUDA kernel was recorded"
-    if reason.startswith("GPU tracing was off"):
-        return f"{reason}; no GPU idle or attribution figure without kernel records"
-    return f"GPU tracing was off: {reason}; no GPU idle or attribution figure without kernel records"
+    if not reason.startswith("GPU tracing was off"):
+        reason = f"GPU tracing was off: {reason}"
+    return f"{reason}; no GPU idle or attribution figure without kernel records"
 
 
 def _idle_line(s: GpuSummary) -> str | None:

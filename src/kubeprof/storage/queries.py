@@ -270,7 +270,7 @@ def sample_columns(conn: Connection, session: SessionInfo) -> SampleColumns | No
         return None
     threads.append(ThreadSamples(key[0], key[1], name, ts, ids))
     loaded = load_stacks(conn, stack_index)
-    stacks = [()] * len(stack_index)
+    stacks: list[Stack] = [()] * len(stack_index)
     for stack_id, i in stack_index.items():
         stacks[i] = loaded.get(stack_id, ())
     return SampleColumns(tuple(threads), tuple(stacks), float(session.hz),
