@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--gpu", action="store_true",
                      help="trace CUDA kernels with their Python stacks and sample NVML")
     rec.add_argument("--no-cpu", dest="cpu", action="store_false",
-                     help="skip eBPF CPU sampling (e.g. where BPF is not allowed)")
+                     help="record no CPU samples (GPU only); not needed where BPF is not "
+                     "allowed: CPU sampling then falls back to py-spy by itself")
     rec.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                      type=_label, help="attach a label to the session, e.g. batch_size=64 "
                      "(repeatable; `kubeprof compare` reads batch_size)")
@@ -92,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="show a stored session")
     rep.add_argument("session", nargs="?", help="session name or id (default: the newest)")
     rep.add_argument("--format", "-f", default="text",
-                     choices=["text", "html", "collapsed", "pprof", "speedscope"])
+                     choices=["text", "json", "html", "collapsed", "pprof", "speedscope"],
+                     help="text (findings first), json (the whole report, machine-readable), "
+                     "html (findings panel and flame graphs), or a flame-graph export")
     rep.add_argument("--view", choices=["cpu", "gpu"], default=None,
                      help="which stacks to show: text/html show all views by default; "
                      "collapsed/pprof/speedscope export CPU unless only GPU data exist")

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from kubeprof.model import Stack
 
-if TYPE_CHECKING:  # a type only: the analysis builds GpuSummary from WeightedStack values
+if TYPE_CHECKING:  # types only: the analysis builds these from WeightedStack values
+    from kubeprof.analysis.findings import Analysis
     from kubeprof.analysis.gpu_summary import GpuSummary
 
 
@@ -46,12 +47,15 @@ class Report:
     """Everything one report shows: what `kubeprof.report.formats.render` takes.
 
     The profile carries the session's name, length and meta; `gpu` is None for a session
-    without GPU records; `findings` is filled by the findings analysis once it exists.
+    without GPU records. `analysis` is the findings analysis (steady-state headline, phases,
+    timeline, idle breakdown, CPU during idle, findings), None where the session has neither
+    GPU nor CPU data; `findings` repeats its findings, most severe first.
     """
 
     profile: Profile
     gpu: GpuSummary | None = None
     findings: tuple[object, ...] = ()
+    analysis: Analysis | None = None
 
     @property
     def session(self) -> str:

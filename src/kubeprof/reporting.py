@@ -3,24 +3,62 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kubeprof.analysis.cpu_samples import SampleColumns
+from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.model import GpuActivity, GpuMetricSample
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 
+# Session meta written by `kubeprof record --gpu` (kubeprof.agent.record): whether the
+# in-process CUDA tracer ran ("on"/"off") and, when off, why in one line.
+GPU_TRACER = "gpu_tracer"
+GPU_TRACER_REASON = "gpu_tracer_reason"
+
+
+def gpu_tracing(meta: Mapping[str, str], activities: Sequence[GpuActivity]) -> tuple[bool, str]:
+    """Whether the GPU tracer ran in this session and, when it did not, why.
+
+    Kernel records prove it ran; a tracer that said hello and recorded nothing also ran (the
+    workload launched no kernel). Otherwise the reason the recorder stored, or the best
+    reason the records themselves give.
+    """
+    if any(a.kind == "kernel" for a in activities) or meta.get(GPU_TRACER) == "on":
+        return True, ""
+    if meta.get(GPU_TRACER_REASON):
+        return False, meta[GPU_TRACER_REASON]
+    if meta.get("gpu") == "False":
+        return False, "the session was recorded without --gpu"
+    if meta.get("gpu") == "True":
+        return False, "no kernel was recorded and the tracer reported no reason"
+    if activities:
+        return False, "no CUDA kernel records (only copies, syncs or markers)"
+    return False, "no CUDA kernel records in this session"
+
 
 def build_report(profile: Profile, activities: Sequence[GpuActivity],
-                 metrics: Sequence[GpuMetricSample], start_ns: int, end_ns: int) -> Report:
-    """The whole report of a session from its CPU profile and GPU records (no I/O)."""
+                 metrics: Sequence[GpuMetricSample], start_ns: int, end_ns: int,
+                 cpu: SampleColumns | None = None, *,
+                 process_names: Mapping[int, str] | None = None) -> Report:
+    """The whole report of a session from its CPU profile, GPU records and CPU sample
+    columns (no I/O): the GPU summary, and the findings analysis for any session with GPU
+    or CPU data."""
+    analysis = None
+    if activities or metrics or cpu is not None:
+        traced, why = gpu_tracing(profile.meta, activities)
+        analysis = analyse(activities, metrics, cpu, Window(start_ns, end_ns),
+                           gpu_traced=traced, untraced_reason=why)
+    findings = analysis.findings if analysis is not None else ()
     if not (activities or metrics):
-        return Report(profile)
+        return Report(profile, findings=findings, analysis=analysis)
     summary = gpu_summary(activities, metrics, start_ns, end_ns)
-    return Report(replace(profile, gpu=gpu_profile_stacks(activities)), gpu=summary)
+    gpu = gpu_profile_stacks(activities, process_names)
+    return Report(replace(profile, gpu=gpu), gpu=summary, findings=findings, analysis=analysis)
 
 
 def load(store_url: str | None, ref: str | None) -> Report:
@@ -32,9 +70,12 @@ def load(store_url: str | None, ref: str | None) -> Report:
             profile = q.load_profile(conn, info)
             activities = q.gpu_activities(conn, info.id)
             metrics = q.gpu_metrics(conn, info.id)
+            cpu = q.sample_columns(conn, info)
+            names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
     finally:
         store.close()
-    return build_report(profile, activities, metrics, info.start_ns, info.end_ns)
+    return build_report(profile, activities, metrics, info.start_ns, info.end_ns, cpu,
+                        process_names=names)
 
 
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,

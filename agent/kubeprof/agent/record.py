@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -237,9 +237,11 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         if sink.kept_in is not None:
             warnings.append(f"the store could not be written; data kept in {sink.kept_in} "
                             "(gzip JSON batches in the cluster agent's format)")
+        end_meta = {"exit_code": str(exit_code), **_tracer_status(running.values())}
+        if end_meta.get("gpu_tracer") == "off":
+            warnings.append(f"GPU tracing was off: {end_meta.get('gpu_tracer_reason', '')}")
         try:
-            store.finish_session(session_id, status=status, end_ns=end_ns,
-                                 meta={"exit_code": str(exit_code)})
+            store.finish_session(session_id, status=status, end_ns=end_ns, meta=end_meta)
         except StoreError as exc:  # pragma: no cover - store vanished at the very end
             warnings.append(str(exc))
         store.close()
@@ -248,6 +250,20 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         warnings.append(f"the command exited (code {child.returncode}) before any sample was "
                         "taken; profile a longer-running command or use --pid")
     return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings)
+
+
+def _tracer_status(collectors: Iterable[Collector]) -> dict[str, str]:
+    """The GPU receiver's word on its tracers (``gpu_tracer``, ``gpu_tracer_reason``), read
+    after the drain, so a report can say that GPU tracing was off and why."""
+    out: dict[str, str] = {}
+    for c in collectors:
+        status = getattr(c, "tracer_status", None)
+        if callable(status):
+            try:
+                out.update({str(k): str(v) for k, v in status().items()})
+            except Exception as exc:  # noqa: BLE001 - the recording is saved regardless
+                out.update({"gpu_tracer": "off", "gpu_tracer_reason": f"status unknown: {exc}"})
+    return out
 
 
 def _named(sources: list[Collector]) -> dict[str, Collector]:

@@ -213,6 +213,17 @@
   canvas.addEventListener("click", function (evt) { var i = nodeAt(evt); if (i >= 0) setZoom(i); });
   document.getElementById("kp-reset").addEventListener("click", function () { setZoom(0); });
   document.getElementById("kp-up").addEventListener("click", function () { if (zoom) setZoom(V.parent[zoom]); });
+  // Findings link to their frames: <a class="kp-frame" data-view=".." data-search="..">.
+  document.addEventListener("click", function (evt) {
+    var a = evt.target && evt.target.closest ? evt.target.closest(".kp-frame") : null;
+    if (!a) return;
+    evt.preventDefault();
+    if (DATA.views[a.dataset.view] && a.dataset.view !== currentName) selectView(a.dataset.view);
+    setZoom(0);
+    searchEl.value = a.dataset.search || "";
+    runSearch();
+    if (canvas.scrollIntoView) canvas.scrollIntoView({ block: "start", behavior: "smooth" });
+  });
   document.addEventListener("keydown", function (evt) { if (evt.key === "Escape" && evt.target !== searchEl) setZoom(0); });
   var pending = 0;
   searchEl.addEventListener("input", function () { clearTimeout(pending); pending = setTimeout(runSearch, 120); });

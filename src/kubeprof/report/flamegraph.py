@@ -18,7 +18,7 @@ from importlib import resources
 
 from kubeprof.model import FrameKind
 from kubeprof.report.tree import CallTree, build_tree
-from kubeprof.report.views import available_views, format_ns, view_info, view_stacks
+from kubeprof.report.views import available_views, view_info, view_stacks
 from kubeprof.reportdata import Profile
 
 KINDS = [k.value for k in FrameKind]
@@ -59,18 +59,13 @@ def embed_json(data: object) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
 
 
-def _header(profile: Profile) -> str:
+def _header(profile: Profile, items: Sequence[tuple[str, str]] | None = None) -> str:
+    """Title and the header items in words (header.py); raw meta keys are not shown."""
+    from kubeprof.report.header import other_items, profile_items
+
     esc = html.escape
-    cpu_n = sum(ws.samples for ws in profile.cpu)
-    items = [
-        ("duration", f"{profile.duration_s:.1f} s"),
-        ("CPU samples", f"{cpu_n:,} at {profile.hz} Hz"),
-        ("CPU time", format_ns(sum(ws.value_ns for ws in profile.cpu))),
-    ]
-    if profile.gpu:
-        items.append(("GPU launches", f"{sum(ws.samples for ws in profile.gpu):,}"))
-        items.append(("GPU time", format_ns(sum(ws.value_ns for ws in profile.gpu))))
-    items += sorted(profile.meta.items())
+    if items is None:
+        items = [*profile_items(profile), *other_items(profile)]
     stats = "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in items)
     return f"<h1>kubeprof: {esc(profile.session)}</h1>\n<dl>{stats}</dl>"
 
@@ -82,9 +77,9 @@ def _legend() -> str:
     )
 
 
-def _extra(sections: Sequence[tuple[str, str]]) -> str:
+def _extra(sections: Sequence[tuple[str, str]], cls: str = "kp-extra") -> str:
     return "\n".join(
-        f'<section class="kp-extra"><h2>{html.escape(title)}</h2>\n{body}\n</section>'
+        f'<section class="{cls}"><h2>{html.escape(title)}</h2>\n{body}\n</section>'
         for title, body in sections
     )
 
@@ -95,10 +90,14 @@ def render_html(
     view: str | None = None,
     extra_sections: Sequence[tuple[str, str]] = (),
     group: str = "process",
+    top_sections: Sequence[tuple[str, str]] = (),
+    header_items: Sequence[tuple[str, str]] | None = None,
 ) -> str:
     """The flame graph page with every view that has data; `view` picks the one shown first.
 
-    `extra_sections` are (title, already-escaped HTML) pairs placed under the graph.
+    `extra_sections` are (title, already-escaped HTML) pairs placed under the graph,
+    `top_sections` the same above it (the findings panel). `header_items` are the header's
+    (label, value) pairs (header.items of the report; default: what the profile says).
     `group` puts synthetic "name [pid]" (and thread) frames above the stacks.
     """
     names = available_views(profile)
@@ -114,7 +113,8 @@ def render_html(
     parts = {
         "TITLE": html.escape(f"kubeprof: {profile.session}"),
         "CSS": _asset("flamegraph.css"),
-        "HEADER": _header(profile),
+        "HEADER": _header(profile, header_items),
+        "TOP": _extra(top_sections, "kp-top"),
         "LEGEND": _legend(),
         "EXTRA": _extra(extra_sections),
         "DATA": embed_json(data),

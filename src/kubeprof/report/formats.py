@@ -2,16 +2,21 @@
 
 `render` takes the whole Report. Single-view formats (collapsed, pprof, speedscope) render
 the CPU view unless asked for another, falling back to GPU when a profile has only GPU
-data; text and html show every view that has data, then the GPU summary when there is one.
+data; text and html show the findings first, then every view that has data, then the GPU
+summary when there is one; json is the whole report, machine-readable (json_report.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubeprof.report.analysis_html import findings_html
+from kubeprof.report.analysis_text import findings_text, idle_text
 from kubeprof.report.collapsed import render_collapsed
 from kubeprof.report.flamegraph import render_html
 from kubeprof.report.gpu import render_gpu_html, render_gpu_text
+from kubeprof.report.header import gpu_tracing, items, process_names
+from kubeprof.report.json_report import render_json
 from kubeprof.report.pprof import render_pprof
 from kubeprof.report.speedscope import render_speedscope
 from kubeprof.report.text import render_text
@@ -32,6 +37,7 @@ FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
         Format("text", ".txt", False),
+        Format("json", ".json", False),
         Format("html", ".html", False),
         Format("collapsed", ".folded", False),
         Format("pprof", ".pb.gz", True),
@@ -45,15 +51,35 @@ def render(report: Report, fmt: str, *, view: str | None = None) -> str | bytes:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
     profile = report.profile
+    a = report.analysis
+    off = gpu_off_reason(report)
+    names = process_names(profile)
     if fmt == "text":
-        text = render_text(profile, view=view)
-        return f"{text}\n{render_gpu_text(report.gpu)}" if report.gpu is not None else text
+        pre = [*findings_text(a), *idle_text(a)] if a is not None else []
+        text = render_text(profile, view=view, preamble=pre)
+        if report.gpu is None:
+            return text
+        return f"{text}\n{render_gpu_text(report.gpu, off_reason=off, names=names)}"
+    if fmt == "json":
+        return render_json(report)
     if fmt == "html":
-        sections = [("GPU", render_gpu_html(report.gpu))] if report.gpu is not None else []
-        return render_html(profile, view=view, extra_sections=sections)
+        sections = (
+            [("GPU", render_gpu_html(report.gpu, off_reason=off, names=names))]
+            if report.gpu is not None
+            else []
+        )
+        top = [("Findings", findings_html(a))] if a is not None else []
+        return render_html(profile, view=view, extra_sections=sections, top_sections=top,
+                           header_items=items(report))
     single = view or available_views(profile)[0]
     if fmt == "collapsed":
         return render_collapsed(profile, view=single)
     if fmt == "pprof":
         return render_pprof(profile, view=single)
     return render_speedscope(profile, view=single)
+
+
+def gpu_off_reason(report: Report) -> str:
+    """Why no GPU figure is shown ("" when kernels were traced or nothing says otherwise)."""
+    traced, words = gpu_tracing(report)
+    return words if traced is False else ""

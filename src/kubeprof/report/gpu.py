@@ -1,11 +1,14 @@
 """Text and HTML views of a GpuSummary (the HTML is a pre-escaped section to embed).
 
-The idle figure shown first is the analysis' headline (``kubeprof.analysis.gpu_idle``); when
-it comes from NVML rather than CUPTI kernel spans, the text says so.
+The idle figure shown first is the analysis' headline (``kubeprof.analysis.gpu_idle``): idle
+over the steady state of the main loop (whole steps, after start-up and warm-up); when it
+comes from NVML rather than CUPTI kernel spans, the text says so. Without kernel records no
+idle or attribution figure is shown, only why (``off_reason``) and NVML's labelled fallback.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 
 from kubeprof.analysis.gpu_idle import NVML, IdleFigure
@@ -49,16 +52,28 @@ def _nvml_note(h: IdleFigure) -> str:
     return f"{_pct(h.ratio)} from NVML device utilisation (no CUPTI kernel spans recorded)"
 
 
-def _idle_line(s: GpuSummary) -> str:
+STEADY = "steady state"  # the headline window: whole steps of the main loop (gpu_idle.window)
+
+
+def _off_text(off_reason: str) -> str:
+    reason = off_reason or "no CUDA kernel was recorded"
+    if not reason.startswith("GPU tracing was off"):
+        reason = f"GPU tracing was off: {reason}"
+    return f"{reason}; no GPU idle or attribution figure without kernel records"
+
+
+def _idle_line(s: GpuSummary) -> str | None:
     """The headline GPU idle figure, labelled with the window or the NVML fallback."""
     h = s.headline
     if h is not None and h.source == NVML:
         return f"GPU idle ratio (all GPUs): {_nvml_note(h)}"
-    active = _pct(h.ratio) if h is not None else "-"
+    if h is None or not s.kernels:
+        return None
     return (
         f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "
-        f"active window {active} "
-        f"({_ms(s.active_end_ns - s.active_start_ns)} from first to last kernel)"
+        f"{STEADY} {_pct(h.ratio)} "
+        f"({_ms(s.active_end_ns - s.active_start_ns)} of whole steps of the main loop; "
+        "start-up, warm-up and tail not counted)"
     )
 
 
@@ -66,46 +81,58 @@ def _idle_html(s: GpuSummary) -> str:
     h = s.headline
     if h is not None and h.source == NVML:
         return f"GPU idle ratio: <b>{escape(_nvml_note(h))}</b>."
-    active = _pct(h.ratio) if h is not None else "-"
+    if h is None or not s.kernels:
+        return ""
     return (
-        f"GPU idle ratio: <b>{_pct(s.session.idle_ratio)}</b> of the session, "
-        f"<b>{active}</b> of the active window."
+        f"GPU idle ratio: <b>{_pct(h.ratio)}</b> of the {STEADY} (whole steps of the main "
+        f"loop), <b>{_pct(s.session.idle_ratio)}</b> of the whole session."
     )
 
 
-def render_gpu_text(s: GpuSummary) -> str:
-    """Plain-text GPU section."""
+def _name(pid: int, names: Mapping[int, str] | None) -> str:
+    name = (names or {}).get(pid, "")
+    return f"{name} [{pid}]" if name and name != str(pid) else f"pid {pid}"
+
+
+def render_gpu_text(
+    s: GpuSummary, *, off_reason: str = "", names: Mapping[int, str] | None = None
+) -> str:
+    """Plain-text GPU section; without kernels, why (``off_reason``) instead of figures."""
     out = ["GPU", "==="]
     if not s.kernels:
-        out.append("no kernels recorded")
-    out.append(
-        f"kernels: {s.kernels:,}  GPU kernel time: {_ms(s.kernel_ns)}  "
-        f"attributed to a Python stack: {_pct(s.attributed_share)}"
-    )
-    if s.attributed_via_main_ns:
+        out.append(_off_text(off_reason))
+    else:
+        out.append(
+            f"kernels: {s.kernels:,}  GPU kernel time: {_ms(s.kernel_ns)}  "
+            f"attributed to a Python stack: {_pct(s.attributed_share)}"
+        )
+    if s.kernels and s.attributed_via_main_ns:
         out.append(
             f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "
             "native threads (autograd, XLA) and shown under the main thread's stack"
         )
-    out.append(_idle_line(s))
-    for dev, r in sorted(s.devices.items()):
+    idle = _idle_line(s)
+    if idle is not None:
+        out.append(idle)
+    for dev, r in sorted(s.devices.items()) if s.kernels else ():
         act = s.devices_active.get(dev)
         out.append(
             f"  cuda:{dev}  idle {_pct(r.idle_ratio)} of session, "
-            f"{_pct(act.idle_ratio) if act else '-'} of active window  "
+            f"{_pct(act.idle_ratio) if act else '-'} of {STEADY}  "
             f"|{_strip(s.timeline.get(dev, ()))}|"
         )
-    for pid, r in sorted(s.processes.items()):
+    for pid, r in sorted(s.processes.items()) if s.kernels else ():
         act = s.processes_active.get(pid)
         out.append(
-            f"  pid {pid}  idle {_pct(r.idle_ratio)} of session, "
-            f"{_pct(act.idle_ratio) if act else '-'} of active window on {r.devices} GPU(s)"
+            f"  {_name(pid, names)}  idle {_pct(r.idle_ratio)} of session, "
+            f"{_pct(act.idle_ratio) if act else '-'} of {STEADY} on {r.devices} GPU(s)"
         )
-    out.append(
-        f"memcpy: {_ms(s.memcpy_ns)} ({s.memcpy_bytes / 2**20:,.1f} MiB)  "
-        f"memset: {_ms(s.memset_ns)}  "
-        f"host waiting in sync calls: {_ms(s.sync_ns)}  NVTX ranges: {s.nvtx_ranges}"
-    )
+    if s.kernels or s.memcpy_ns or s.memset_ns or s.sync_ns or s.nvtx_ranges:
+        out.append(
+            f"memcpy: {_ms(s.memcpy_ns)} ({s.memcpy_bytes / 2**20:,.1f} MiB)  "
+            f"memset: {_ms(s.memset_ns)}  "
+            f"host waiting in sync calls: {_ms(s.sync_ns)}  NVTX ranges: {s.nvtx_ranges}"
+        )
     if s.top_kernels:
         out += [
             "",
@@ -130,9 +157,17 @@ def render_gpu_text(s: GpuSummary) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_gpu_html(s: GpuSummary) -> str:
-    """A self-contained, escaped ``<section>`` for the HTML report."""
+def render_gpu_html(
+    s: GpuSummary, *, off_reason: str = "", names: Mapping[int, str] | None = None
+) -> str:
+    """A self-contained, escaped ``<section>`` for the HTML report (its heading is the
+    page's "GPU" section title); without kernels, why instead of figures."""
     e = escape
+    if not s.kernels:
+        return (
+            f'<section class="kubeprof-gpu"><p>{e(_off_text(off_reason))}.</p>'
+            f"<p>{_idle_html(s)}</p></section>"
+        )
     rows = []
     for dev, r in sorted(s.devices.items()):
         act = s.devices_active.get(dev)
@@ -146,7 +181,7 @@ def render_gpu_html(s: GpuSummary) -> str:
             f"<td>{_pct(act.idle_ratio) if act else '-'}</td><td>{bars}</td></tr>"
         )
     procs = "".join(
-        f"<tr><td>{pid}</td><td>{_pct(r.idle_ratio)}</td>"
+        f"<tr><td>{e(_name(pid, names))}</td><td>{_pct(r.idle_ratio)}</td>"
         f"<td>{_pct(s.processes_active[pid].idle_ratio) if pid in s.processes_active else '-'}</td>"
         f"<td>{r.devices}</td></tr>"
         for pid, r in sorted(s.processes.items())
@@ -163,13 +198,14 @@ def render_gpu_html(s: GpuSummary) -> str:
         if m.metric in _SHOWN_METRICS and m.pid == 0
     )
     return (
-        '<section class="kubeprof-gpu"><h2>GPU</h2>'
+        '<section class="kubeprof-gpu">'
         f"<p>{s.kernels:,} kernels, {e(_ms(s.kernel_ns))} of GPU kernel time, "
         f"{_pct(s.attributed_share)} attributed to a Python stack. {_idle_html(s)}</p>"
-        "<table><tr><th>device</th><th>idle (session)</th><th>idle (active)</th>"
-        "<th>timeline</th></tr>"
+        "<table><tr><th>device</th><th>idle (session)</th><th>idle (steady state)</th>"
+        "<th>busy over the session</th></tr>"
         f"{''.join(rows)}</table>"
-        "<table><tr><th>pid</th><th>idle (session)</th><th>idle (active)</th><th>GPUs</th></tr>"
+        "<table><tr><th>process</th><th>idle (session)</th><th>idle (steady state)</th>"
+        "<th>GPUs</th></tr>"
         f"{procs}</table>"
         "<h3>Top kernels</h3><table><tr><th>total</th><th>share</th><th>count</th><th>mean</th>"
         f"<th>grid / block</th><th>kernel</th></tr>{kernels}</table>"

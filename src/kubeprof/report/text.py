@@ -154,9 +154,19 @@ def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100)
 
 
 def render_text(
-    profile: Profile, *, view: str | None = None, top: int = 10, width: int = 100
+    profile: Profile,
+    *,
+    view: str | None = None,
+    top: int = 10,
+    width: int = 100,
+    preamble: Sequence[str] = (),
 ) -> str:
-    """The terminal report; both CPU and GPU views unless `view` names one."""
+    """The terminal report; both CPU and GPU views unless `view` names one.
+
+    `preamble` (the findings and the GPU idle headline) goes between the header and the tables.
+    """
+    from kubeprof.report.header import other_items, profile_items
+
     views = [view] if view else available_views(profile)
     cpu_n = sum(ws.samples for ws in profile.cpu)
     head = [
@@ -166,9 +176,13 @@ def render_text(
             f"{sum(ws.samples for ws in profile.gpu)} GPU launches",
             width,
         ),
-        *(fit(f"{k}: {v}", width) for k, v in sorted(profile.meta.items())),
+        *(
+            fit(f"{k}: {v}", width)
+            for k, v in (*profile_items(profile), *other_items(profile))
+            if k not in ("duration", "CPU time", "GPU time")
+        ),
         "Percentages are of each view's total.",
         "",
     ]
     body = [line for v in views for line in render_view(profile, v, top=top, width=width)]
-    return "\n".join(head + body)
+    return "\n".join(head + list(preamble) + body)

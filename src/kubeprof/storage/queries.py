@@ -7,6 +7,7 @@ functions, so both analyse the same rows.
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +15,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
+from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.model import GpuActivity, GpuMetricSample, Stack
 from kubeprof.reportdata import Profile, WeightedStack
 from kubeprof.storage.intern import load_stacks
@@ -279,3 +281,39 @@ def recent_gpu_records(conn: Connection, session_id: int, node: str, since_ns: i
     util = [m for _, m in _gpu_metric_rows(conn, session_id, "gpu_util_pct", node=node,
                                            since_ns=since_ns)]
     return acts, util
+
+
+def sample_columns(conn: Connection, session: SessionInfo) -> SampleColumns | None:
+    """A session's CPU samples as columns for the analysis, per thread in time order.
+
+    Read straight from the samples table in (pid, tid, ts) order into ``array('q')`` columns,
+    so ten million samples never become objects. ``hz`` is the session's sampling rate and
+    ``source`` its ``cpu_source`` meta (``bpf`` unless the py-spy fallback ran). None when
+    the session has no CPU samples. Nodes are not told apart: a local session has one.
+    """
+    t = SampleRow.__table__
+    q = (select(t.c.pid, t.c.tid, t.c.thread, t.c.ts_ns, t.c.stack_id)
+         .where(t.c.session_id == session.id)
+         .order_by(t.c.pid, t.c.tid, t.c.ts_ns, t.c.id))
+    threads: list[ThreadSamples] = []
+    stack_index: dict[int, int] = {}
+    key: tuple[int, int] | None = None
+    name = ""
+    ts: array[int] = array("q")
+    ids: array[int] = array("q")
+    for pid, tid, thread, ts_ns, stack_id in conn.execute(q):
+        if (pid, tid) != key:
+            if key is not None:
+                threads.append(ThreadSamples(key[0], key[1], name, ts, ids))
+            key, name, ts, ids = (pid, tid), thread, array("q"), array("q")
+        ts.append(ts_ns)
+        ids.append(stack_index.setdefault(stack_id, len(stack_index)))
+    if key is None:
+        return None
+    threads.append(ThreadSamples(key[0], key[1], name, ts, ids))
+    loaded = load_stacks(conn, stack_index)
+    stacks: list[Stack] = [()] * len(stack_index)
+    for stack_id, i in stack_index.items():
+        stacks[i] = loaded.get(stack_id, ())
+    return SampleColumns(tuple(threads), tuple(stacks), float(session.hz),
+                         session.meta.get("cpu_source") or "bpf")

@@ -33,7 +33,8 @@ global.document = {
   getElementById: byId,
   createElement: () => element("new"),
   querySelectorAll: () => byId("kp-views").children,
-  addEventListener() {},
+  listeners: {},
+  addEventListener(type, fn) { (this.listeners[type] = this.listeners[type] || []).push(fn); },
 };
 global.window = { devicePixelRatio: 1, innerWidth: 1400, innerHeight: 900, addEventListener() {} };
 global.requestAnimationFrame = (fn) => fn();
@@ -59,5 +60,14 @@ out.match = byId("kp-match").textContent;
 api.setZoom(0);
 out.matchUnzoomed = byId("kp-match").textContent;
 if (out.views.length > 1) { api.selectView("gpu"); out.gpuStatus = byId("kp-status").textContent; }
+// Optional: click a findings link <a class="kp-frame" data-view=.. data-search=..> (argv[4]).
+if (process.argv[4]) {
+  const link = { dataset: JSON.parse(process.argv[4]) };
+  const target = { closest: (sel) => (sel === ".kp-frame" ? link : null) };
+  let prevented = false;
+  (document.listeners.click || []).forEach((fn) => fn({ target, preventDefault() { prevented = true; } }));
+  out.link = { prevented, search: byId("kp-search").value, match: byId("kp-match").textContent,
+               status: byId("kp-status").textContent };
+}
 out.calls = calls;
 console.log(JSON.stringify(out));

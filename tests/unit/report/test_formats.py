@@ -50,7 +50,7 @@ def test_text_and_html_carry_the_gpu_section_through_render(profile):
     report = _gpu_report(profile)
     text = render(report, "text")
     assert text.startswith(render(Report(profile), "text"))
-    assert "\nGPU\n===\n" in text and "active window 50.0 %" in text
+    assert "\nGPU\n===\n" in text and "steady state 50.0 %" in text
     html = render(report, "html")
     assert '<section class="kubeprof-gpu">' in html and html.rstrip().endswith("</html>")
 

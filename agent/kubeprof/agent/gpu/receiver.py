@@ -88,6 +88,7 @@ class GpuReceiver:
         self.mode = mode
         self.messages: list[str] = []  # one-line notes from tracers and about them
         self.targets: dict[int, dict[str, Any]] = {}  # pid -> its hello (argv, versions, config)
+        self.tracer_errors: dict[int, str] = {}  # pid -> why its tracer did not start / failed
         self._sel = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -235,6 +236,25 @@ class GpuReceiver:
             self.capture.close()
         return self.poll()
 
+    def tracer_status(self) -> dict[str, str]:
+        """Session meta on the in-process tracers: ``gpu_tracer`` "on" when one started in
+        some process (its hello carries the CUPTI versions), else "off" with
+        ``gpu_tracer_reason``: the error a tracer sent, or why none was heard from."""
+        if any("versions" in hello for hello in self.targets.values()):
+            return {"gpu_tracer": "on"}
+        if self.tracer_errors:
+            reasons = list(dict.fromkeys(self.tracer_errors.values()))
+            text = "; ".join(reasons)
+            pids = ", ".join(str(p) for p in sorted(self.tracer_errors))
+            return {"gpu_tracer": "off", "gpu_tracer_reason": f"{text} (pid {pids})"}
+        if self.targets:
+            return {"gpu_tracer": "off", "gpu_tracer_reason": (
+                "a tracer connected but did not start and sent no reason")}
+        return {"gpu_tracer": "off", "gpu_tracer_reason": (
+            "no process loaded the GPU tracer: the command is not a Python program, it "
+            "replaced PYTHONPATH, or kubeprof is not importable there (see the "
+            "kubeprof-gpu: lines it printed)")}
+
     def _pending_accept(self) -> bool:
         """A tracer that connected (maybe already exited) but is not accepted yet."""
         if self._listener is None:
@@ -288,6 +308,8 @@ class GpuReceiver:
             self.messages.append(text)
             if header.get("level") == "error":
                 self._count("gpu_tracer_errors")
+                pid = int(header.get("pid", conn.pid) or 0)
+                self.tracer_errors.setdefault(pid, str(header.get("text", "")))
         elif kind == "bye":
             conn.said_bye = True
         for rec in records.get("launch", ()):

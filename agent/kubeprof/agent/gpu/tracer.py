@@ -183,9 +183,7 @@ class CuptiTracer:
         try:
             from cupti import cupti
         except ImportError as exc:
-            raise TracerError(
-                f"cupti-python is not importable ({exc}); pip install cupti-python"
-            ) from None
+            raise TracerError(import_failure(exc)) from None
         self._cupti = cupti
         try:
             cupti.get_timestamp()  # first call loads libcupti
@@ -524,6 +522,28 @@ def _cupti_error(cupti: Any, exc: Exception) -> str:
         return cupti.Result(status).name
     except Exception:  # noqa: BLE001 - must never break the workload
         return _one_line(exc)
+
+
+# Modules cupti-python imports, by the distribution that provides them (pip names).
+_DISTRIBUTIONS = {"elftools": "pyelftools", "cupti": "cupti-python"}
+
+
+def import_failure(exc: ImportError) -> str:
+    """Why ``from cupti import cupti`` failed, naming the module that is really missing.
+
+    cupti-python may be installed while one of its own dependencies is not (on the H200:
+    ``elftools``, from pyelftools); blaming cupti-python then sends people the wrong way.
+    """
+    missing = (getattr(exc, "name", None) or "").split(".")[0]
+    if isinstance(exc, ModuleNotFoundError) and missing and missing != "cupti":
+        dist = _DISTRIBUTIONS.get(missing, missing)
+        return (
+            f"cupti-python is installed but its dependency {missing!r} is missing "
+            f"({_one_line(exc)}); pip install {dist}"
+        )
+    if missing == "cupti" or not missing:
+        return f"cupti-python is not importable ({_one_line(exc)}); pip install cupti-python"
+    return f"cupti-python cannot be imported: {_one_line(exc)}"
 
 
 def _one_line(exc: BaseException) -> str:
