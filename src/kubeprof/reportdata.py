@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from kubeprof.model import Stack
 
 if TYPE_CHECKING:  # types only: the analysis builds these from WeightedStack values
+    from kubeprof.analysis.energy import EnergyEstimate
     from kubeprof.analysis.findings import Analysis
     from kubeprof.analysis.gpu_summary import GpuSummary
 
@@ -56,6 +57,10 @@ class Report:
     gpu: GpuSummary | None = None
     findings: tuple[object, ...] = ()
     analysis: Analysis | None = None
+    # Energy and CO2e (Cloud Carbon Footprint method); None without energy or power readings
+    # and without carbon settings. `energy_note` says why it is missing or incomplete.
+    energy: EnergyEstimate | None = None
+    energy_note: str = ""
 
     @property
     def session(self) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kubeprof.analysis import energy
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
@@ -54,11 +55,45 @@ def build_report(profile: Profile, activities: Sequence[GpuActivity],
         analysis = analyse(activities, metrics, cpu, Window(start_ns, end_ns),
                            gpu_traced=traced, untraced_reason=why)
     findings = analysis.findings if analysis is not None else ()
+    est, note = session_energy(profile, metrics)
     if not (activities or metrics):
-        return Report(profile, findings=findings, analysis=analysis)
+        return Report(profile, findings=findings, analysis=analysis, energy=est,
+                      energy_note=note)
     summary = gpu_summary(activities, metrics, start_ns, end_ns)
     gpu = gpu_profile_stacks(activities, process_names)
-    return Report(replace(profile, gpu=gpu), gpu=summary, findings=findings, analysis=analysis)
+    return Report(replace(profile, gpu=gpu), gpu=summary, findings=findings, analysis=analysis,
+                  energy=est, energy_note=note)
+
+
+def session_energy(profile: Profile, metrics: Sequence[GpuMetricSample],
+                   ) -> tuple[energy.EnergyEstimate | None, str]:
+    """The session's energy and CO2e by the CCF method (the same estimate `compare` shows).
+
+    GPU energy from the NVML readings; CPU and memory only with the carbon settings (`record
+    --cloud-provider/--region`, the CRD's `carbon`) and the machine size in the meta.
+    """
+    try:
+        settings = energy.settings_from_meta(profile.meta)
+        coeffs = energy.coefficients(settings) if settings else None
+    except energy.CarbonError as exc:
+        return None, f"energy not estimated: {exc}"
+    readings = [m for m in metrics if m.metric in ("energy_mj", "power_mw") and m.pid == 0]
+    if not readings and coeffs is None:
+        return None, ""
+    vcpus = _number(profile.meta.get("host:vcpus"))
+    memory_gb = _number(profile.meta.get("host:memory_gb"))
+    est = energy.estimate({"": readings}, wall_s=profile.duration_s,
+                          cpu_samples=sum(ws.samples for ws in profile.cpu), hz=profile.hz,
+                          vcpus=int(vcpus) if vcpus else None, memory_gb=memory_gb,
+                          coeffs=coeffs)
+    return est, ""
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def load(store_url: str | None, ref: str | None) -> Report:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+from kubeprof.analysis.energy import explain
 from kubeprof.analysis.findings import Analysis, Finding
 from kubeprof.analysis.idle_breakdown import IdleBreakdown
 from kubeprof.analysis.steady_idle import Timeline
@@ -19,6 +20,7 @@ from kubeprof.report.evidence import (
     seconds,
     title,
 )
+from kubeprof.reportdata import Report
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 PHASE_MARKS = (("startup", "s"), ("warmup", "w"), ("steady", "="), ("tail", "t"))
@@ -171,3 +173,16 @@ def idle_text(a: Analysis, width: int = 100) -> list[str]:
         out.append("  top frames during idle (inclusive share of samples):")
         out += [f"    {100 * f.share:5.1f} %  {f.frame.label()}" for f in c.frames]
     return [*out, ""]
+
+
+def energy_text(report: Report) -> list[str]:
+    """Energy and CO2e of the session with its arithmetic (Cloud Carbon Footprint method)."""
+    if report.energy is None:
+        return [report.energy_note, ""] if report.energy_note else []
+    e = report.energy
+    head = "== Energy and CO2e (Cloud Carbon Footprint method) =="
+    total = (f"{e.facility_kwh:.6f} kWh, {e.co2e_g:.3f} g CO2e"
+             if e.facility_kwh is not None and e.co2e_g is not None
+             else f"{e.it_joules:.1f} J measured at the machine (no --cloud-provider/--region: "
+                  "no PUE or CO2e)")
+    return [head, total, *(f"  {line}" for line in explain(e)), ""]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kubeprof.report.analysis_html import findings_html
-from kubeprof.report.analysis_text import findings_text, idle_text
+from kubeprof.report.analysis_text import energy_text, findings_text, idle_text
 from kubeprof.report.collapsed import render_collapsed
 from kubeprof.report.flamegraph import render_html
 from kubeprof.report.gpu import render_gpu_html, render_gpu_text
@@ -56,6 +56,7 @@ def render(report: Report, fmt: str, *, view: str | None = None) -> str | bytes:
     names = process_names(profile)
     if fmt == "text":
         pre = [*findings_text(a), *idle_text(a)] if a is not None else []
+        pre += energy_text(report)
         text = render_text(profile, view=view, preamble=pre)
         if report.gpu is None:
             return text

@@ -268,7 +268,26 @@ def report_dict(report: Report) -> dict[str, Any]:
     out["top_functions"] = functions
     out["top_stacks"] = stacks
     out["gpu"] = _gpu(report.gpu)
+    out["energy"] = _energy(report)
     return out
+
+
+def _energy(report: Report) -> dict[str, Any] | None:
+    """kWh and CO2e (None without carbon settings), joules per part, what was not counted."""
+    e = report.energy
+    if e is None:
+        return {"note": report.energy_note} if report.energy_note else None
+    return {
+        "it_joules": e.it_joules,
+        "facility_kwh": e.facility_kwh,
+        "co2e_g": e.co2e_g,
+        "pue": e.pue,
+        "gpus": [{"node": g.node, "device": g.device, "joules": g.joules, "method": g.method}
+                 for g in e.gpus],
+        "cpu_joules": e.cpu.joules if e.cpu else None,
+        "memory_joules": e.memory.joules if e.memory else None,
+        "missing": list(e.missing),
+    }
 
 
 def render_json(report: Report) -> str:
