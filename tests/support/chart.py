@@ -35,17 +35,31 @@ def promtool_path() -> Path | None:
 def helm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run the pinned helm with a private, empty config/cache (no repositories, no plugins)."""
     home = ROOT / ".cache" / "helm-home"
-    env = {**os.environ, "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_CACHE_HOME": str(home / "cache"), "HELM_DATA_HOME": str(home / "data")}
-    return subprocess.run([str(helm_path()), *args], input=stdin, capture_output=True,
-                          text=True, env=env, check=False)
+    env = {
+        **os.environ,
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    return subprocess.run(
+        [str(helm_path()), *args], input=stdin, capture_output=True, text=True, env=env, check=False
+    )
 
 
-def render(values: dict[str, Any] | None = None, *, release: str = "kp",
-           namespace: str = "kubeprof-system") -> list[dict[str, Any]]:
+def render(
+    values: dict[str, Any] | None = None, *, release: str = "kp", namespace: str = "kubeprof-system"
+) -> list[dict[str, Any]]:
     """`helm template` with `values` (as a values file); the rendered objects."""
-    r = helm("template", release, str(CHART), "--namespace", namespace, "--values", "-",
-             stdin=json.dumps(values or {}))
+    r = helm(
+        "template",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--values",
+        "-",
+        stdin=json.dumps(values or {}),
+    )
     if r.returncode != 0:
         raise RenderError(r.stderr.strip())
     return [d for d in yaml.safe_load_all(r.stdout) if d]
@@ -56,8 +70,9 @@ class RenderError(RuntimeError):
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    hits = [d for d in docs if d["kind"] == kind
-            and (name is None or d["metadata"]["name"] == name)]
+    hits = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
     assert len(hits) == 1, f"{len(hits)} {kind} objects named {name!r} rendered"
     return hits[0]
 

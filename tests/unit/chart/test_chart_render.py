@@ -21,15 +21,27 @@ pytestmark = pytest.mark.usefixtures("helm_built")
 
 CUSTOM: dict[str, Any] = {
     "fullnameOverride": "prof",
-    "operator": {"watchNamespaces": ["ml", "research"], "image": {"tag": "1.2.3"},
-                 "reconcileIntervalSeconds": 2, "verbose": True},
-    "agent": {"image": {"repository": "reg.example/kp-agent", "tag": "9"},
-              "cpu": "1", "memory": "1Gi", "priorityClassName": "system-node-critical",
-              "spoolHostPath": "/data/kubeprof",
-              "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml",
-                               "effect": "NoSchedule"}],
-              "securityContext": {"privileged": False, "runAsUser": 0,
-                                  "capabilities": {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}}},
+    "operator": {
+        "watchNamespaces": ["ml", "research"],
+        "image": {"tag": "1.2.3"},
+        "reconcileIntervalSeconds": 2,
+        "verbose": True,
+    },
+    "agent": {
+        "image": {"repository": "reg.example/kp-agent", "tag": "9"},
+        "cpu": "1",
+        "memory": "1Gi",
+        "priorityClassName": "system-node-critical",
+        "spoolHostPath": "/data/kubeprof",
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+        ],
+        "securityContext": {
+            "privileged": False,
+            "runAsUser": 0,
+            "capabilities": {"drop": ["ALL"], "add": ["BPF", "PERFMON"]},
+        },
+    },
     "postgresql": {"enabled": False},
     "externalDatabase": {"existingSecret": "pg-dsn", "urlKey": "url"},
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
@@ -57,14 +69,17 @@ def test_lint(values, tmp_path: Path):
     assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout
 
 
-@pytest.mark.parametrize("values,path", [
-    ({"operator": {"watchNamespace": ["ml"]}}, "'watchNamespace' not allowed"),
-    ({"agnet": {}}, "'agnet' not allowed"),
-    ({"prometheusRule": {"gpuIdle": {"threshold": 50}}}, "/prometheusRule/gpuIdle/threshold"),
-    ({"prometheusRule": {"gpuIdle": {"for": "10 minutes"}}}, "/prometheusRule/gpuIdle/for"),
-    ({"operator": {"replicas": 2}}, "/operator/replicas"),
-    ({"agent": {"spoolHostPath": "relative/dir"}}, "/agent/spoolHostPath"),
-])
+@pytest.mark.parametrize(
+    "values,path",
+    [
+        ({"operator": {"watchNamespace": ["ml"]}}, "'watchNamespace' not allowed"),
+        ({"agnet": {}}, "'agnet' not allowed"),
+        ({"prometheusRule": {"gpuIdle": {"threshold": 50}}}, "/prometheusRule/gpuIdle/threshold"),
+        ({"prometheusRule": {"gpuIdle": {"for": "10 minutes"}}}, "/prometheusRule/gpuIdle/for"),
+        ({"operator": {"replicas": 2}}, "/operator/replicas"),
+        ({"agent": {"spoolHostPath": "relative/dir"}}, "/agent/spoolHostPath"),
+    ],
+)
 def test_a_typo_or_bad_value_fails_the_schema(values, path):
     with pytest.raises(chart.RenderError) as err:
         chart.render(values)
@@ -73,16 +88,25 @@ def test_a_typo_or_bad_value_fails_the_schema(values, path):
 
 
 def test_external_database_needs_its_secret():
-    with pytest.raises(chart.RenderError, match="externalDatabase.existingSecret is required"):
+    with pytest.raises(chart.RenderError, match=r"externalDatabase\.existingSecret is required"):
         chart.render({"postgresql": {"enabled": False}})
 
 
 def test_default_objects_and_operator_pod_hardening():
     docs = chart.render()
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
-                     "Deployment", "Secret", "Service", "Service", "ServiceAccount",
-                     "StatefulSet"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Secret",
+        "Service",
+        "Service",
+        "ServiceAccount",
+        "StatefulSet",
+    ]
     deploy = chart.find(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "kp-kubeprof"
@@ -97,12 +121,14 @@ def test_default_objects_and_operator_pod_hardening():
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     env = _env(deploy)
     assert env["KUBEPROF_DATABASE_URL"] == {
-        "secretKeyRef": {"name": "kp-kubeprof-postgresql", "key": "database-url"}}
+        "secretKeyRef": {"name": "kp-kubeprof-postgresql", "key": "database-url"}
+    }
     assert env["KUBEPROF_INGEST_URL"] == "http://kp-kubeprof.kubeprof-system.svc:8080"
     assert env["KUBEPROF_WATCH_NAMESPACES"] == ""
     svc = chart.find(docs, "Service", "kp-kubeprof")
-    assert svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"][
-        "labels"].items()
+    assert (
+        svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_bundled_postgres_password_is_generated_and_in_the_url():
@@ -111,40 +137,55 @@ def test_bundled_postgres_password_is_generated_and_in_the_url():
     pw = base64.b64decode(sec["data"]["password"]).decode()
     url = base64.b64decode(sec["data"]["database-url"]).decode()
     assert len(pw) == 32 and pw.isalnum()
-    assert url == (f"postgresql+psycopg://kubeprof:{pw}@kp-kubeprof-postgresql"
-                   ".kubeprof-system.svc:5432/kubeprof")
+    assert url == (
+        f"postgresql+psycopg://kubeprof:{pw}@kp-kubeprof-postgresql"
+        ".kubeprof-system.svc:5432/kubeprof"
+    )
     assert sec["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     other = base64.b64decode(chart.find(chart.render(), "Secret")["data"]["password"])
     assert other.decode() != pw, "each fresh install draws its own password"
     sts = chart.find(docs, "StatefulSet")
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"] == {
-        "storage": "20Gi"}
+        "storage": "20Gi"
+    }
     pg = sts["spec"]["template"]["spec"]["containers"][0]
-    assert {"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {
-        "name": "kp-kubeprof-postgresql", "key": "password"}}} in pg["env"]
+    assert {
+        "name": "POSTGRES_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "kp-kubeprof-postgresql", "key": "password"}},
+    } in pg["env"]
 
 
 # The operator's API calls (operator/kubeprof/operator/kube.py, kopf's watch and patches):
 # any widening of these rules must be a deliberate change of this table.
 SESSION_RULES = [
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingsessions"],
-     "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingsessions/status"],
-     "verbs": ["patch"]},
+    {
+        "apiGroups": ["kubeprof.dev"],
+        "resources": ["profilingsessions"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingsessions/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "delete"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"],
-     "verbs": ["get", "create", "patch", "delete"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["daemonsets"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-     "verbs": ["list", "watch"]},
-    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
-     "verbs": ["create"]},
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
-     "verbs": ["create"]},
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["list", "watch"],
+    },
+    {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    },
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
 ]
 
 
@@ -154,8 +195,9 @@ def test_rbac_is_exactly_the_calls_the_operator_makes():
     assert roles == {"kp-kubeprof-sessions": SESSION_RULES, "kp-kubeprof-cluster": CLUSTER_RULES}
     text = json.dumps(roles)
     assert '"*"' not in text and "list" not in json.dumps(SESSION_RULES[3])
-    subjects = {d["metadata"]["name"]: d["subjects"] for d in docs
-                if d["kind"] == "ClusterRoleBinding"}
+    subjects = {
+        d["metadata"]["name"]: d["subjects"] for d in docs if d["kind"] == "ClusterRoleBinding"
+    }
     want = [{"kind": "ServiceAccount", "name": "kp-kubeprof", "namespace": "kubeprof-system"}]
     assert subjects == {"kp-kubeprof-sessions": want, "kp-kubeprof-cluster": want}
 
@@ -163,11 +205,14 @@ def test_rbac_is_exactly_the_calls_the_operator_makes():
 def test_watched_namespaces_get_role_bindings_only():
     docs = chart.render(CUSTOM)
     bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    got = sorted((d["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["name"])
-                 for d in bindings)
-    assert got == [("ClusterRoleBinding", "", "prof-cluster"),
-                   ("RoleBinding", "ml", "prof-sessions"),
-                   ("RoleBinding", "research", "prof-sessions")]
+    got = sorted(
+        (d["kind"], d["metadata"].get("namespace", ""), d["roleRef"]["name"]) for d in bindings
+    )
+    assert got == [
+        ("ClusterRoleBinding", "", "prof-cluster"),
+        ("RoleBinding", "ml", "prof-sessions"),
+        ("RoleBinding", "research", "prof-sessions"),
+    ]
     cluster = chart.find(docs, "ClusterRole", "prof-cluster")["rules"]
     assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in cluster
     assert _env(chart.find(docs, "Deployment"))["KUBEPROF_WATCH_NAMESPACES"] == "ml,research"
@@ -181,8 +226,10 @@ def test_external_database_and_monitoring_objects():
     sm = chart.find(docs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert sm["spec"]["endpoints"][0]["honorLabels"] is True
-    assert sm["spec"]["selector"]["matchLabels"].items() <= chart.find(
-        docs, "Service")["metadata"]["labels"].items()
+    assert (
+        sm["spec"]["selector"]["matchLabels"].items()
+        <= chart.find(docs, "Service")["metadata"]["labels"].items()
+    )
     rule = chart.find(docs, "PrometheusRule")["spec"]["groups"][0]["rules"][0]
     assert rule["expr"].endswith("> 0.8") and rule["for"] == "2m"
 
@@ -194,19 +241,23 @@ def test_agent_values_reach_the_agent_daemonset(monkeypatch):
         if isinstance(value, str):
             monkeypatch.setenv(name, value)
     config = build_config(build_parser().parse_args(["--database-url", "sqlite://"]))
-    session = {"metadata": {"name": "s", "namespace": "ml", "uid": "u"},
-               "spec": {"target": {"namespace": "ml",
-                                   "podSelector": {"matchLabels": {"app": "t"}}},
-                        "duration": "1m"}}
-    pod = build_daemonset(session, parse(session["spec"]), ["n1"], config, 0.0)["spec"][
-        "template"]["spec"]
+    session = {
+        "metadata": {"name": "s", "namespace": "ml", "uid": "u"},
+        "spec": {
+            "target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
+            "duration": "1m",
+        },
+    }
+    pod = build_daemonset(session, parse(session["spec"]), ["n1"], config, 0.0)["spec"]["template"][
+        "spec"
+    ]
     c = pod["containers"][0]
     assert c["image"] == "reg.example/kp-agent:9"
     assert c["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
     assert c["securityContext"] == CUSTOM["agent"]["securityContext"]
     assert pod["tolerations"] == CUSTOM["agent"]["tolerations"]
     assert pod["priorityClassName"] == "system-node-critical"
-    spool = [v for v in pod["volumes"] if v["name"] == "spool"][0]
+    spool = next(v for v in pod["volumes"] if v["name"] == "spool")
     assert spool["hostPath"]["path"] == "/data/kubeprof"
     assert config.reconcile_interval_s == 2.0 and config.namespaces == ("ml", "research")
 
@@ -216,7 +267,8 @@ def test_default_agent_values_keep_the_built_in_security_context(monkeypatch):
     env = _env(deploy)
     assert env["KUBEPROF_AGENT_SECURITY_CONTEXT"] == ""
     assert json.loads(env["KUBEPROF_AGENT_TOLERATIONS"]) == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     for name, value in env.items():
         if isinstance(value, str):
             monkeypatch.setenv(name, value)
@@ -226,7 +278,8 @@ def test_default_agent_values_keep_the_built_in_security_context(monkeypatch):
 
 def test_chart_crd_is_the_repository_crd():
     assert (chart.CHART / "crds" / "profilingsession.yaml").read_text() == (
-        chart.ROOT / "crds" / "profilingsession.yaml").read_text()
+        chart.ROOT / "crds" / "profilingsession.yaml"
+    ).read_text()
 
 
 def test_dashboard_configmap_for_the_sidecar_uses_real_metrics():
@@ -238,11 +291,21 @@ def test_dashboard_configmap_for_the_sidecar_uses_real_metrics():
     exported = {m.name for m in metrics.REGISTRY.collect()}
     exported |= {n + "_total" for n in exported}
     assert used <= exported, used - exported
-    assert {"kubeprof_gpu_idle_ratio", "kubeprof_sessions", "kubeprof_findings",
-            "kubeprof_ingest_rejections_total", "kubeprof_ingest_batches_total"} <= used
+    assert {
+        "kubeprof_gpu_idle_ratio",
+        "kubeprof_sessions",
+        "kubeprof_findings",
+        "kubeprof_ingest_rejections_total",
+        "kubeprof_ingest_batches_total",
+    } <= used
     titles = {p["title"] for p in dash["panels"]}
-    assert {"GPU idle by workload (pod)", "GPU idle by node and GPU", "Sessions by phase",
-            "Ingest rate", "Top findings"} <= titles
+    assert {
+        "GPU idle by workload (pod)",
+        "GPU idle by node and GPU",
+        "Sessions by phase",
+        "Ingest rate",
+        "Top findings",
+    } <= titles
 
 
 def test_every_value_is_commented():
