@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.cluster.versions import cache_root
@@ -81,3 +82,13 @@ def rules_file(docs: list[dict[str, Any]], path: Path) -> Path:
     """The rendered PrometheusRule's spec as a plain Prometheus rules file."""
     path.write_text(yaml.safe_dump(find(docs, "PrometheusRule")["spec"], sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def helm_built() -> None:
+    """Fails (not skips) when helm is missing: `make unit` and `make test` build it."""
+    if not helm_path().exists():
+        pytest.fail(
+            f"helm {HELM_VERSION} is not built: run make helm-build "
+            f"({BUILD_SCRIPT.relative_to(ROOT)})"
+        )
