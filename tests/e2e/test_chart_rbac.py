@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
