@@ -261,3 +261,12 @@ def test_operator_down_alert(promtool: Path, tmp_path: Path):
 def test_ingest_alerts(promtool: Path, tmp_path: Path):
     r = _run_tests(promtool, tmp_path, _rules(tmp_path, {}), _ingest_tests())
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_alert_has_its_runbook_section_in_the_readme():
+    docs = chart.render({"prometheusRule": {"enabled": True}})
+    readme = (chart.ROOT / "README.md").read_text()
+    for rule in chart.find(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]:
+        name = rule["alert"]
+        assert rule["annotations"]["runbook_url"] == RUNBOOK + name.lower()
+        assert f"\n#### Alert: {name}\n" in readme, f"README has no runbook for {name}"
