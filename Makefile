@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 KUBEPROF := $(VENV)/bin/kubeprof
 DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
 
-.PHONY: setup demo test lint unit integration e2e cluster-build cluster-up cluster-down bench clean
+.PHONY: setup demo test lint unit integration e2e helm-build cluster-build cluster-up cluster-down bench clean
 
 setup:  ## system packages, eBPF prerequisites, .venv with kubeprof (idempotent)
 	@scripts/setup.sh
@@ -22,7 +22,10 @@ lint: setup  ## ruff (with A005 strict), mypy over the three source roots, impor
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-cluster-build: setup  ## build (or reuse) kube-apiserver, controller-manager, scheduler, etcd, kwok
+helm-build:  ## build (or reuse) the pinned helm from the Go module proxy (chart tests)
+	tests/e2e/cluster/build_helm.sh
+
+cluster-build: setup helm-build  ## build (or reuse) kube-apiserver, controller-manager, scheduler, etcd, kwok, helm
 	tests/e2e/cluster/build.sh
 
 cluster-up: cluster-build  ## start control plane + kwok nodes + PostgreSQL; prints export lines
@@ -31,7 +34,7 @@ cluster-up: cluster-build  ## start control plane + kwok nodes + PostgreSQL; pri
 cluster-down:
 	@if [ -x $(PY) ]; then $(PY) -m tests.e2e.cluster down; fi
 
-unit: setup
+unit: setup helm-build
 	$(VENV)/bin/pytest -q tests/unit
 
 test: setup lint cluster-build  ## everything: lint, unit, eBPF integration, e2e on a real control plane

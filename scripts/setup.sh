@@ -22,6 +22,16 @@ if [ -n "$missing" ]; then
         || { apt-get update -q >/dev/null && apt-get install -y -q $missing >/dev/null; }
 fi
 
+# Debian's prometheus: promtool checks and unit-tests the chart's alert rules, and the e2e
+# tests run a real Prometheus against the operator. Without recommends (no exporters); its
+# service is not used.
+if ! dpkg -s prometheus >/dev/null 2>&1; then
+    [ "$(id -u)" = 0 ] || { log "missing Debian package prometheus; run: sudo apt-get install --no-install-recommends prometheus"; exit 1; }
+    log "installing prometheus (promtool, for the chart's alert rules)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+fi
+
 sh scripts/setup-ebpf.sh
 
 # The venv uses Debian's python3 with system site-packages, so `import bcc` works in it.

@@ -25,6 +25,8 @@ from tests.e2e.cluster import Cluster
 from tests.e2e.cluster.ports import pick
 
 ROOT = Path(__file__).resolve().parents[2]
+# When set, the operator runs with this kubeconfig instead of the cluster's admin one.
+OPERATOR_KUBECONFIG_ENV = "KUBEPROF_E2E_OPERATOR_KUBECONFIG"
 KUBEPROF = [sys.executable, "-m", "kubeprof.cli"]
 CRD = ROOT / "crds" / "profilingsession.yaml"
 EXAMPLE = ROOT / "examples" / "profilingsession.yaml"
@@ -199,9 +201,9 @@ class Operator:
             "--agent-image",
             "registry.invalid/kubeprof:e2e",
         ]
-        self.proc = _spawn(
-            argv, {"KUBECONFIG": str(self.cluster.kubeconfig)}, self.workdir / "operator.log"
-        )
+        # test_chart_rbac runs these tests once with the chart's ServiceAccount credentials.
+        kubeconfig = os.environ.get(OPERATOR_KUBECONFIG_ENV) or str(self.cluster.kubeconfig)
+        self.proc = _spawn(argv, {"KUBECONFIG": kubeconfig}, self.workdir / "operator.log")
         poll(self._healthy, 60, "operator /healthz")
         return self
 

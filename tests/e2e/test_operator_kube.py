@@ -9,6 +9,7 @@ sharing one Kube, as the ingest API's executor does.
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def kube(k8s_cluster: Cluster) -> Kube:
-    return Kube(str(k8s_cluster.kubeconfig))
+    # test_chart_rbac runs this file once with the chart ServiceAccount's credentials.
+    return Kube(os.environ.get(h.OPERATOR_KUBECONFIG_ENV) or str(k8s_cluster.kubeconfig))
 
 
 @pytest.fixture

@@ -182,6 +182,13 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
     }
     if config.agent_service_account:
         pod_spec["serviceAccountName"] = config.agent_service_account
+    # Chart values (`agent.*`), passed as operator flags, replace the built-in defaults.
+    if config.agent_tolerations is not None:
+        pod_spec["tolerations"] = [dict(t) for t in config.agent_tolerations]
+    if config.agent_priority_class:
+        pod_spec["priorityClassName"] = config.agent_priority_class
+    if config.agent_security_context is not None:
+        container["securityContext"] = dict(config.agent_security_context)
     return owned({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 GROUP = "kubeprof.dev"
 VERSION = "v1alpha1"
@@ -38,6 +39,12 @@ class OperatorConfig:
     agent_memory: str = "512Mi"
     # Host folder where agents spool batches while the ingest API is unreachable.
     agent_spool_host_path: str = "/var/lib/kubeprof/spool"
+    # Agent pod tolerations; None = tolerate every taint (GPU nodes are often tainted).
+    agent_tolerations: tuple[dict[str, Any], ...] | None = None
+    # PriorityClass of agent pods ("" = none).
+    agent_priority_class: str = ""
+    # The agent container's whole securityContext, replacing the built-in one (None = built-in).
+    agent_security_context: dict[str, Any] | None = None
     # Seconds between reconcile passes of a session (re-resolve pods, agents, phase).
     reconcile_interval_s: float = 5.0
     # Window of the rolling `kubeprof_gpu_idle_ratio` of a running session ("idle now").

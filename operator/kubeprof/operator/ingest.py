@@ -101,6 +101,7 @@ class IngestApi:
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
             return _json(400, str(exc))
         entry.inflight += 1
+        metrics.INGEST_PENDING.inc()
         try:
             stored = await loop.run_in_executor(
                 self.pool, self.writer.store, entry.db_id, batch_id, node, batch)
@@ -112,6 +113,7 @@ class IngestApi:
             return _json(503, "database unavailable; retry later")
         finally:
             entry.inflight -= 1
+            metrics.INGEST_PENDING.dec()
         metrics.INGEST_BATCHES.labels(result="duplicate" if stored.duplicate else "stored").inc()
         if not stored.duplicate:
             metrics.INGEST_ROWS.inc(stored.rows)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from kubeprof.operator.config import OperatorConfig
 
 DESCRIPTION = """\
 Run the kubeprof operator against the current kubeconfig (or the in-cluster
@@ -51,6 +55,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-service-account", default=_env("KUBEPROF_AGENT_SERVICE_ACCOUNT"),
                    help="ServiceAccount of agent pods; agents need no API rights (env "
                         "KUBEPROF_AGENT_SERVICE_ACCOUNT, default: the namespace default)")
+    p.add_argument("--agent-image-pull-policy",
+                   default=_env("KUBEPROF_AGENT_IMAGE_PULL_POLICY", "IfNotPresent"),
+                   choices=["Always", "IfNotPresent", "Never"],
+                   help="imagePullPolicy of the agent pods (env KUBEPROF_AGENT_IMAGE_PULL_POLICY, "
+                        "default %(default)s)")
+    p.add_argument("--agent-cpu", default=_env("KUBEPROF_AGENT_CPU", "500m"),
+                   help="CPU request and limit of each agent (env KUBEPROF_AGENT_CPU, default "
+                        "%(default)s)")
+    p.add_argument("--agent-memory", default=_env("KUBEPROF_AGENT_MEMORY", "512Mi"),
+                   help="memory request and limit of each agent (env KUBEPROF_AGENT_MEMORY, "
+                        "default %(default)s)")
+    p.add_argument("--agent-spool-host-path",
+                   default=_env("KUBEPROF_AGENT_SPOOL_HOST_PATH", "/var/lib/kubeprof/spool"),
+                   help="host folder where agents spool batches while the ingest API is "
+                        "unreachable (env KUBEPROF_AGENT_SPOOL_HOST_PATH, default %(default)s)")
+    p.add_argument("--agent-tolerations", default=_env("KUBEPROF_AGENT_TOLERATIONS"),
+                   help="JSON list of the agent pods' tolerations (env "
+                        "KUBEPROF_AGENT_TOLERATIONS; default: tolerate every taint)")
+    p.add_argument("--agent-priority-class", default=_env("KUBEPROF_AGENT_PRIORITY_CLASS"),
+                   help="PriorityClass of the agent pods (env KUBEPROF_AGENT_PRIORITY_CLASS; "
+                        "default none)")
+    p.add_argument("--agent-security-context",
+                   default=_env("KUBEPROF_AGENT_SECURITY_CONTEXT"),
+                   help="JSON object replacing the agent container's securityContext (env "
+                        "KUBEPROF_AGENT_SECURITY_CONTEXT; default: the built-in one, not "
+                        "privileged, only the capabilities eBPF sampling needs)")
     p.add_argument("--namespace", action="append",
                    default=[n for n in _env("KUBEPROF_WATCH_NAMESPACES").split(",") if n],
                    help="watch ProfilingSessions only in this namespace (repeatable; env "
@@ -81,22 +111,58 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _json_arg(text: str, kind: type, flag: str) -> Any:
+    """A JSON flag value of the expected type, None when empty; ValueError names the flag."""
+    if not text.strip():
+        return None
+    want = "list of objects" if kind is list else "object"
+    try:
+        value: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{flag} is not valid JSON ({exc.msg} at character {exc.pos}); "
+                         f"pass a JSON {want}") from None
+    if not isinstance(value, kind) or (isinstance(value, list) and not all(
+            isinstance(v, dict) for v in value)):
+        raise ValueError(f"{flag} must be a JSON {want}, got {text[:80]!r}")
+    return value
+
+
+def build_config(args: argparse.Namespace) -> OperatorConfig:
+    """The operator's settings from parsed flags; ValueError names a bad flag."""
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    tolerations = _json_arg(args.agent_tolerations, list, "--agent-tolerations")
+    security = _json_arg(args.agent_security_context, dict, "--agent-security-context")
+    return OperatorConfig(
+        database_url=args.database_url, listen_host=host or "0.0.0.0", listen_port=int(port),
+        ingest_url=args.ingest_url, agent_image=args.agent_image,
+        agent_service_account=args.agent_service_account,
+        agent_image_pull_policy=args.agent_image_pull_policy, agent_cpu=args.agent_cpu,
+        agent_memory=args.agent_memory, agent_spool_host_path=args.agent_spool_host_path,
+        agent_tolerations=None if tolerations is None else tuple(tolerations),
+        agent_priority_class=args.agent_priority_class or "",
+        agent_security_context=security,
+        reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
+        gpu_idle_window_s=args.gpu_idle_window,
+        ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.database_url:
         print("kubeprof operator: error: --database-url is required (or set "
               "KUBEPROF_DATABASE_URL)", file=sys.stderr)
         return 2
-    host, _, port = args.listen.rpartition(":")
-    if not port.isdigit():
-        print(f"kubeprof operator: error: --listen wants HOST:PORT, got {args.listen!r}",
-              file=sys.stderr)
+    try:
+        config = build_config(args)
+    except ValueError as exc:
+        print(f"kubeprof operator: error: {exc}", file=sys.stderr)
         return 2
 
     import kopf
 
     from kubeprof.operator import handlers
-    from kubeprof.operator.config import OperatorConfig
     from kubeprof.operator.db import BatchWriter
     from kubeprof.operator.ingest import IngestApi
     from kubeprof.operator.kube import Kube
@@ -104,13 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubeprof.operator.registry import Registry
     from kubeprof.storage import Store, StoreError
 
-    config = OperatorConfig(
-        database_url=args.database_url, listen_host=host or "0.0.0.0", listen_port=int(port),
-        ingest_url=args.ingest_url, agent_image=args.agent_image,
-        agent_service_account=args.agent_service_account,
-        reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
-        gpu_idle_window_s=args.gpu_idle_window,
-        ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace))
     try:
         store = Store.open(config.database_url)
     except StoreError as exc:

@@ -29,6 +29,10 @@ INGEST_ROWS = Counter("kubeprof_ingest_rows_total", "Rows written to the results
 INGEST_REJECTIONS = Counter("kubeprof_ingest_rejections_total",
                             "Ingest requests refused, by reason", ["reason"],
                             registry=REGISTRY)
+INGEST_PENDING = Gauge("kubeprof_ingest_pending_batches",
+                       "Batches received and decoded, waiting for or in a database writer "
+                       "(a backlog that stays high means ingest falls behind)",
+                       registry=REGISTRY)
 RECONCILE_ERRORS = Counter("kubeprof_reconcile_errors_total",
                            "Reconcile passes that failed (retried)", ["stage"],
                            registry=REGISTRY)
