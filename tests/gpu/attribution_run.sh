@@ -22,11 +22,12 @@ fi
 export PYTHONPATH=$PWD/src:$PWD/agent:$PWD/operator${PYTHONPATH:+:$PYTHONPATH}
 KP="$PY -m kubeprof.cli"; DB="sqlite:///$W/attr.db"
 { date -u; uname -r; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  $PY -c "import sys, torch; from importlib import metadata as m; print(sys.version.split()[0], torch.__version__, {d: m.version(d) for d in ('cupti-python', 'nvidia-cuda-cupti', 'py-spy')})"
+  $PY -c "import json, sys, torch; from importlib import metadata as m; print(json.dumps({'python': sys.version.split()[0], 'torch': torch.__version__, **{d: m.version(d) for d in ('cupti-python', 'nvidia-cuda-cupti', 'py-spy')}}))"
 } >"$W/env.txt" 2>&1; cat "$W/env.txt" >>"$log"
 EXTRA=$($PY -c "
 import json; l = open('$W/env.txt').read().splitlines()
-print(json.dumps({'recorded_on': l[0], 'gpu': l[2] if len(l) > 2 else ''}))")
+print(json.dumps({'recorded_on': l[0], 'gpu': l[2] if len(l) > 2 else '',
+                  'versions': json.loads(l[3]) if len(l) > 3 else {}}))")
 
 say "probe"; timeout 60 $PY tests/gpu/attribution_probe.py >"$W/probe.json" 2>"$W/probe.err"
 say "  rc=$? $(cat "$W/probe.json") $(tail -n 3 "$W/probe.err")"; pack
@@ -47,7 +48,7 @@ record() {  # NAME BACKWARD(0|1)
 record train_torch_autograd 1
 record train_torch_fallback 0
 say "shares"; $PY tests/gpu/attribution_shares.py "$W"/train_torch*.kpgcap.gz 2>&1 | tee -a "$log"
-grep -n "backward of\|main thread shown\|attributed" "$W/train_torch.report.txt" | head -n 12 >>"$log"
+grep -n "backward of\|main thread shown\|attributed" "$W/train_torch_autograd.report.txt" | head -n 12 >>"$log"
 pack
 say "gpu tests replaced in issue 11"
 timeout 150 $PY -m pytest -m gpu -q -p no:cacheprovider -o addopts="" \
