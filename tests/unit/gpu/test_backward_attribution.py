@@ -160,3 +160,24 @@ def test_without_sequence_numbers_backward_falls_back_to_the_main_thread(
     assert len(bwd) == 3 and all(a.stack[-2].name == FOREIGN_MARKER for a in bwd)
     assert not tx.queues["autograd"]
     assert attribution(acts).via_backward_ns == 0
+
+
+def test_without_torch_or_its_api_the_link_is_off_and_says_why():
+    seq = autograd_mod.AutogradSeq(modules={})
+    assert seq.forward() == autograd_mod.NONE and seq.backward() == autograd_mod.NONE
+    assert not seq.error  # no torch: nothing to say
+    old = {"torch": types.ModuleType("torch"), "torch._C": types.ModuleType("torch._C")}
+    seq = autograd_mod.AutogradSeq(modules=old)  # a torch without _current_autograd_node
+    assert seq.forward() == autograd_mod.NONE and seq.backward() == autograd_mod.NONE
+    assert "autograd sequence numbers unavailable" in seq.error
+
+
+def test_nodes_without_a_forward_op_are_not_linked(torch_like):
+    """AccumulateGrad carries UINT64_MAX: such a launch keeps the main-thread fallback."""
+    seq = autograd_mod.AutogradSeq()
+    torch_like.current = types.SimpleNamespace(_sequence_nr=lambda: 2**64 - 1)
+    assert seq.backward() == autograd_mod.NONE
+    torch_like.current = types.SimpleNamespace(_sequence_nr=lambda: 41)
+    assert seq.backward() == 41
+    torch_like.make_node("X")
+    assert seq.forward() == 1
