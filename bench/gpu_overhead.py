@@ -6,7 +6,9 @@ repetition is timed inside the profiler's session (start/stop costs excluded, fo
 and torch.profiler alike).
 
     python bench/gpu_overhead.py --reps 10 --out results.json     # parent: all modes
-    modes: kubeprof (call-site stacks, the default), kubeprof_full (walk every launch),
+    modes: kubeprof (call-site stacks, the default; backward kernels charged to their forward
+           op through autograd sequence numbers), kubeprof_nobackward (the same without:
+           backward kernels under the main thread's stack), kubeprof_full (walk every launch),
            kubeprof_nostack (callbacks, no stack), kubeprof_activity (records only),
            kineto (torch.profiler CPU+CUDA), kineto_stack (with_stack=True)
 """
@@ -26,8 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OPS = 20_000  # launch-bound ops per repetition
 MATMULS = 50
+TRAIN_STEPS = 100  # launch-bound training steps (small MLP, forward + backward) per repetition
 MODES = {
     "kubeprof": {"KUBEPROF_GPU_STACKS": "callsite"},
+    "kubeprof_nobackward": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_BACKWARD": "0"},
     "kubeprof_full": {"KUBEPROF_GPU_STACKS": "full"},
     "kubeprof_nostack": {"KUBEPROF_GPU_STACKS": "off"},
     "kubeprof_activity": {"KUBEPROF_GPU_CALLBACKS": "0"},
@@ -60,6 +64,17 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
             torch.matmul(a, a, out=c)
         torch.cuda.synchronize()
 
+    mlp = torch.nn.Sequential(
+        *[m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.GELU())]
+    ).cuda()
+    xb = torch.randn(32, 256, device="cuda")
+
+    def train_bound() -> None:
+        """Launch-bound training: half its kernels come from autograd's engine thread."""
+        for _ in range(TRAIN_STEPS):
+            mlp(xb).square().mean().backward()
+        torch.cuda.synchronize()
+
     tracer = None
     if mode.startswith("kubeprof"):
         from kubeprof.agent.gpu import inject
@@ -68,7 +83,11 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         if tracer is None:
             raise SystemExit("kubeprof tracer not loaded (run through the parent)")
 
-    stop_costs: dict[str, list[float]] = {"launch_bound": [], "compute_bound": []}
+    stop_costs: dict[str, list[float]] = {
+        "launch_bound": [],
+        "compute_bound": [],
+        "train_bound": [],
+    }
 
     def profiled(fn: object) -> float:
         """Time of ``fn`` while profiled, including the tracer's own record processing."""
@@ -106,13 +125,17 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
     for _ in range(2):  # warm-up: allocator, cuBLAS heuristics, profiler first-use costs
         plain(launch_bound)
         plain(compute_bound)
+        plain(train_bound)
         profiled(launch_bound)
         profiled(compute_bound)
+        profiled(train_bound)
     res: dict[str, list[float]] = {
         "base_launch": [],
         "prof_launch": [],
         "base_compute": [],
         "prof_compute": [],
+        "base_train": [],
+        "prof_train": [],
     }
     for r in range(reps):
         order = ("base", "prof") if r % 2 == 0 else ("prof", "base")
@@ -120,6 +143,7 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
             run = plain if which == "base" else profiled
             res[f"{which}_launch"].append(run(launch_bound))
             res[f"{which}_compute"].append(run(compute_bound))
+            res[f"{which}_train"].append(run(train_bound))
     if tracer is not None:
         tracer.resume()
     profiled_reps = reps + 2
@@ -167,17 +191,20 @@ def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    kernels = attributed = launch_kernels = launch_attr = 0
+    kernels = attributed = launch_kernels = launch_attr = backward = via_main = 0
     counters: dict[str, int] = {}
 
     def take(batch: object) -> None:
-        nonlocal kernels, attributed, launch_kernels, launch_attr
+        nonlocal kernels, attributed, launch_kernels, launch_attr, backward, via_main
         for a in batch.gpu_activities:  # type: ignore[attr-defined]
             if a.kind != "kernel":
                 continue
             kernels += 1
             has = any(f.kind.value == "python" for f in a.stack)
             attributed += has
+            marker = a.stack[-2].name if len(a.stack) > 1 else ""
+            backward += marker.startswith("backward of ")
+            via_main += marker.startswith("[launched by a native thread")
             if "elementwise" in a.name:
                 launch_kernels += 1
                 launch_attr += any(f.name.endswith("launch_bound") for f in a.stack)
@@ -201,6 +228,8 @@ def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
             attributed_kernels=attributed,
             elementwise_kernels=launch_kernels,
             elementwise_in_launch_bound=launch_attr,
+            backward_kernels=backward,
+            via_main_kernels=via_main,
             counters=counters,
         )
     return res
@@ -211,6 +240,7 @@ def summarise(r: dict) -> dict:
         k: statistics.median(r[k])
         for k in ("base_launch", "prof_launch", "base_compute", "prof_compute")
     }
+    train = {k: statistics.median(r[k]) for k in ("base_train", "prof_train") if r.get(k)}
     return {
         "mode": r["mode"],
         "launch_base_s": med["base_launch"],
@@ -218,6 +248,10 @@ def summarise(r: dict) -> dict:
         "launch_slowdown": med["prof_launch"] / med["base_launch"],
         "added_us_per_op": (med["prof_launch"] - med["base_launch"]) / OPS * 1e6,
         "compute_slowdown": med["prof_compute"] / med["base_compute"],
+        "train_base_s": train.get("base_train"),
+        "train_slowdown": train["prof_train"] / train["base_train"] if train else None,
+        "backward_kernels": r.get("backward_kernels"),
+        "via_main_kernels": r.get("via_main_kernels"),
         "tflops": r.get("tflops"),
         "kineto_stop_s_launch_median": (
             statistics.median(r["stop_s"]["launch_bound"]) if r["stop_s"]["launch_bound"] else None
@@ -254,16 +288,16 @@ def main() -> None:
         print(json.dumps(s), flush=True)
     print(
         "\n| mode | launch-bound slowdown | added µs/op | compute-bound slowdown "
-        "| kernels seen / launched |"
+        "| training-step slowdown | kernels seen / launched |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for s in rows:
         seen = "-"
         if s["kernels"]:
             seen = f"{s['elementwise_kernels']:,} / {s['launch_kernels_expected']:,}"
         print(
             f"| {s['mode']} | {s['launch_slowdown']:.2f}× | {s['added_us_per_op']:.2f} "
-            f"| {s['compute_slowdown']:.3f}× | {seen} |"
+            f"| {s['compute_slowdown']:.3f}× | {s['train_slowdown'] or 0:.2f}× | {seen} |"
         )
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": rows, "raw": raw}, indent=1))

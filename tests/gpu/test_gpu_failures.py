@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 from harness import NO_MULTICAST, REPO, python, run_traced
@@ -72,9 +71,14 @@ def test_fork_after_tracer_start_leaves_cuda_usable_in_child() -> None:
     assert "child status 0" in t.stdout
 
 
-def test_sitecustomize_chain_and_env_only_injection() -> None:
-    """What the cluster agent does: only environment variables, no recorder code in the child."""
-    t = run_traced([python(), "-c", TINY])
-    assert t.returncode == 0
-    assert len(t.kernels) >= 1000
-    assert sys.executable
+def test_sitecustomize_chain_and_env_only_injection(tmp_path, monkeypatch) -> None:
+    """What the cluster agent does: only environment variables, no recorder code in the child;
+    a sitecustomize of the user's, which ours shadows on PYTHONPATH, still runs."""
+    (tmp_path / "sitecustomize.py").write_text("print('user sitecustomize ran', flush=True)\n")
+    old = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (old, str(tmp_path)) if p))
+    t = run_traced([python(), "-c", TINY])  # tracer_env() puts ours first, the user's after
+    assert t.returncode == 0, t.stderr[-500:]
+    assert "user sitecustomize ran" in t.stdout and "workload ok 1001.0" in t.stdout
+    adds = [k for k in t.kernels if k.stack and k.stack[0].file == "<string>"]
+    assert len(adds) >= 1000  # each add_ joined to the -c program's Python frame

@@ -1,5 +1,6 @@
 """The CPU collector against real eBPF: Python shares, native symbols, children, faults."""
 
+import json
 import os
 import subprocess
 import time
@@ -147,3 +148,64 @@ def test_process_that_execs_python_later_gets_python_frames(python_exe):
     cold = sum("cold" in names(s) for s in samples)
     assert hot + cold >= 0.8 * len(samples) and hot + cold >= 100
     assert abs(hot / (hot + cold) - 0.80) < 0.08
+
+
+def _phase_at(phases, ts_ns, margin_ns=25_000_000):
+    """The logged phase running at ts_ns, clear of its boundaries by 2.5 sampling periods."""
+    for name, t0, t1 in phases:
+        if t0 + margin_ns <= ts_ns < t1 - margin_ns:
+            return name
+    return None
+
+
+def _judge(samples, pid, phases, *, native_leaf):
+    """(judged, python right, native leaf right) over main-thread samples inside a phase."""
+    judged = py_right = leaf_right = 0
+    for s in samples:
+        want = _phase_at(phases, s.ts_ns) if s.tid == pid else None
+        if want is None:
+            continue
+        judged += 1
+        py = [f.name for f in s.stack if f.kind is FrameKind.PYTHON]
+        py_right += want in py and not ({"python_phase", "native_phase"} - {want}) & set(py)
+        if native_leaf:
+            in_crypto = any("libcrypto" in f.file for f in s.stack if f.kind is FrameKind.NATIVE)
+            leaf_right += in_crypto == (want == "native_phase")
+    return judged, py_right, leaf_right
+
+
+def test_each_sample_has_its_phase_python_stack_and_native_leaf(python_exe, tmp_path):
+    """Per sample: the Python phase (py-spy's stacks, joined by time) and the native leaf
+    (the kernel's) agree with the phase the program logged for that instant."""
+    log = tmp_path / "phases.json"
+    samples, procs, _ = record([python_exe, str(FIXTURES / "phase_log.py"), "5", str(log)])
+    phases = json.loads(log.read_text())
+    pid = procs[0].pid
+    judged, py_right, leaf_right = _judge(samples, pid, phases, native_leaf=True)
+    print({"judged": judged, "python": py_right, "leaf": leaf_right, "samples": len(samples)})
+    assert judged >= 80, (judged, len(samples))  # on-CPU time is short on a loaded machine
+    assert leaf_right >= 0.9 * judged, (leaf_right, judged)  # the kernel's own stacks
+    assert py_right >= 0.9 * judged, (py_right, judged)  # py-spy's, placed by timestamp
+
+
+def test_pyspy_fallback_gives_each_sample_its_phase(python_exe, tmp_path):
+    """The same program through the BPF-free collector (Python frames only)."""
+    from kubeprof.agent.cpu.pyspy_collector import PyspyCollector
+
+    log = tmp_path / "phases.json"
+    proc = subprocess.Popen([python_exe, str(FIXTURES / "phase_log.py"), "5", str(log)])
+    col = PyspyCollector(99, segment_s=1.0)
+    samples = []
+    try:
+        col.add_target(proc.pid)
+        while proc.poll() is None:
+            time.sleep(0.3)
+            samples += col.poll().samples
+    finally:
+        samples += col.stop().samples
+        proc.wait()
+    phases = json.loads(log.read_text())
+    judged, py_right, _ = _judge(samples, proc.pid, phases, native_leaf=False)
+    print({"judged": judged, "python": py_right, "samples": len(samples)})
+    assert judged >= 80, (judged, len(samples))
+    assert py_right >= 0.9 * judged, (py_right, judged)

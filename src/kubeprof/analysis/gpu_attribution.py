@@ -20,6 +20,9 @@ UNATTRIBUTED = Frame("[unattributed: no launch stack]", FrameKind.NATIVE)
 # The tracer's marker for launches from threads with no Python frames (autograd's engine,
 # XLA's executors): the stack above it is the main thread's at that moment.
 FOREIGN_PREFIX = "[launched by a native thread"
+# The receiver's frame for a PyTorch backward kernel charged to the forward op that made its
+# autograd node: ``backward of Linear.forward (linear.py:134)``, under that op's stack.
+BACKWARD_PREFIX = "backward of "
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +34,27 @@ class Attribution:
     count: int
     attributed_count: int
     via_main_ns: int = 0  # of attributed_ns: launched by a native thread, main thread's stack
+    via_backward_ns: int = 0  # of attributed_ns: backward kernels, their forward op's stack
 
     @property
     def share(self) -> float:
         return self.attributed_ns / self.total_ns if self.total_ns else 1.0
+
+    @property
+    def via_main_share(self) -> float:
+        """Share of GPU time shown under the main thread's stack (the approximate fallback)."""
+        return self.via_main_ns / self.total_ns if self.total_ns else 0.0
+
+    @property
+    def via_backward_share(self) -> float:
+        """Share of GPU time of backward kernels charged to their forward op's line."""
+        return self.via_backward_ns / self.total_ns if self.total_ns else 0.0
+
+    @property
+    def own_line_share(self) -> float:
+        """Share charged to the line that launched it or, for backward, its forward op:
+        attributed and not through the main-thread fallback."""
+        return (self.attributed_ns - self.via_main_ns) / self.total_ns if self.total_ns else 1.0
 
 
 def has_python_stack(stack: Stack) -> bool:
@@ -46,7 +66,7 @@ def attribution(
     activities: Iterable[GpuActivity], kinds: frozenset[str] = frozenset({"kernel"})
 ) -> Attribution:
     """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
-    tot = att = n = na = via = 0
+    tot = att = n = na = via = bwd = 0
     for a in activities:
         if a.kind in kinds:
             d = a.end_ns - a.start_ns
@@ -55,9 +75,19 @@ def attribution(
             if has_python_stack(a.stack):
                 att += d
                 na += 1
-                if any(f.name.startswith(FOREIGN_PREFIX) for f in a.stack):
+                marker = _marker(a.stack)
+                if marker.startswith(FOREIGN_PREFIX):
                     via += d
-    return Attribution(tot, att, n, na, via)
+                elif marker.startswith(BACKWARD_PREFIX):
+                    bwd += d
+    return Attribution(tot, att, n, na, via, bwd)
+
+
+def _marker(stack: Stack) -> str:
+    """The native frame the tracer/receiver put between the Python frames and the API call."""
+    if len(stack) >= 2 and stack[-2].kind is FrameKind.NATIVE:
+        return stack[-2].name
+    return ""
 
 
 def gpu_frame(a: GpuActivity) -> Frame:

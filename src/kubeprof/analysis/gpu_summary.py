@@ -61,6 +61,7 @@ class GpuSummary:
     timeline: dict[int, tuple[float, ...]] = field(default_factory=dict)  # busy per bucket
     metrics: tuple[MetricSummary, ...] = ()
     counters: dict[str, int] = field(default_factory=dict)
+    attributed_via_backward_ns: int = 0  # backward kernels charged to their forward op's line
 
 
 def gpu_summary(
@@ -105,6 +106,7 @@ def gpu_summary(
         },
         metrics=summarise_metrics(metrics),
         counters=dict(counters or {}),
+        attributed_via_backward_ns=att.via_backward_ns,
     )
 
 

@@ -106,6 +106,11 @@ def render_gpu_text(
             f"kernels: {s.kernels:,}  GPU kernel time: {_ms(s.kernel_ns)}  "
             f"attributed to a Python stack: {_pct(s.attributed_share)}"
         )
+    if s.kernels and s.attributed_via_backward_ns:
+        out.append(
+            f"  of which {_pct(s.attributed_via_backward_ns / max(1, s.kernel_ns))} backward "
+            "kernels charged to their forward op's line (`backward of ...`)"
+        )
     if s.kernels and s.attributed_via_main_ns:
         out.append(
             f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "

@@ -25,7 +25,8 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
   flame-graph frames the finding points at.
 - ``top_functions`` / ``top_stacks``: per view (cpu, gpu): functions by self and total time,
   stacks (root first) by value.
-- ``gpu``: the GPU summary (kernels, kernel_ns, attributed_share, memcpy/memset/sync time,
+- ``gpu``: the GPU summary (kernels, kernel_ns, attributed_share and the parts of it through the
+  main-thread fallback and through backward -> forward links, memcpy/memset/sync time,
   session_idle_ratio, ``top_kernels``, NVML ``metrics``), null without GPU records.
 """
 
@@ -208,6 +209,14 @@ def _gpu(s: GpuSummary | None) -> dict[str, Any] | None:
         "kernels": s.kernels,
         "kernel_ns": s.kernel_ns,
         "attributed_share": s.attributed_share if traced else None,
+        # of kernel time: shown under the main thread's stack (launched by a native thread,
+        # the approximate fallback), and backward kernels charged to their forward op's line
+        "attributed_via_main_share": s.attributed_via_main_ns / s.kernel_ns
+        if traced and s.kernel_ns
+        else None,
+        "attributed_via_backward_share": s.attributed_via_backward_ns / s.kernel_ns
+        if traced and s.kernel_ns
+        else None,
         "session_idle_ratio": s.session.idle_ratio if traced else None,
         "memcpy_ns": s.memcpy_ns,
         "memcpy_bytes": s.memcpy_bytes,

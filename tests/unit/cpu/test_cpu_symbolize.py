@@ -136,3 +136,26 @@ def test_kernel_stack_is_root_first_and_unknown_when_unresolvable(tmp_path):
     assert [f.name for f in frames] == ["entry_SYSCALL_64", "do_sys"]
     assert all(f.kind is FrameKind.KERNEL for f in frames)
     assert sym.kernel_stack([0x1])[0].name == UNKNOWN
+
+
+def test_maps_read_mid_exec_wait_for_the_program_to_be_mapped(tmp_path):
+    """Right after exec() the kernel may not have mapped the program yet; maps cached then
+    would leave every sample of a process that exits before the next refresh [unknown]."""
+    import threading
+
+    pid = tmp_path / "4242"
+    pid.mkdir()
+    (pid / "exe").symlink_to("/usr/bin/prog")
+    (pid / "maps").write_text("7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0 [vdso]\n")
+    full = (
+        "55e000001000-55e000002000 r-xp 00001000 08:01 7 /usr/bin/prog\n"
+        "7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0 [vdso]\n"
+    )
+    later = threading.Timer(0.01, (pid / "maps").write_text, (full,))
+    later.start()
+    sym = Symbolizer(proc=str(tmp_path))
+    assert sym.refresh(4242)
+    later.join()
+    (pid / "maps").unlink()  # the process exits: no refresh possible any more
+    frame = sym.user_frame(4242, 0x55E000001010)
+    assert frame.file == "/usr/bin/prog"

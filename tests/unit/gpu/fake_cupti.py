@@ -7,7 +7,10 @@ runtime enter/exit callbacks around a nested driver enter/exit, then a kernel re
 
 from __future__ import annotations
 
+import _thread
 import enum
+import itertools
+from collections import deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -82,6 +85,20 @@ class SubscriberParams:
         self.ptr = 1
 
 
+def _call_from_native_thread(fn: Any, args: tuple) -> None:
+    """Run ``fn(*args)`` on a new thread with no Python frame under it, as a CUDA launch
+    from PyTorch's autograd engine or XLA's executors calls the CUPTI callback, and wait.
+
+    Everything between the thread's start and ``fn`` is C (deque.extend consuming starmap),
+    so ``sys._getframe(1)`` in ``fn`` raises, as on a native thread."""
+    done = _thread.allocate_lock()
+    done.acquire()
+    calls = itertools.chain(itertools.starmap(fn, [args]), itertools.starmap(done.release, [()]))
+    _thread.start_new_thread(deque(maxlen=0).extend, (calls,))
+    if not done.acquire(timeout=5):
+        raise TimeoutError("the native-thread call did not finish")
+
+
 @dataclass
 class FakeCupti:
     """State of the fake library; ``module()`` exposes it with cupti's function names."""
@@ -94,6 +111,7 @@ class FakeCupti:
     pending: list = field(default_factory=list)
     next_corr: int = 1
     now: int = 1_000_000
+    native_thread: bool = False  # call back from a thread with no Python frames
 
     def module(self) -> SimpleNamespace:
         m = SimpleNamespace(
@@ -133,7 +151,10 @@ class FakeCupti:
         if self.callback and (int(domain), int(cbid)) in self.enabled:
             name = _REAL_NAMES.get(int(cbid), f"api{int(cbid)}")
             data = SimpleNamespace(callback_site=int(site), correlation_id=corr, function_name=name)
-            self.callback(None, int(domain), int(cbid), data)
+            if self.native_thread:
+                _call_from_native_thread(self.callback, (None, int(domain), int(cbid), data))
+            else:
+                self.callback(None, int(domain), int(cbid), data)
 
     def launch(
         self, name: str = "_Z6kernelv", duration: int = 1000, driver_only: bool = False

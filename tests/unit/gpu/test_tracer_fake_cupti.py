@@ -2,43 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-import types
 
 import pytest
 from fake_cupti import FakeCupti
 
-from kubeprof.agent.gpu import tracer as tracer_mod
-from kubeprof.agent.gpu.receiver import GpuReceiver
 from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig, TracerError
 from kubeprof.agent.gpu.wire import Sender
 from kubeprof.model import FrameKind
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    fk = FakeCupti()
-    pkg = types.ModuleType("cupti")
-    pkg.cupti = fk.module()
-    monkeypatch.setitem(sys.modules, "cupti", pkg)
-    monkeypatch.setitem(sys.modules, "cupti.cupti", pkg.cupti)
-    monkeypatch.setattr(tracer_mod, "preflight", lambda: None)
-    monkeypatch.setattr(tracer_mod, "_version_check", lambda c: {"libcupti": ""})
-    monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
-    return fk
-
-
-@pytest.fixture
-def wire(tmp_path):
-    path = str(tmp_path / "gpu.sock")
-    rx = GpuReceiver(path)
-    rx.start()
-    tx = Sender(path, interval_s=0.02)
-    yield rx, tx
-    tx.close(1.0)
-    rx.stop(1.0)
 
 
 def model_forward(fk: FakeCupti, n: int) -> None:

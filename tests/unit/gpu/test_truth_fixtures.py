@@ -18,10 +18,23 @@ from kubeprof.model import FrameKind, GpuActivity
 
 TRUTH = Path(__file__).resolve().parents[2] / "fixtures" / "gpu" / "truth"
 MODES = ["compute", "half", "starved", "tiny", "item", "pageable", "pageable_pinned"]
-ALL = [*MODES, "train_torch"]
-TRUTH_KEYS = {"mode", "steps", "warmup_steps", "wall_ms", "gpu_busy_ms", "idle_ratio",
-              "kernels_per_step", "syncs_per_step", "bytes_copied_per_step", "host_functions",
-              "main_start_ns", "main_end_ns", "busy_source", "busy_includes"}
+ALL = [*MODES, "train_torch", "train_torch_autograd"]
+TRUTH_KEYS = {
+    "mode",
+    "steps",
+    "warmup_steps",
+    "wall_ms",
+    "gpu_busy_ms",
+    "idle_ratio",
+    "kernels_per_step",
+    "syncs_per_step",
+    "bytes_copied_per_step",
+    "host_functions",
+    "main_start_ns",
+    "main_end_ns",
+    "busy_source",
+    "busy_includes",
+}
 
 
 @cache
@@ -58,16 +71,20 @@ def test_truth_line_is_present_and_fits_the_session(mode):
     truth = t.meta["truth"]
     assert truth is not None and set(truth) >= TRUTH_KEYS
     assert truth["mode"] == mode.split("_")[0] and truth.get("pinned", False) == ("pinned" in mode)
-    line = next(ln for ln in (TRUTH / f"{mode}.stdout.txt").read_text().splitlines()
-                if ln.startswith("KUBEPROF_TRUTH "))
+    line = next(
+        ln
+        for ln in (TRUTH / f"{mode}.stdout.txt").read_text().splitlines()
+        if ln.startswith("KUBEPROF_TRUTH ")
+    )
     assert str(truth["main_start_ns"]) in line  # the stored truth is the printed one
     assert t.meta["session_start_ns"] < truth["warmup_start_ns"] < truth["main_start_ns"]
     assert truth["main_start_ns"] < truth["main_end_ns"] < t.meta["session_end_ns"]
     host_ms = (truth["main_end_ns"] - truth["main_start_ns"]) / 1e6
     assert truth["wall_ms"] == pytest.approx(host_ms, rel=0.02)  # CUDA events vs host clock
     assert 0 <= truth["gpu_busy_ms"] <= truth["wall_ms"]
-    assert truth["idle_ratio"] == pytest.approx(1 - truth["gpu_busy_ms"] / truth["wall_ms"],
-                                                abs=1e-3)
+    assert truth["idle_ratio"] == pytest.approx(
+        1 - truth["gpu_busy_ms"] / truth["wall_ms"], abs=1e-3
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)

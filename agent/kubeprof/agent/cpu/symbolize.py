@@ -18,6 +18,7 @@ from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
 from kubeprof.model import Frame, FrameKind
 
 UNKNOWN = "[unknown]"
+_SETTLE_TRIES, _SETTLE_SLEEP_S = 50, 0.001  # at most ~50 ms waiting for exec() to map
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +120,8 @@ class Symbolizer:
     # -- processes ---------------------------------------------------------------------
     def refresh(self, pid: int) -> bool:
         """Re-read the pid's maps (and perf map); False if the process is gone."""
-        try:
-            with open(f"{self._proc}/{pid}/maps") as f:
-                maps = parse_maps(f.read())
-        except OSError:
+        maps = self._settled_maps(pid)
+        if maps is None:
             return False
         entry = self._procs.get(pid)
         if entry is None:
@@ -131,6 +130,30 @@ class Symbolizer:
             entry.maps, entry.loaded_at = maps, time.monotonic()
         self._load_perf_map(pid, entry)
         return True
+
+    def _settled_maps(self, pid: int) -> list[Mapping] | None:
+        """The pid's executable mappings once its program is mapped (None: gone).
+
+        A process seen right after exec() (``subprocess.Popen`` returns when the exec'd
+        child closes its error pipe, which the kernel does before the ELF loader maps the
+        new program) can show maps without its own executable yet. Cached then, a
+        process that exits before the next refresh left every sample of its binary
+        ``[unknown]``; so wait, briefly, until /proc/PID/exe's file is mapped.
+        """
+        try:
+            exe = os.readlink(f"{self._proc}/{pid}/exe").removesuffix(" (deleted)")
+        except OSError:
+            exe = ""
+        for _ in range(_SETTLE_TRIES):
+            try:
+                with open(f"{self._proc}/{pid}/maps") as f:
+                    maps = parse_maps(f.read())
+            except OSError:
+                return None
+            if not exe or any(m.path == exe for m in maps):
+                return maps
+            time.sleep(_SETTLE_SLEEP_S)
+        return maps
 
     def forget(self, pid: int) -> None:
         """Drop a pid's cache once its samples are all symbolized."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from kubeprof.agent.gpu.autograd import NONE, AutogradSeq
 from kubeprof.agent.gpu.pm_sampling import PmSampler
 from kubeprof.agent.gpu.stacks import StackTable, main_thread_frame
 from kubeprof.agent.gpu.wire import Sender
@@ -92,6 +93,7 @@ class TracerConfig:
     foreign: str = "main"  # launches from threads with no Python frames: main | none
     max_queued: int = 1_000_000  # records per kind held in the target before dropping
     callbacks: bool = True  # False: activity records only, no launch stacks (the cost floor)
+    backward: bool = True  # PyTorch: send autograd sequence numbers (backward -> forward op)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> TracerConfig:
@@ -110,6 +112,7 @@ class TracerConfig:
             foreign=e.get("KUBEPROF_GPU_FOREIGN", d.foreign),
             max_queued=int(e.get("KUBEPROF_GPU_MAX_QUEUED", d.max_queued)),
             callbacks=e.get("KUBEPROF_GPU_CALLBACKS", "1") != "0",
+            backward=e.get("KUBEPROF_GPU_BACKWARD", "1") != "0",
         )
 
 
@@ -175,6 +178,8 @@ class CuptiTracer:
         self._stopped = False
         self.info: dict[str, str] = {}
         self.pm: PmSampler | None = None
+        self.autograd = AutogradSeq() if self.config.backward else None
+        self._autograd_warned = False
 
     # ---- lifecycle ----
     def start(self) -> None:
@@ -364,6 +369,9 @@ class CuptiTracer:
             self.sender.clock_offset_ns = self._offset
             if self.pm is not None:
                 self.pm.tick(launches_seen=self.stacks.stats["walks"] > 0)
+            if self.autograd is not None and self.autograd.error and not self._autograd_warned:
+                self._autograd_warned = True
+                self.sender.pending_messages.append(("warning", self.autograd.error))
         self.sender.counters.update({f"stack_{k}": v for k, v in self.stacks.stats.items()})
 
     # ---- callbacks (hot paths) ----
@@ -379,14 +387,20 @@ class CuptiTracer:
         counters = self.sender.counters
         intern = self.sender.intern
         api_ids: dict[tuple[int, int], int] = {}
-        # thread -> (stack id, api id) of the runtime call it is inside, None outside one
-        in_runtime: dict[int, tuple[int, int] | None] = {}
+        # thread -> (stack id, api id, backward seq) of the runtime call it is inside, None
+        # outside one
+        in_runtime: dict[int, tuple[int, int, int] | None] = {}
         alias = {
             int(member)
             for name, member in cupti.DriverApiTraceCbid.__members__.items()
             if name.startswith(_DRIVER_ALIAS_PREFIXES)
         }
         foreign_main = self.config.foreign == "main"
+        seqs = self.autograd
+        fwd_seq = seqs.forward if seqs is not None else None
+        bwd_seq = seqs.backward if seqs is not None else None
+        aqueue = self.sender.queues["autograd"]
+        last_peek: dict[int, int] = {}  # thread -> forward seq last sent
 
         def on_api(_userdata: Any, domain: int, cbid: int, cbdata: Any) -> None:
             site = cbdata.callback_site
@@ -401,14 +415,26 @@ class CuptiTracer:
                 outer = in_runtime.get(tid)
                 if outer is not None:  # nested in a runtime call: its stack, maybe an alias
                     if cbid in alias and len(queue) < max_queued:
+                        if outer[2] != NONE:
+                            aqueue.append((cbdata.correlation_id, outer[2], tid, 1))
                         queue.append((cbdata.correlation_id, outer[0], outer[1], tid))
                     return
+            corr = cbdata.correlation_id
+            seq = NONE
             try:
                 frame = getframe(1)
             except ValueError:  # a native thread: no Python frames at all
                 frame = None
             if frame is not None:
                 sid = capture(frame)
+                if fwd_seq is not None:
+                    peek = fwd_seq()
+                    if peek != NONE and last_peek.get(tid) != peek:
+                        last_peek[tid] = peek
+                        aqueue.append((corr, peek, tid, 0))
+            elif bwd_seq is not None and (seq := bwd_seq()) != NONE:
+                sid = 0  # the receiver gives it the stack of the forward op (autograd.py)
+                aqueue.append((corr, seq, tid, 1))
             elif foreign_main:
                 sid = capture(main_thread_frame(), marker=FOREIGN_MARKER)
             else:
@@ -417,11 +443,11 @@ class CuptiTracer:
             if api is None:
                 api = api_ids[(domain, cbid)] = intern(cbdata.function_name or str(cbid))
             if domain == runtime:
-                in_runtime[tid] = (sid, api)
+                in_runtime[tid] = (sid, api, seq)
             if len(queue) >= max_queued:
                 counters["dropped"] += 1
                 return
-            queue.append((cbdata.correlation_id, sid, api, tid))
+            queue.append((corr, sid, api, tid))
 
         return on_api
 

@@ -37,6 +37,11 @@ MAX_PAYLOAD = 512 << 20
 SCHEMAS: dict[str, tuple[str, ...]] = {
     # an API call that can start GPU work, with the Python stack seen at its entry
     "launch": ("correlation_id", "stack_id", "api", "tid"),
+    # PyTorch autograd sequence number at a launch (see autograd.py): backward = 0, a forward
+    # launch's at::sequence_number::peek() (sent when it changed on that thread); backward
+    # = 1, the sequence number of the autograd node that launched it (from the engine's
+    # thread, which has no Python stack: the receiver gives it its forward op's stack)
+    "autograd": ("correlation_id", "seq", "tid", "backward"),
     "kernel": (
         "start",
         "end",
@@ -81,7 +86,7 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
 # "clock_offset_ns" = host CLOCK_MONOTONIC - CUPTI clock, which the receiver adds.
 # Drain order inside a frame: GPU records first, launches after, so every record in a
 # frame has its launch (appended earlier) in the same frame or an earlier one.
-DRAIN_ORDER = ("kernel", "memcpy", "memset", "sync", "marker", "pm", "launch")
+DRAIN_ORDER = ("kernel", "memcpy", "memset", "sync", "marker", "pm", "autograd", "launch")
 MAX_RECORDS_PER_FRAME = 100_000
 
 

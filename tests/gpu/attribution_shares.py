@@ -1,0 +1,34 @@
+"""Share of training kernel time charged to a forward-op line, from raw GPU captures.
+
+    python tests/gpu/attribution_shares.py w/train_torch.kpgcap.gz w/train_torch_nobwd.kpgcap.gz
+
+Replays each capture through the current receiver (``capture.replay``) and prints, per file,
+the kernel time attributed to the line that launched it or, for backward kernels, to their
+forward op (``own_line_share``), through the main-thread fallback (``via_main_share``), and
+through autograd sequence numbers (``via_backward_share``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from kubeprof.agent.gpu.capture import replay
+from kubeprof.analysis.gpu_attribution import attribution
+
+for path in sys.argv[1:]:
+    att = attribution(replay(path).batch.gpu_activities)
+    print(
+        json.dumps(
+            {
+                "capture": path.rsplit("/", 1)[-1],
+                "kernels": att.count,
+                "kernel_ms": round(att.total_ns / 1e6, 2),
+                "attributed_share": round(att.share, 4),
+                "own_line_share": round(att.own_line_share, 4),
+                "via_main_share": round(att.via_main_share, 4),
+                "via_backward_share": round(att.via_backward_share, 4),
+            }
+        ),
+        flush=True,
+    )
