@@ -176,6 +176,7 @@ class Operator:
     port: int = field(default_factory=lambda: pick(1)[0])
     drain_s: float = 4.0
     interval_s: float = 1.0
+    args: tuple[str, ...] = ()  # more `kubeprof operator` flags
     proc: Proc | None = None
 
     @property
@@ -198,6 +199,7 @@ class Operator:
             str(self.drain_s),
             "--agent-image",
             "registry.invalid/kubeprof:e2e",
+            *self.args,
         ]
         self.proc = _spawn(
             argv, {"KUBECONFIG": str(self.cluster.kubeconfig)}, self.workdir / "operator.log"
