@@ -238,7 +238,9 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     except SpecError as exc:
         return _invalid_spec(ctx, body, status, exc, now)
     phase = Phase(status["phase"]) if status.get("phase") else None
-    refusal = _tenancy_refusal(ctx, body, spec)
+    if phase in TERMINAL and not status.get("storeSession"):
+        return status  # refused before it started (tenancy): nothing made, nothing to keep
+    refusal = None if phase in TERMINAL else _tenancy_refusal(ctx, body, spec)
     if refusal is not None:
         return _refuse(ctx, body, status, refusal.reason, refusal.message, now)
 
