@@ -310,3 +310,24 @@ def test_a_stored_bad_selector_fails_the_session_instead_of_looping(cluster: Clu
     assert "HTTP 400" not in log, log[-2000:]  # the selector never reached the API server
     for name in bad:
         h.delete_session(c, ns, name)
+
+
+def test_session_names_the_operator_cannot_store_are_refused(cluster: Cluster, strict,
+                                                             postgres_dsn):
+    """181 characters: refused by the API server naming metadata.name; 180: stored."""
+    import psycopg
+
+    c, ns = cluster, NS["att"]
+    too_long, longest = "n" * 181, "n" * 180
+    r = c.kubectl("apply", "-f", "-", stdin=h.session_yaml(too_long, ns, "x", "10m"),
+                  check=False)
+    assert r.returncode != 0 and "metadata.name must be at most 180 characters" in r.stderr, \
+        r.stderr
+    c.kubectl("apply", "-f", "-", stdin=h.session_yaml(longest, ns, "x", "10m"))
+    store = h.poll(lambda: _status(c, ns, longest).get("storeSession"), 30,
+                   "the longest name stored")
+    assert len(store) <= 253 and store.startswith(f"{ns}/{longest}@")
+    with psycopg.connect(postgres_dsn.libpq) as conn:
+        assert conn.execute("SELECT count(*) FROM sessions WHERE name = %s",
+                            (store,)).fetchone()[0] == 1
+    h.delete_session(c, ns, longest)
