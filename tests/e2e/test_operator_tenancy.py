@@ -151,8 +151,10 @@ def test_agents_forbidden_by_pod_security_baseline_are_named_in_the_status(
     c.kubectl("apply", "-f", "-", stdin=h.deployment_yaml("trainer", ns))  # baseline-clean
     h.poll(lambda: h.running_pods(c, ns, "trainer"), 60, "workload pod Running")
     c.kubectl("apply", "-f", "-", stdin=h.session_yaml("guarded", ns, "trainer", "10m"))
-    h.poll(lambda: _status(c, ns, "guarded").get("reason") == "AgentsForbiddenByPodSecurity",
-           60, "the Pod Security reason in the status")
+    # The DaemonSet controller may record the event before it counts the desired pods.
+    h.poll(lambda: (_status(c, ns, "guarded").get("reason"),
+                    _status(c, ns, "guarded").get("agentsReady"))
+           == ("AgentsForbiddenByPodSecurity", "0/1"), 60, "the Pod Security reason, 0/1")
     st = _status(c, ns, "guarded")
     assert st["phase"] == "Running" and st["agentsReady"] == "0/1", st
     assert 'Pod Security "baseline:latest"' in st["message"], st["message"]
@@ -242,22 +244,42 @@ def _kubectl_names(c: Cluster, ns: str, query: str) -> set[str]:
     return {p["metadata"]["name"] for p in got["items"]}
 
 
+@pytest.fixture(scope="module")
+def oracles(cluster: Cluster, labelled_pods: str) -> list[tuple[set[str], int]]:
+    """Per VALID case, before any session (and so any agent pod) exists in the namespace:
+    the pods `kubectl get pods -l <query>` lists, and the expectedPods of a PDB with the
+    structured selector (the API server validates it; the controller-manager counts it)."""
+    c, ns = cluster, labelled_pods
+    out = []
+    for i, (selector, _) in enumerate(VALID):
+        names = _kubectl_names(c, ns, to_query(selector))
+        assert _apply(c, _pdb(f"sel-{i}", ns, selector)).returncode == 0
+        out.append((names, -1))
+    for i in range(len(VALID)):
+        pdb = h.poll(lambda i=i: ((h.get_json(c, "get", "pdb", "-n", ns, f"sel-{i}") or {})
+                                  .get("status") or {}).get("observedGeneration"), 60,
+                     f"PDB sel-{i} observed")
+        assert pdb
+        expected = h.get_json(c, "get", "pdb", "-n", ns, f"sel-{i}")["status"]["expectedPods"]
+        out[i] = (out[i][0], expected)
+    return out
+
+
 @pytest.mark.parametrize(("selector", "expected"), VALID, ids=[str(i) for i in range(len(VALID))])
 def test_selectors_select_what_kubectl_and_the_api_server_select(
-        cluster: Cluster, strict, labelled_pods: str, selector: dict, expected: set[str]):
+        cluster: Cluster, strict, labelled_pods: str, oracles, selector: dict,
+        expected: set[str]):
     c, ns = cluster, labelled_pods
-    query = to_query(selector)
-    assert _kubectl_names(c, ns, query) == expected, query  # kubectl get pods -l <query>
+    i = VALID.index((selector, expected))
+    kubectl_names, pdb_count = oracles[i]
+    assert kubectl_names == expected, to_query(selector)  # kubectl get pods -l <query>
+    assert pdb_count == len(expected)  # the API server's own evaluation of the selector
 
-    # The API server's own evaluation of the structured selector: a PDB's expectedPods.
-    name = f"sel-{VALID.index((selector, expected))}"
-    assert _apply(c, _pdb(name, ns, selector)).returncode == 0
-    h.poll(lambda: ((h.get_json(c, "get", "pdb", "-n", ns, name) or {}).get("status") or {})
-           .get("expectedPods") == len(expected), 60, f"PDB {name} expectedPods")
-
+    name = f"sel-{i}"
     doc = yaml.safe_load(h.session_yaml(name, ns, "x", "10m"))
     doc["spec"]["target"]["podSelector"] = selector
     assert _apply(c, doc).returncode == 0
+    # Agent pods of the earlier cases now live here too; they are never targets.
     h.poll(lambda: _status(c, ns, name).get("pods") == len(expected), 60,
            f"session {name} resolved {len(expected)} pods")
     assert _status(c, ns, name)["phase"] == "Running"

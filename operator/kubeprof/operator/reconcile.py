@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.operator import agent_failures, aggregate, build, db, metrics, tenancy
-from kubeprof.operator.config import TOKEN_KEY, OperatorConfig
+from kubeprof.operator.config import LABEL_COMPONENT, TOKEN_KEY, OperatorConfig
 from kubeprof.operator.kube import KubeError
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
 from kubeprof.operator.registry import Registry, SessionEntry
@@ -82,8 +82,15 @@ def _token(ctx: Context, body: Mapping[str, Any]) -> str:
     raise RuntimeError(f"secret {ns}/{name} vanished right after creation")
 
 
+def _own_agent(pod: Mapping[str, Any]) -> bool:
+    """A kubeprof agent pod: never a target (a selector such as `!app` would match it)."""
+    lbl = (pod.get("metadata") or {}).get("labels") or {}
+    return (lbl.get("app.kubernetes.io/managed-by") == "kubeprof-operator"
+            and lbl.get(LABEL_COMPONENT) == "agent")
+
+
 def _targets(ctx: Context, tgt: TargetSpec) -> list[Target]:
-    pods = ctx.kube.list_pods(tgt.namespace, tgt.selector)
+    pods = [p for p in ctx.kube.list_pods(tgt.namespace, tgt.selector) if not _own_agent(p)]
     labels = ctx.kube.node_labels() if tgt.node_selector else {}
     return resolve(pods, labels, tgt.node_selector)
 

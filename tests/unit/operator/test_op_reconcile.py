@@ -356,3 +356,14 @@ def test_a_stored_selector_with_an_empty_key_fails_as_invalid_spec(env):
     st = _pass(ctx, body)
     assert (st["phase"], st["reason"]) == ("Failed", "InvalidSpec")
     assert "spec.target.podSelector.matchLabels: Invalid value: ''" in st["message"]
+
+
+def test_agent_pods_are_never_targets(env):
+    """A selector like `!app` also matches the agent pods in the session's namespace."""
+    ctx, kube, _, _ = env
+    agent = _pod("kubeprof-s-agent-x", "n2", "uid-agent")
+    agent["metadata"]["labels"].update({"app.kubernetes.io/managed-by": "kubeprof-operator",
+                                        "app.kubernetes.io/component": "agent"})
+    kube.pods = [_pod("p1", "n1", "uid-p1"), agent]
+    st = _pass(ctx, copy.deepcopy(BODY))
+    assert (st["pods"], st["nodes"]) == (1, 1)
