@@ -8,7 +8,8 @@ cd "$ROOT"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # System packages. bcc comes from Debian (python3-bpfcc): the PyPI "bcc" is unrelated.
-PKGS="python3-bpfcc python3-venv linux-headers-amd64 bpftool postgresql-15 gcc openssl"
+# python3-seccomp (libseccomp) applies the container runtime's seccomp profile in a test.
+PKGS="python3-bpfcc python3-venv python3-seccomp linux-headers-amd64 bpftool postgresql-15 gcc openssl"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -178,6 +178,7 @@ class Operator:
     port: int = field(default_factory=lambda: pick(1)[0])
     drain_s: float = 4.0
     interval_s: float = 1.0
+    args: tuple[str, ...] = ()  # more `kubeprof operator` flags
     proc: Proc | None = None
 
     @property
@@ -200,6 +201,7 @@ class Operator:
             str(self.drain_s),
             "--agent-image",
             "registry.invalid/kubeprof:e2e",
+            *self.args,
         ]
         # test_chart_rbac runs these tests once with the chart's ServiceAccount credentials.
         kubeconfig = os.environ.get(OPERATOR_KUBECONFIG_ENV) or str(self.cluster.kubeconfig)

@@ -30,7 +30,38 @@ from kubeprof.protocol.settings import (
 )
 
 TOKEN_MOUNT = "/var/run/kubeprof"
-HOST_PROC = "/host/proc"
+# Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK, which bcc raises (needs
+# SYS_RESOURCE); from 5.11 on maps are charged to the memory cgroup instead.
+MEMCG_BPF_KERNEL = (5, 11)
+
+
+def spool_folder(session: Mapping[str, Any]) -> str:
+    """The session's spool folder name, as the agent names it: `<namespace>_<name>`.
+
+    At most 63 + 1 + 180 = 244 bytes (the CRD caps names at 180), under the 255-byte
+    file-name limit.
+    """
+    meta = session["metadata"]
+    return f"{meta['namespace']}_{meta['name']}"
+
+
+def kernel_release(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a kernel release such as "5.15.0-91-generic"; None if unreadable."""
+    parts = text.split(".", 2)
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1].split("-")[0] if ch.isdigit()))
+    except (IndexError, ValueError):
+        return None
+
+
+def capabilities(config: OperatorConfig, kernels: Sequence[str] = ()) -> list[str]:
+    """Capabilities the agent adds: the configured set, plus SYS_RESOURCE only when one of
+    the nodes runs (or may run: unknown version) a kernel older than 5.11."""
+    caps = list(config.agent_capabilities)
+    old = any((kernel_release(k) or (0, 0)) < MEMCG_BPF_KERNEL for k in kernels)
+    if old and "SYS_RESOURCE" not in caps:
+        caps.append("SYS_RESOURCE")
+    return caps
 
 
 def label_value(name: str) -> str:
@@ -120,8 +151,13 @@ def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
 
 
 def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequence[str],
-                    config: OperatorConfig, end_time: float) -> dict[str, Any]:
-    """The session's agent DaemonSet, pinned to `nodes` (must be non-empty)."""
+                    config: OperatorConfig, end_time: float,
+                    kernels: Sequence[str] = ()) -> dict[str, Any]:
+    """The session's agent DaemonSet, pinned to `nodes` (must be non-empty).
+
+    `kernels` are the nodes' kernel releases (Node status.nodeInfo.kernelVersion); they
+    decide whether the agent needs SYS_RESOURCE (see `capabilities`).
+    """
     if not nodes:
         raise ValueError("an agent DaemonSet needs at least one node")
     meta = session["metadata"]
@@ -133,7 +169,7 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
         token_file=Path(TOKEN_MOUNT) / TOKEN_KEY, end_time=end_time,
         collectors=tuple(collectors_for(spec.profilers)),
         cpu_hz=cpu.frequency_hz, nvml_interval_s=gpu.metrics_interval_ms / 1000,
-        proc_root=Path(HOST_PROC), spool_dir=DEFAULT_SPOOL_DIR,
+        proc_root=Path("/proc"), spool_dir=DEFAULT_SPOOL_DIR,
     ).to_env()
     container = {
         "name": "agent",
@@ -148,22 +184,25 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "runAsUser": 0,  # capabilities below are granted to root only
-            "capabilities": {"add": list(config.agent_capabilities), "drop": ["ALL"]},
-            # RuntimeDefault seccomp refuses bpf() and perf_event_open() to non-SYS_ADMIN.
-            "seccompProfile": {"type": "Unconfined"},
+            "capabilities": {"add": capabilities(config, kernels), "drop": ["ALL"]},
+            # containerd's RuntimeDefault allows bpf() with CAP_BPF and perf_event_open()
+            # with CAP_PERFMON (older runtimes only with SYS_ADMIN: --agent-seccomp).
+            "seccompProfile": {"type": config.agent_seccomp},
         },
         "volumeMounts": [
             {"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True},
             {"name": "tracefs", "mountPath": "/sys/kernel/tracing", "readOnly": True},
             {"name": "modules", "mountPath": "/lib/modules", "readOnly": True},
             {"name": "usr-src", "mountPath": "/usr/src", "readOnly": True},
-            {"name": "host-proc", "mountPath": HOST_PROC, "readOnly": True},
-            {"name": "spool", "mountPath": "/var/lib/kubeprof/spool"},
+            # Only this session's folder of the host's spool: the agent sees no other's.
+            {"name": "spool", "mountPath": f"{DEFAULT_SPOOL_DIR}/{spool_folder(session)}"},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
     pod_spec: dict[str, Any] = {
-        "hostPID": True,  # see every process on the node; pods are told apart by cgroup
+        # See every process on the node (pods are told apart by cgroup): with hostPID the
+        # container's own /proc is the host's process list, so the host /proc is not mounted.
+        "hostPID": True,
         "affinity": node_affinity(nodes),
         "tolerations": [{"operator": "Exists"}],  # GPU nodes are often tainted
         "terminationGracePeriodSeconds": 60,  # time to flush the last batches
@@ -175,8 +214,8 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
             _host("tracefs", "/sys/kernel/tracing"),
             _host("modules", "/lib/modules"),
             _host("usr-src", "/usr/src"),
-            _host("host-proc", "/proc"),
-            _host("spool", config.agent_spool_host_path, "DirectoryOrCreate"),
+            _host("spool", f"{config.agent_spool_host_path}/{spool_folder(session)}",
+                  "DirectoryOrCreate"),
             {"name": "tmp", "emptyDir": {}},
         ],
     }

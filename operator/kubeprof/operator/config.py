@@ -32,8 +32,15 @@ class OperatorConfig:
     agent_service_account: str = ""
     # Linux capabilities the agent adds (all others dropped): BPF and PERFMON to load and
     # attach the perf-event sampler, SYS_PTRACE to read other processes' memory and maps
-    # (py-spy, symbolization), SYS_RESOURCE to raise RLIMIT_MEMLOCK on older kernels.
-    agent_capabilities: tuple[str, ...] = ("BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE")
+    # (py-spy, symbolization). SYS_RESOURCE (raise RLIMIT_MEMLOCK) is added by the builder
+    # only for nodes with kernels older than 5.11, which charge BPF maps to memlock.
+    agent_capabilities: tuple[str, ...] = ("BPF", "PERFMON", "SYS_PTRACE")
+    # The agent's seccomp profile: RuntimeDefault (current containerd allows bpf/perf_event_open
+    # with CAP_BPF/CAP_PERFMON), or Unconfined for runtimes whose default needs SYS_ADMIN.
+    agent_seccomp: str = "RuntimeDefault"
+    # Let sessions target pods in other namespaces (their creator must be allowed to list
+    # pods there, checked by the admission policy in crds/profilingsession-admission.yaml).
+    allow_cross_namespace: bool = False
     # Agent container resources (requests = limits for CPU keeps overhead predictable).
     agent_cpu: str = "500m"
     agent_memory: str = "512Mi"

@@ -101,6 +101,28 @@ class Kube:
         items = _call(self._core.list_node)["items"]
         return {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in items}
 
+    def node_kernels(self) -> dict[str, str]:
+        """Node name -> the kernel release its kubelet reports (status.nodeInfo)."""
+        items = _call(self._core.list_node)["items"]
+        return {n["metadata"]["name"]: ((n.get("status") or {}).get("nodeInfo") or {})
+                .get("kernelVersion", "") for n in items}
+
+    # -- why agent pods are missing ----------------------------------------------------------
+    def daemonset_events(self, namespace: str, name: str) -> list[dict]:
+        """Events about one DaemonSet (the DaemonSet controller's FailedCreate among them)."""
+        return _call(self._core.list_namespaced_event, namespace,
+                     field_selector=f"involvedObject.kind=DaemonSet,involvedObject.name={name}"
+                     )["items"]
+
+    # -- the admission policy guarding cross-namespace targets -------------------------------
+    def admission_policy(self, name: str) -> tuple[dict | None, dict | None]:
+        """The ValidatingAdmissionPolicy `name` and its binding of the same name (None: absent)."""
+        api = client.AdmissionregistrationV1Api(self._api())
+        return (
+            _absent_is_none(lambda: _call(api.read_validating_admission_policy, name)),
+            _absent_is_none(lambda: _call(api.read_validating_admission_policy_binding, name)),
+        )
+
     # -- the session's Secret ----------------------------------------------------------------
     def get_secret(self, namespace: str, name: str) -> dict | None:
         return _absent_is_none(lambda: _call(self._core.read_namespaced_secret, name, namespace))

@@ -103,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
                    default=int(_env("KUBEPROF_INGEST_WRITERS", "2")),
                    help="threads writing batches to the database concurrently (env "
                         "KUBEPROF_INGEST_WRITERS, default %(default)s)")
+    p.add_argument("--allow-cross-namespace", action="store_true",
+                   default=_env("KUBEPROF_ALLOW_CROSS_NAMESPACE") not in ("", "0"),
+                   help="let a session profile pods in another namespace when its creator "
+                        "may list pods there (needs crds/profilingsession-admission.yaml "
+                        "installed; env KUBEPROF_ALLOW_CROSS_NAMESPACE=1; default: off)")
+    p.add_argument("--agent-seccomp", choices=("RuntimeDefault", "Unconfined"),
+                   default=_env("KUBEPROF_AGENT_SECCOMP", "RuntimeDefault"),
+                   help="seccomp profile of agent pods; Unconfined only for runtimes whose "
+                        "default profile refuses bpf()/perf_event_open() without SYS_ADMIN "
+                        "(env KUBEPROF_AGENT_SECCOMP, default %(default)s)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
     p.add_argument("--verbose", action="store_true",
@@ -145,7 +155,8 @@ def build_config(args: argparse.Namespace) -> OperatorConfig:
         agent_security_context=security,
         reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
         gpu_idle_window_s=args.gpu_idle_window,
-        ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace))
+        ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace),
+        allow_cross_namespace=args.allow_cross_namespace, agent_seccomp=args.agent_seccomp)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,18 @@
-"""Prometheus metrics of the operator, on its own registry (served at /metrics)."""
+"""Prometheus metrics of the operator, on its own registry (served at /metrics).
+
+Per-session gauges carry namespace, session, node and pod labels, so their series count
+grows with what users create. It is bounded twice: at most MAX_SESSIONS sessions keep
+series per gauge (the session updated longest ago is dropped whole to make room, so
+running sessions, refreshed every pass, stay) and at most MAX_SERIES_PER_SESSION series
+per session; what does not fit is counted in kubeprof_metrics_series_dropped_total.
+A deleted session's series are removed at once.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
+from collections import OrderedDict
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -36,6 +46,66 @@ INGEST_PENDING = Gauge("kubeprof_ingest_pending_batches",
 RECONCILE_ERRORS = Counter("kubeprof_reconcile_errors_total",
                            "Reconcile passes that failed (retried)", ["stage"],
                            registry=REGISTRY)
+SERIES_DROPPED = Counter("kubeprof_metrics_series_dropped_total",
+                         "Per-session series not exported or evicted to bound /metrics "
+                         "(cardinality caps), by metric", ["metric"], registry=REGISTRY)
+
+MAX_SESSIONS = 200  # sessions with series, per gauge
+MAX_SERIES_PER_SESSION = 256  # (node, gpu, pod) or (kind, severity) series of one session
+
+
+class Bounded:
+    """A gauge whose first two labels are (namespace, session), with capped cardinality."""
+
+    def __init__(self, gauge: Gauge, name: str) -> None:
+        self.gauge, self.name = gauge, name
+        self._lock = threading.Lock()
+        # (namespace, session) -> its label tuples; order = least recently updated first.
+        self._sessions: OrderedDict[tuple[str, str], set[tuple[str, ...]]] = OrderedDict()
+
+    def put(self, labels: tuple[str, ...], value: float) -> bool:
+        """Set one series; False when a cap kept it out (counted)."""
+        key = (labels[0], labels[1])
+        with self._lock:
+            series = self._sessions.get(key)
+            if series is None:
+                while len(self._sessions) >= MAX_SESSIONS:
+                    _, old = self._sessions.popitem(last=False)
+                    self._drop(old)
+                series = self._sessions[key] = set()
+            self._sessions.move_to_end(key)
+            if labels not in series and len(series) >= MAX_SERIES_PER_SESSION:
+                SERIES_DROPPED.labels(metric=self.name).inc()
+                return False
+            series.add(labels)
+            self.gauge.labels(*labels).set(value)
+            return True
+
+    def series(self, namespace: str, session: str) -> set[tuple[str, ...]]:
+        with self._lock:
+            return set(self._sessions.get((namespace, session), ()))
+
+    def remove(self, labels: tuple[str, ...]) -> None:
+        with self._lock:
+            series = self._sessions.get((labels[0], labels[1]))
+            if series is not None and labels in series:
+                series.discard(labels)
+                self.gauge.remove(*labels)
+
+    def forget(self, namespace: str, session: str) -> None:
+        with self._lock:
+            series = self._sessions.pop((namespace, session), set())
+            for labels in series:
+                self.gauge.remove(*labels)
+
+    def _drop(self, series: set[tuple[str, ...]]) -> None:
+        for labels in series:
+            self.gauge.remove(*labels)
+        SERIES_DROPPED.labels(metric=self.name).inc(len(series))
+
+
+BOUNDED_GPU_IDLE = Bounded(GPU_IDLE, "kubeprof_gpu_idle_ratio")
+BOUNDED_FINDINGS = Bounded(FINDINGS, "kubeprof_findings")
 
 def set_phases(counts: dict[str, int]) -> None:
     for p in Phase:
@@ -51,8 +121,8 @@ def publish_gpu_idle(namespace: str, session: str, s: Summary,
     """
     for g in s.gpus:
         for uid in g.pods or [""]:
-            GPU_IDLE.labels(namespace=namespace, session=session, node=g.node,
-                            gpu=str(g.device), pod=pod_names.get(uid, uid)).set(g.idle)
+            BOUNDED_GPU_IDLE.put((namespace, session, g.node, str(g.device),
+                                  pod_names.get(uid, uid)), g.idle)
 
 
 def publish_recent_gpu_idle(namespace: str, session: str,
@@ -68,32 +138,23 @@ def publish_recent_gpu_idle(namespace: str, session: str,
         for dev, fig in per_dev.items():
             for uid in users.get((node, dev)) or [""]:
                 labels = (namespace, session, node, str(dev), pod_names.get(uid, uid))
-                GPU_IDLE.labels(*labels).set(fig.ratio)
+                BOUNDED_GPU_IDLE.put(labels, fig.ratio)
                 fresh.add(labels)
-    for stale in _label_sets(GPU_IDLE, namespace, session):
-        if stale not in fresh:
-            GPU_IDLE.remove(*stale)
+    for stale in BOUNDED_GPU_IDLE.series(namespace, session) - fresh:
+        BOUNDED_GPU_IDLE.remove(stale)
 
 
 def publish_findings(namespace: str, session: str, s: Summary) -> None:
     """One gauge sample per (kind, severity) of the session's findings."""
     counts = Tally((f.kind.value, f.severity.value) for _, f in s.findings)
     for (kind, severity), n in counts.items():
-        FINDINGS.labels(namespace, session, kind, severity).set(n)
+        BOUNDED_FINDINGS.put((namespace, session, kind, severity), n)
 
 
 def forget_session(namespace: str, session: str) -> None:
     """Drop a deleted session's gauge samples."""
-    for labels in _label_sets(GPU_IDLE, namespace, session):
-        GPU_IDLE.remove(*labels)
-    for labels in _label_sets(FINDINGS, namespace, session):
-        FINDINGS.remove(*labels)
-
-
-def _label_sets(gauge: Gauge, namespace: str, session: str) -> list[tuple[str, ...]]:
-    names = gauge._labelnames
-    sets = [tuple(s.labels[k] for k in names) for m in gauge.collect() for s in m.samples]
-    return [ls for ls in sets if ls[0] == namespace and ls[1] == session]
+    BOUNDED_GPU_IDLE.forget(namespace, session)
+    BOUNDED_FINDINGS.forget(namespace, session)
 
 
 def render() -> bytes:

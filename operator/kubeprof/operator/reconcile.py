@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine
 
-from kubeprof.operator import aggregate, build, db, metrics
-from kubeprof.operator.config import TOKEN_KEY, OperatorConfig
+from kubeprof.operator import agent_failures, aggregate, build, db, metrics, tenancy
+from kubeprof.operator.config import LABEL_COMPONENT, TOKEN_KEY, OperatorConfig
+from kubeprof.operator.kube import KubeError
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
 from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.spec import SessionSpec, SpecError, TargetSpec, parse
@@ -37,6 +38,9 @@ class KubeOps(Protocol):
 
     def list_pods(self, namespace: str, selector: str) -> list[dict]: ...
     def node_labels(self) -> dict[str, dict[str, str]]: ...
+    def node_kernels(self) -> dict[str, str]: ...
+    def daemonset_events(self, namespace: str, name: str) -> list[dict]: ...
+    def admission_policy(self, name: str) -> tuple[dict | None, dict | None]: ...
     def get_secret(self, namespace: str, name: str) -> dict | None: ...
     def create_secret(self, namespace: str, obj: dict) -> dict | None: ...
     def get_daemonset(self, namespace: str, name: str) -> dict | None: ...
@@ -78,8 +82,15 @@ def _token(ctx: Context, body: Mapping[str, Any]) -> str:
     raise RuntimeError(f"secret {ns}/{name} vanished right after creation")
 
 
+def _own_agent(pod: Mapping[str, Any]) -> bool:
+    """A kubeprof agent pod: never a target (a selector such as `!app` would match it)."""
+    lbl = (pod.get("metadata") or {}).get("labels") or {}
+    return (lbl.get("app.kubernetes.io/managed-by") == "kubeprof-operator"
+            and lbl.get(LABEL_COMPONENT) == "agent")
+
+
 def _targets(ctx: Context, tgt: TargetSpec) -> list[Target]:
-    pods = ctx.kube.list_pods(tgt.namespace, tgt.selector)
+    pods = [p for p in ctx.kube.list_pods(tgt.namespace, tgt.selector) if not _own_agent(p)]
     labels = ctx.kube.node_labels() if tgt.node_selector else {}
     return resolve(pods, labels, tgt.node_selector)
 
@@ -109,7 +120,9 @@ def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
     ns, name = body["metadata"]["namespace"], build.daemonset_name(body)
     ds = ctx.kube.get_daemonset(ns, name)
     if ds is None:
-        want = build.build_daemonset(body, spec, nodes, ctx.config, end_time)
+        kernels = ctx.kube.node_kernels()
+        want = build.build_daemonset(body, spec, nodes, ctx.config, end_time,
+                                     kernels=[kernels.get(n, "") for n in nodes])
         return ctx.kube.create_daemonset(ns, want) or ctx.kube.get_daemonset(ns, name)
     if _ds_nodes(ds) != sorted(nodes):
         patch = {"spec": {"template": {"spec": {"affinity": build.node_affinity(nodes)}}}}
@@ -154,18 +167,57 @@ def _pod_names(conn: Connection, session_id: int) -> dict[str, str]:
             if k.startswith("pod:")}
 
 
+def _refuse(ctx: Context, body: Mapping[str, Any], status: dict[str, Any], reason: str,
+            message: str, now: float) -> dict[str, Any]:
+    """The status of a session that cannot run: Failed, saying why and what to do.
+
+    Its agents (if any) are removed; a registry entry is dropped so the ingest stops
+    accepting data for it.
+    """
+    _remove_daemonset(ctx, body)
+    meta = body["metadata"]
+    entry = ctx.writer_registry.get(meta["namespace"], meta["name"])
+    if entry is not None and entry.uid == meta["uid"] and not entry.closed:
+        entry.closed, entry.targets = True, []
+        db.finish_session(ctx.engine, entry.db_id, "failed")
+    if status.get("phase") and Phase(status["phase"]) in TERMINAL:
+        return status
+    status.update(phase=Phase.FAILED.value, reason=reason, message=message,
+                  topFinding=message, completionTime=iso(now),
+                  conditions=[condition("Completed", False, reason, message, iso(now),
+                                        status.get("conditions") or [])])
+    return status
+
+
 def _invalid_spec(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
                   error: SpecError, now: float) -> dict[str, Any]:
     """The status of a session whose spec cannot run: Failed, saying which field and why."""
-    _remove_daemonset(ctx, body)
-    if status.get("phase") and Phase(status["phase"]) in TERMINAL:
-        return status
-    message = f"invalid spec: {error}"
-    status.update(phase=Phase.FAILED.value, reason="InvalidSpec", message=message,
-                  topFinding=message, completionTime=iso(now),
-                  conditions=[condition("Completed", False, "InvalidSpec", message, iso(now),
-                                        status.get("conditions") or [])])
-    return status
+    return _refuse(ctx, body, status, "InvalidSpec", f"invalid spec: {error}", now)
+
+
+def _tenancy_refusal(ctx: Context, body: Mapping[str, Any],
+                     spec: SessionSpec) -> tenancy.Refusal | None:
+    """Why this session may not profile its target namespace, or None."""
+    if spec.target.namespace == body["metadata"]["namespace"]:
+        return None
+    if not ctx.config.allow_cross_namespace:
+        return tenancy.check(body, spec.target.namespace, False)
+    policy, binding = ctx.kube.admission_policy(tenancy.POLICY)
+    return tenancy.check(body, spec.target.namespace, True, policy, binding)
+
+
+def _agent_failure(ctx: Context, body: Mapping[str, Any], ds: Mapping[str, Any] | None,
+                   ready: int, expected: int) -> agent_failures.AgentFailure | None:
+    """Why agent pods are missing (Pod Security, quota, ...), read from the DaemonSet's events."""
+    if ds is None:
+        return None
+    st = ds.get("status") or {}
+    if expected and int(st.get("currentNumberScheduled", 0)) >= expected:
+        return None  # every pod exists; not ready yet is the kubelet's business
+    meta = body["metadata"]
+    return agent_failures.explain(
+        ctx.kube.daemonset_events(meta["namespace"], build.daemonset_name(body)),
+        meta["namespace"])
 
 
 def _kernel_tracing(spec: SessionSpec, now_iso: str, previous: list[dict]) -> list[dict]:
@@ -193,6 +245,11 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     except SpecError as exc:
         return _invalid_spec(ctx, body, status, exc, now)
     phase = Phase(status["phase"]) if status.get("phase") else None
+    if phase in TERMINAL and not status.get("storeSession"):
+        return status  # refused before it started (tenancy): nothing made, nothing to keep
+    refusal = None if phase in TERMINAL else _tenancy_refusal(ctx, body, spec)
+    if refusal is not None:
+        return _refuse(ctx, body, status, refusal.reason, refusal.message, now)
 
     start = from_iso(status.get("startTime")) or now
     end = from_iso(status.get("endTime")) or start + spec.duration_s
@@ -215,7 +272,15 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         _remove_daemonset(ctx, body)
         return status
 
-    targets = _targets(ctx, spec.target)
+    try:
+        targets = _targets(ctx, spec.target)
+    except KubeError as exc:
+        if exc.status not in (400, 422):
+            raise
+        # The API server refuses the selector itself: retrying cannot help.
+        return _refuse(ctx, body, status, "InvalidSelector",
+                       f"the API server refuses spec.target.podSelector: {exc.message[:300]}",
+                       now)
     known = {t.uid for t in entry.targets}
     new = {t.uid: f"{t.namespace}/{t.name}" for t in targets if t.uid not in known}
     if new:
@@ -240,6 +305,8 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     ds_status = (ds or {}).get("status") or {}
     ready, expected = int(ds_status.get("numberReady", 0)), int(
         ds_status.get("desiredNumberScheduled", 0))
+    failure = (_agent_failure(ctx, body, ds, ready, expected) if ready < expected or
+               (ds is not None and not expected) else None)
 
     if step.phase is Phase.RUNNING:
         _publish_recent(ctx, entry, body)
@@ -269,14 +336,18 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                       "PodsMatched" if targets else "NoMatchingPods",
                       f"{len(targets)} pod(s) on {len(nodes)} node(s)", now_iso, conds),
             condition("AgentsReady", expected > 0 and ready == expected,
-                      "AllReady" if expected and ready == expected else "NotReady",
-                      f"{ready}/{expected} agent pods ready", now_iso, conds),
+                      "AllReady" if expected and ready == expected else
+                      (failure.reason if failure else "NotReady"),
+                      f"{ready}/{expected} agent pods ready"
+                      + (f": {failure.message}" if failure else ""), now_iso, conds),
             condition("Completed", step.phase is Phase.COMPLETED,
                       step.reason if step.phase in TERMINAL else "InProgress",
                       step.message, now_iso, conds),
             *_kernel_tracing(spec, now_iso, conds),
         ],
     )
+    if failure is not None and step.phase not in TERMINAL:
+        status.update(reason=failure.reason, message=failure.message)
     if step.phase is Phase.FAILED:
         status.setdefault("topFinding", step.message)
     return status

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeprof.operator.targets import label_selector
+from kubeprof.operator import selector
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ, DEFAULT_NVML_INTERVAL_S
 
 DEFAULT_NVML_INTERVAL_MS = round(DEFAULT_NVML_INTERVAL_S * 1000)  # the CRD speaks milliseconds
@@ -23,7 +23,6 @@ NVML_INTERVAL_MS_RANGE = (10, 60000)
 DURATION_RANGE_S = (1.0, 24 * 3600.0)
 PUE_RANGE = (1.0, 3.0)
 CLOUD_PROVIDERS = ("aws", "gcp", "azure", "onprem")
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -134,10 +133,9 @@ def _int(section: Mapping[str, Any], key: str, path: str, default: int,
 
 def _labels(section: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
     value = _section(section, key, path)
-    for k, v in value.items():
-        if not isinstance(v, str):
-            raise SpecError(f"{path}.{key}.{k}", f"label values are strings, got {v!r} "
-                                                 "(quote it in YAML)")
+    problems = selector.validate_labels(value, f"{path}.{key}")
+    if problems:
+        raise SpecError(problems[0].path, problems[0].problem)
     return dict(value)
 
 
@@ -150,25 +148,13 @@ def _target(spec: Mapping[str, Any]) -> TargetSpec:
     if not isinstance(ns, str) or not ns:
         raise SpecError(f"{path}.namespace", "required: the namespace of the target pods")
     sel = _section(tgt, "podSelector", path)
-    labels = _labels(sel, "matchLabels", f"{path}.podSelector")
-    exprs = sel.get("matchExpressions") or []
-    if not isinstance(exprs, list):
-        raise SpecError(f"{path}.podSelector.matchExpressions", "must be a list")
-    for i, e in enumerate(exprs):
-        epath = f"{path}.podSelector.matchExpressions[{i}]"
-        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) or not e["key"]:
-            raise SpecError(f"{epath}.key", "required: the label key to test")
-        op = e.get("operator")
-        if op not in SELECTOR_OPERATORS:
-            raise SpecError(f"{epath}.operator",
-                            f"must be one of {', '.join(SELECTOR_OPERATORS)}, got {op!r}")
-        if (op in ("In", "NotIn")) != bool(e.get("values")):
-            raise SpecError(f"{epath}.values",
-                            "must be non-empty for In and NotIn, and absent otherwise")
-    if not labels and not exprs:
+    problems = selector.validate(sel, f"{path}.podSelector")
+    if problems:
+        raise SpecError(problems[0].path, problems[0].problem)
+    if not sel.get("matchLabels") and not sel.get("matchExpressions"):
         raise SpecError(f"{path}.podSelector", "must not be empty: give matchLabels or "
                         "matchExpressions (an empty selector would profile every pod)")
-    return TargetSpec(ns, label_selector(sel), _labels(tgt, "nodeSelector", path))
+    return TargetSpec(ns, selector.to_query(sel), _labels(tgt, "nodeSelector", path))
 
 
 def _duration(spec: Mapping[str, Any]) -> float:

@@ -22,24 +22,6 @@ class Target:
     node: str
 
 
-def label_selector(selector: Mapping[str, Any]) -> str:
-    """A metav1.LabelSelector as the `labelSelector=` query string the API understands."""
-    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], sorted(e.get("values") or [])
-        if op == "In":
-            parts.append(f"{key} in ({','.join(values)})")
-        elif op == "NotIn":
-            parts.append(f"{key} notin ({','.join(values)})")
-        elif op == "Exists":
-            parts.append(key)
-        elif op == "DoesNotExist":
-            parts.append(f"!{key}")
-        else:
-            raise ValueError(f"unknown selector operator {op!r} for key {key!r}")
-    return ",".join(parts)
-
-
 def node_matches(labels: Mapping[str, str], node_selector: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in node_selector.items())
 

@@ -9,7 +9,9 @@ from kubeprof.operator.build import (
     build_secret,
     child_name,
     collectors_for,
+    kernel_release,
     label_value,
+    spool_folder,
 )
 from kubeprof.operator.config import OperatorConfig
 from kubeprof.operator.spec import CpuProfiler, Profilers, parse
@@ -58,16 +60,45 @@ def test_least_privilege():
     pod = _ds()["spec"]["template"]["spec"]
     sc = pod["containers"][0]["securityContext"]
     assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
-    assert sc["capabilities"] == {"add": ["BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE"],
-                                  "drop": ["ALL"]}
+    assert sc["capabilities"] == {"add": ["BPF", "PERFMON", "SYS_PTRACE"], "drop": ["ALL"]}
     assert sc["readOnlyRootFilesystem"] is True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
+    assert "hostNetwork" not in pod and "hostIPC" not in pod
     mounts = {m["mountPath"]: m.get("readOnly", False)
               for m in pod["containers"][0]["volumeMounts"]}
-    for path in ("/sys/kernel/tracing", "/lib/modules", "/usr/src", "/host/proc",
-                 "/var/run/kubeprof"):
-        assert mounts[path] is True, path
-    assert mounts["/var/lib/kubeprof/spool"] is False
+    assert mounts == {"/var/run/kubeprof": True, "/sys/kernel/tracing": True,
+                      "/lib/modules": True, "/usr/src": True,
+                      "/var/lib/kubeprof/spool/ml_train": False, "/tmp": False}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    # No host /proc: with hostPID the container's own /proc lists the node's processes.
+    assert "/proc" not in host.values()
+    assert host["spool"] == "/var/lib/kubeprof/spool/ml_train"  # this session's folder only
+
+
+def test_sys_resource_only_for_kernels_that_charge_bpf_to_memlock():
+    def caps(*kernels):
+        ds = build_daemonset(SESSION, parse(SESSION["spec"]), ["n1"], CFG, 1.0,
+                             kernels=kernels)
+        return ds["spec"]["template"]["spec"]["containers"][0]["securityContext"][
+            "capabilities"]["add"]
+    assert "SYS_RESOURCE" not in caps("6.1.0-18-amd64", "5.11.0")
+    assert "SYS_RESOURCE" in caps("6.1.0", "5.10.0-28-cloud-amd64")
+    assert "SYS_RESOURCE" in caps("")  # unknown kernel: stay on the safe side
+    assert kernel_release("5.15.0-91-generic") == (5, 15)
+    assert kernel_release("4.19.0+") == (4, 19) and kernel_release("weird") is None
+
+
+def test_seccomp_is_configurable_for_old_runtimes():
+    cfg = OperatorConfig(database_url="sqlite://", agent_seccomp="Unconfined")
+    ds = build_daemonset(SESSION, parse(SESSION["spec"]), ["n1"], cfg, 1.0)
+    sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert sc["seccompProfile"] == {"type": "Unconfined"}
+
+
+def test_spool_folder_fits_a_file_name_for_the_longest_names():
+    longest = {"metadata": {"namespace": "n" * 63, "name": "s" * 180}}
+    assert len(spool_folder(longest).encode()) <= 255
 
 
 def test_agent_environment():
@@ -112,4 +143,4 @@ def test_agent_reads_back_what_the_daemonset_sets():
     s = AgentSettings.from_env({e["name"]: e["value"] for e in env if "value" in e})
     assert (s.cpu_hz, s.collectors, s.end_time, s.nvml_interval_s) == (49, ("cpu",),
                                                                         1700000000.5, 1.0)
-    assert (str(s.proc_root), str(s.spool_dir)) == ("/host/proc", "/var/lib/kubeprof/spool")
+    assert (str(s.proc_root), str(s.spool_dir)) == ("/proc", "/var/lib/kubeprof/spool")

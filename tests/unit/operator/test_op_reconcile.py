@@ -23,12 +23,23 @@ class FakeKube:
         self.pods: list[dict] = []
         self.objects: dict[str, dict] = {}
         self.deleted: list[str] = []
+        self.events: list[dict] = []
+        self.policy: tuple[dict | None, dict | None] = (None, None)
 
     def list_pods(self, namespace, selector):
         return [p for p in self.pods if f"app={p['metadata']['labels']['app']}" == selector]
 
     def node_labels(self):
         return {}
+
+    def node_kernels(self):
+        return {"n1": "6.1.0-18-amd64", "n2": "6.1.0-18-amd64"}
+
+    def daemonset_events(self, namespace, name):
+        return self.events
+
+    def admission_policy(self, name):
+        return self.policy
 
     def get_secret(self, namespace, name):
         return self.objects.get(f"secrets/{name}")
@@ -239,3 +250,120 @@ def test_unparseable_spec_fails_naming_the_field(env):
         from sqlalchemy import text
         assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
     assert _pass(ctx, body)["completionTime"] == st["completionTime"]  # terminal: unchanged
+
+
+def _cross(body, target="victim"):
+    body = copy.deepcopy(body)
+    body["spec"]["target"]["namespace"] = target
+    body["metadata"]["creationTimestamp"] = "2026-01-01T00:00:10Z"
+    return body
+
+
+def _policy(created="2026-01-01T00:00:00Z", actions=("Deny",)):
+    meta = {"name": "kubeprof-target-namespace", "creationTimestamp": created}
+    return ({"metadata": meta, "spec": {}},
+            {"metadata": meta, "spec": {"policyName": "kubeprof-target-namespace",
+                                        "validationActions": list(actions)}})
+
+
+def test_cross_namespace_target_is_refused_by_default_without_touching_it(env):
+    ctx, kube, _, store = env
+    kube.pods = [_pod("p1", "n1", "uid-p1")]
+    listed = []
+    kube.list_pods = lambda ns, sel: listed.append(ns) or kube.pods
+    body = _cross(BODY)
+    st = _pass(ctx, body)
+    assert (st["phase"], st["reason"]) == ("Failed", "CrossNamespaceNotAllowed")
+    for _ in range(3):  # later passes (the timer keeps running) make nothing either
+        assert _pass(ctx, body) == st
+    assert "create the session in namespace 'victim'" in st["message"]
+    assert "--allow-cross-namespace" in st["message"]
+    assert listed == [] and not kube.objects  # no pod listed there, no Secret, no DaemonSet
+    assert ctx.writer_registry.get("ml", "s") is None
+    with store.engine.connect() as conn:
+        from sqlalchemy import text
+        assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
+
+
+def test_cross_namespace_when_allowed_needs_the_admission_policy_in_force(env):
+    ctx, kube, _, _ = env
+    ctx.config = OperatorConfig(database_url="", allow_cross_namespace=True)
+    kube.pods = [_pod("p1", "n1", "uid-p1")]
+    body = _cross(BODY)
+    st = reconcile(ctx, body)  # policy not installed
+    assert (st["phase"], st["reason"]) == ("Failed", "CrossNamespaceUnverified")
+    assert "kubectl apply -f crds/profilingsession-admission.yaml" in st["message"]
+
+    kube.policy = _policy(actions=("Warn",))
+    assert "validationActions [Deny]" in reconcile(ctx, body)["message"]
+    kube.policy = _policy(created="2026-01-01T00:00:09Z")  # installed after the session
+    assert "created before the admission policy" in reconcile(ctx, body)["message"]
+
+    kube.policy = _policy()
+    st = _pass(ctx, body)
+    assert (st["phase"], st["pods"]) == ("Running", 1)
+    assert "daemonsets/kubeprof-s-agent" in kube.objects
+
+
+def test_agents_forbidden_by_pod_security_are_named_in_the_status(env):
+    ctx, kube, _, _ = env
+    kube.pods = [_pod("p1", "n1", "uid-p1")]
+    body = copy.deepcopy(BODY)
+    _pass(ctx, body)
+    kube.objects["daemonsets/kubeprof-s-agent"]["status"] = {
+        "desiredNumberScheduled": 1, "currentNumberScheduled": 0, "numberReady": 0}
+    kube.events = [
+        {"reason": "SuccessfulCreate", "message": "Created pod: x",
+         "lastTimestamp": "2026-01-01T00:00:01Z"},
+        {"reason": "FailedCreate", "lastTimestamp": "2026-01-01T00:00:02Z",
+         "message": 'Error creating: pods "kubeprof-s-agent-abcde" is forbidden: violates '
+                    'PodSecurity "baseline:latest": host namespaces (hostPID=true)'}]
+    st = _pass(ctx, body)
+    assert (st["phase"], st["reason"]) == ("Running", "AgentsForbiddenByPodSecurity")
+    assert 'Pod Security "baseline:latest"' in st["message"]
+    assert "hostPID=true" in st["message"]
+    assert "pod-security.kubernetes.io/enforce=privileged" in st["message"]
+    cond = {c["type"]: c for c in st["conditions"]}["AgentsReady"]
+    assert cond["reason"] == "AgentsForbiddenByPodSecurity" and cond["message"].startswith("0/1")
+
+    kube.events.append({"reason": "FailedCreate", "lastTimestamp": "2026-01-01T00:00:03Z",
+                        "message": 'Error creating: pods "x" is forbidden: exceeded quota: '
+                                   "q, requested: pods=1, used: pods=1, limited: pods=1"})
+    assert _pass(ctx, body)["reason"] == "AgentsForbiddenByQuota"
+
+    kube.objects["daemonsets/kubeprof-s-agent"]["status"] = {
+        "desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberReady": 1}
+    assert _pass(ctx, body)["reason"] == "Profiling"  # all agents up: the old events are moot
+
+
+def test_a_selector_the_api_server_refuses_fails_instead_of_retrying_forever(env):
+    from kubeprof.operator.kube import KubeError
+
+    ctx, kube, _, _ = env
+
+    def refuse(ns, sel):
+        raise KubeError(400, "unable to parse requirement: invalid label key")
+    kube.list_pods = refuse
+    st = _pass(ctx, copy.deepcopy(BODY))
+    assert (st["phase"], st["reason"]) == ("Failed", "InvalidSelector")
+    assert "invalid label key" in st["message"]
+
+
+def test_a_stored_selector_with_an_empty_key_fails_as_invalid_spec(env):
+    ctx, _kube, _, _ = env
+    body = copy.deepcopy(BODY)
+    body["spec"]["target"]["podSelector"] = {"matchLabels": {"": "t"}}
+    st = _pass(ctx, body)
+    assert (st["phase"], st["reason"]) == ("Failed", "InvalidSpec")
+    assert "spec.target.podSelector.matchLabels: Invalid value: ''" in st["message"]
+
+
+def test_agent_pods_are_never_targets(env):
+    """A selector like `!app` also matches the agent pods in the session's namespace."""
+    ctx, kube, _, _ = env
+    agent = _pod("kubeprof-s-agent-x", "n2", "uid-agent")
+    agent["metadata"]["labels"].update({"app.kubernetes.io/managed-by": "kubeprof-operator",
+                                        "app.kubernetes.io/component": "agent"})
+    kube.pods = [_pod("p1", "n1", "uid-p1"), agent]
+    st = _pass(ctx, copy.deepcopy(BODY))
+    assert (st["pods"], st["nodes"]) == (1, 1)

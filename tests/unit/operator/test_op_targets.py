@@ -3,16 +3,7 @@
 import pytest
 
 from kubeprof.operator.spec import parse_duration
-from kubeprof.operator.targets import label_selector, nodes_of, resolve
-
-
-def test_label_selector_string():
-    sel = {"matchLabels": {"b": "2", "a": "1"},
-           "matchExpressions": [{"key": "tier", "operator": "In", "values": ["y", "x"]},
-                                {"key": "gpu", "operator": "Exists"},
-                                {"key": "old", "operator": "DoesNotExist"},
-                                {"key": "env", "operator": "NotIn", "values": ["dev"]}]}
-    assert label_selector(sel) == "a=1,b=2,tier in (x,y),gpu,!old,env notin (dev)"
+from kubeprof.operator.targets import nodes_of, resolve
 
 
 def _pod(name, node, phase="Running", **meta):

@@ -37,6 +37,8 @@ class Spool:
     def __init__(self, folder: Path, *, max_bytes: int = 1 << 30) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        # Root only: the host folder (a kubelet hostPath, created 0755) holds profile data.
+        self.folder.chmod(0o700)
         self.max_bytes = max_bytes
         self.dropped = 0  # batches deleted because the spool was full (counted, reported)
         existing = self.pending()

@@ -31,10 +31,14 @@ def permission_problem(euid: int, cap_eff: int) -> str | None:
     def has(cap: int) -> bool:
         return bool(cap_eff >> cap & 1)
 
-    if euid == 0 or has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
+    # Capabilities decide, not the uid: root in a container has only the ones granted.
+    if has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
         return None
+    missing = " and ".join(n for n, c in (("CAP_BPF", CAP_BPF), ("CAP_PERFMON", CAP_PERFMON))
+                           if not has(c))
     return (
-        "no permission to load BPF programs: run as root (sudo) or grant "
+        f"no permission to load BPF programs ({missing} missing"
+        f"{', although running as root' if euid == 0 else ''}): run as root (sudo) or grant "
         "CAP_BPF+CAP_PERFMON (setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep, or the pod's "
         "securityContext.capabilities)"
     )
@@ -83,7 +87,7 @@ def check_environment(root: str = "/") -> str | None:
         with open("/proc/self/status") as f:
             caps = effective_caps(f.read())
     except OSError:
-        caps = 0
+        caps = ~0 if os.geteuid() == 0 else 0  # unreadable: trust root, as before
     return (
         permission_problem(os.geteuid(), caps)
         or bcc_problem()
