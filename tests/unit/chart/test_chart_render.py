@@ -106,6 +106,8 @@ def test_default_objects_and_operator_pod_hardening():
         "Service",
         "ServiceAccount",
         "StatefulSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     deploy = chart.find(docs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
@@ -171,7 +173,7 @@ SESSION_RULES = [
         "resources": ["daemonsets"],
         "verbs": ["get", "create", "patch", "delete"],
     },
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
 ]
 CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
@@ -179,11 +181,6 @@ CLUSTER_RULES = [
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
-    },
-    {
-        "apiGroups": ["authorization.k8s.io"],
-        "resources": ["subjectaccessreviews"],
-        "verbs": ["create"],
     },
     {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
 ]
@@ -258,7 +255,8 @@ def test_agent_values_reach_the_agent_daemonset(monkeypatch):
     assert pod["tolerations"] == CUSTOM["agent"]["tolerations"]
     assert pod["priorityClassName"] == "system-node-critical"
     spool = next(v for v in pod["volumes"] if v["name"] == "spool")
-    assert spool["hostPath"]["path"] == "/data/kubeprof"
+    # Each session spools in its own folder under the configured root.
+    assert spool["hostPath"]["path"] == "/data/kubeprof/ml_s"
     assert config.reconcile_interval_s == 2.0 and config.namespaces == ("ml", "research")
 
 
@@ -280,6 +278,37 @@ def test_chart_crd_is_the_repository_crd():
     assert (chart.CHART / "crds" / "profilingsession.yaml").read_text() == (
         chart.ROOT / "crds" / "profilingsession.yaml"
     ).read_text()
+
+
+def test_chart_admission_policy_is_the_repository_policy():
+    policy = chart.ROOT / "crds" / "profilingsession-admission.yaml"
+    want = list(yaml.safe_load_all(policy.read_text()))
+    docs = chart.render()
+    got = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert got == want
+    off = chart.render({"admissionPolicy": {"create": False}})
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_cross_namespace_values_reach_the_operator_and_its_rbac():
+    docs = chart.render(
+        {"operator": {"allowCrossNamespace": True}, "agent": {"seccomp": "Unconfined"}}
+    )
+    env = {
+        e["name"]: e.get("value")
+        for d in docs
+        if d["kind"] == "Deployment"
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["KUBEPROF_ALLOW_CROSS_NAMESPACE"] == "1"
+    assert env["KUBEPROF_AGENT_SECCOMP"] == "Unconfined"
+    rules = next(d["rules"] for d in docs if d["metadata"]["name"] == "kp-kubeprof-cluster")
+    assert {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+        "resourceNames": ["kubeprof-target-namespace"],
+        "verbs": ["get"],
+    } in rules
 
 
 def test_dashboard_configmap_for_the_sidecar_uses_real_metrics():
