@@ -62,8 +62,12 @@ class SessionNotFound(LookupError):
     """No session matches what the user asked for."""
 
 
-def list_sessions(conn: Connection) -> list[SessionInfo]:
-    """All sessions, oldest first, with their sample and GPU record counts."""
+def list_sessions(conn: Connection, *, counts: bool = True) -> list[SessionInfo]:
+    """All sessions, oldest first, with their sample and GPU record counts (0 without
+    `counts`: counting scans every sample row, which the web UI's list cannot afford)."""
+    if not counts:
+        return [_info(r._mapping, 0, 0) for r in conn.execute(
+            select(SessionRow.__table__).order_by(SessionRow.id))]
     n_samples = (select(SampleRow.session_id, func.count().label("n"))
                  .group_by(SampleRow.session_id).subquery())
     n_gpu = (select(GpuActivityRow.session_id, func.count().label("n"))
@@ -72,16 +76,15 @@ def list_sessions(conn: Connection) -> list[SessionInfo]:
          .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
          .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
          .order_by(SessionRow.id))
-    out = []
-    for row in conn.execute(q):
-        cols = row._mapping
-        out.append(SessionInfo(
-            id=cols["id"], name=cols["name"], kind=cols["kind"],
-            status=cols["status"], command=cols["command"], hz=cols["hz"],
-            started_at=cols["started_at"], ended_at=cols["ended_at"],
-            start_ns=cols["start_ns"], end_ns=cols["end_ns"], samples=int(row[-2]),
-            gpu_activities=int(row[-1]), meta=json.loads(cols["meta"] or "{}")))
-    return out
+    return [_info(row._mapping, int(row[-2]), int(row[-1])) for row in conn.execute(q)]
+
+
+def _info(cols: Any, samples: int, gpu: int) -> SessionInfo:
+    return SessionInfo(
+        id=cols["id"], name=cols["name"], kind=cols["kind"], status=cols["status"],
+        command=cols["command"], hz=cols["hz"], started_at=cols["started_at"],
+        ended_at=cols["ended_at"], start_ns=cols["start_ns"], end_ns=cols["end_ns"],
+        samples=samples, gpu_activities=gpu, meta=json.loads(cols["meta"] or "{}"))
 
 
 def find_session(conn: Connection, ref: str | None) -> SessionInfo:
