@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from sqlalchemy.engine import Connection  # noqa: E402
+
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
 from kubeprof.storage import queries as q  # noqa: E402
@@ -52,6 +54,22 @@ def timed(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
+def measure(
+    conn: Connection,
+    info: q.SessionInfo,
+    size: int,
+) -> tuple[float, float, float, float, int]:
+    """(before, after, 60 s range, whole API answer) seconds, and the (thread, stack) rows.
+    Best of 3 runs each; "before" runs once above 1 M samples (it takes seconds)."""
+    before = timed(lambda: q.cpu_stacks_from_samples(conn, info), 1 if size > 1e6 else 3)
+    after = timed(lambda: q.cpu_stacks(conn, info))
+    mid = info.duration_s / 2
+    rng = api.buckets_for(info, mid - 30, mid + 30)
+    window = timed(lambda: q.cpu_stacks(conn, info, buckets=rng))
+    whole = timed(lambda: api.flamegraph(conn, info, view="cpu"))
+    return before, after, window, whole, len(q.cpu_stacks(conn, info))
+
+
 def run_store(label: str, url: str, sizes: list[int], out: list[str]) -> None:
     rng = random.Random(1)
     stacks = pool(5000, rng)
@@ -64,39 +82,45 @@ def run_store(label: str, url: str, sizes: list[int], out: list[str]) -> None:
         while written < size:
             n = min(BATCH, size - written)
             samples = tuple(
-                CpuSample(((written + i) // THREADS) * period, 1000, 1000 + (written + i) % THREADS,
-                          "worker", 0, stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)])
-                for i in range(n))
+                CpuSample(
+                    ((written + i) // THREADS) * period,
+                    1000,
+                    1000 + (written + i) % THREADS,
+                    "worker",
+                    0,
+                    stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
+                )
+                for i in range(n)
+            )
             store.write_batch(sid, Batch(samples=samples))
             written += n
         write_s += time.perf_counter() - t0
         store.finish_session(sid, end_ns=(written // THREADS) * period)
         with store.engine.connect() as conn:
-            info = q.find_session(conn, str(sid))
-            before = timed(lambda: q.cpu_stacks_from_samples(conn, info), 1 if size > 1e6 else 3)
-            after = timed(lambda: q.cpu_stacks(conn, info))
-            mid = info.duration_s / 2
-            window = timed(lambda: q.cpu_stacks(conn, info, buckets=api.buckets_for(
-                info, mid - 30, mid + 30)))
-            whole = timed(lambda: api.flamegraph(conn, info, view="cpu"))
-            rows = len(q.cpu_stacks(conn, info))
-        line = (f"| {label} | {size:,} | {rows:,} | {written / write_s:,.0f} | {before:.2f} | "
-                f"{after:.3f} | {window:.3f} | {whole:.2f} |")
+            before, after, window, whole, rows = measure(conn, q.find_session(conn, str(sid)), size)
+        line = (
+            f"| {label} | {size:,} | {rows:,} | {written / write_s:,.0f} | {before:.2f} | "
+            f"{after:.3f} | {window:.3f} | {whole:.2f} |"
+        )
         print(line, flush=True)
         out.append(line)
     store.close()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--pg-url", default="", help="an existing PostgreSQL database to use")
     ap.add_argument("--no-pg", action="store_true")
     ap.add_argument("--no-sqlite", action="store_true")
     args = ap.parse_args()
-    out = ["| store | samples | (thread, stack) rows | write samples/s | before s | after s "
-           "| 60 s range s | API flame graph s |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| store | samples | (thread, stack) rows | write samples/s | before s | after s "
+        "| 60 s range s | API flame graph s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     print("\n".join(out), flush=True)
     with tempfile.TemporaryDirectory(prefix="kp-flame-bench-") as tmp:
         if not args.no_sqlite:

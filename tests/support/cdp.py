@@ -39,11 +39,23 @@ class Browser:
             raise CdpError("chromium is not installed: run scripts/setup.sh")
         self.profile = Path(tempfile.mkdtemp(prefix="kp-cdp-"))
         self.proc = subprocess.Popen(
-            [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars",
-             f"--window-size={width},{height}", "--remote-debugging-port=0",
-             f"--user-data-dir={self.profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                exe,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                f"--window-size={width},{height}",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not port_file.exists() or not port_file.read_text().strip():
@@ -54,8 +66,9 @@ class Browser:
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
             pages = [p for p in json.load(r) if p.get("type") == "page"]
-        self.ws = websocket.create_connection(pages[0]["webSocketDebuggerUrl"], timeout=30,
-                                              suppress_origin=True)
+        self.ws = websocket.create_connection(
+            pages[0]["webSocketDebuggerUrl"], timeout=30, suppress_origin=True
+        )
         self._ids = itertools.count(1)
         self.console: list[str] = []
         self.send("Runtime.enable")
@@ -87,8 +100,11 @@ class Browser:
                 d = msg["params"]["exceptionDetails"]
                 self.console.append(f"exception: {d.get('exception', {}).get('description')}")
             elif msg.get("method") == "Runtime.consoleAPICalled":
-                self.console.append(" ".join(str(a.get("value", a.get("description", "")))
-                                             for a in msg["params"]["args"]))
+                self.console.append(
+                    " ".join(
+                        str(a.get("value", a.get("description", ""))) for a in msg["params"]["args"]
+                    )
+                )
             if msg.get("id") == msg_id:
                 if "error" in msg:
                     raise CdpError(f"{method}: {msg['error']}")
@@ -96,8 +112,7 @@ class Browser:
 
     def eval(self, expr: str) -> Any:
         """Evaluate `expr` in the page (promises awaited) and return its JSON value."""
-        res = self.send("Runtime.evaluate", expression=expr, returnByValue=True,
-                        awaitPromise=True)
+        res = self.send("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
         if "exceptionDetails" in res:
             raise CdpError(f"{expr[:80]}: {res['exceptionDetails'].get('exception', {})}")
         return res["result"].get("value")
@@ -123,14 +138,22 @@ class Browser:
 
     def click(self, x: float, y: float) -> None:
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left",
-                      clickCount=1)
+            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
     def screenshot(self, path: Path) -> Path:
         """A PNG of the whole page (not just the window)."""
         size = self.send("Page.getLayoutMetrics")["cssContentSize"]
-        shot = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                         clip={"x": 0, "y": 0, "width": size["width"],
-                               "height": min(size["height"], 6000), "scale": 1})
+        shot = self.send(
+            "Page.captureScreenshot",
+            format="png",
+            captureBeyondViewport=True,
+            clip={
+                "x": 0,
+                "y": 0,
+                "width": size["width"],
+                "height": min(size["height"], 6000),
+                "scale": 1,
+            },
+        )
         path.write_bytes(base64.b64decode(shot["data"]))
         return path

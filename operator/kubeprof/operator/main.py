@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import kopf
 
-    from kubeprof.operator import handlers
+    from kubeprof.operator import handlers, ui_routes
     from kubeprof.operator.config import OperatorConfig
     from kubeprof.operator.db import BatchWriter
     from kubeprof.operator.ingest import IngestApi
@@ -127,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     api = IngestApi(registry, BatchWriter(store.engine), exists, writers=config.ingest_writers,
                     max_body_bytes=config.max_body_bytes)
+    ui_routes.mount(api, store.engine)  # the read-only web UI on the same port
     memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
     kopf_registry = kopf.OperatorRegistry()
     handlers.register(kopf_registry, config)

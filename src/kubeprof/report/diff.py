@@ -36,13 +36,22 @@ def base_values(tree: CallTree, base: Sequence[WeightedStack]) -> list[int]:
     return out
 
 
-def diff_payload(base: Sequence[WeightedStack], new: Sequence[WeightedStack], *,
-                 view: str, base_name: str, new_name: str) -> dict[str, object]:
+def diff_payload(
+    base: Sequence[WeightedStack],
+    new: Sequence[WeightedStack],
+    *,
+    view: str,
+    base_name: str,
+    new_name: str,
+) -> dict[str, object]:
     """The flame graph page's view payload with `base` per node and both totals."""
     tree = build_tree([*base, *new], group="none")
     before = base_values(tree, base)
-    payload = tree_payload(tree, title=f"{view_info(view).title}: {base_name} → {new_name}",
-                           unit=view_info(view).count_unit)
+    payload = tree_payload(
+        tree,
+        title=f"{view_info(view).title}: {base_name} → {new_name}",
+        unit=view_info(view).count_unit,
+    )
     scale = int(payload["scale"])  # type: ignore[call-overload]
     payload["base"] = [v / scale for v in before]
     payload["baseTotal"] = sum(ws.value_ns for ws in base) / scale

@@ -77,8 +77,14 @@ def _aggregates(conn: Connection) -> dict[int, tuple[float | None, str, int]]:
     """session id -> (GPU idle, top finding, pods) from the operator's session-end rows."""
     out: dict[int, tuple[float | None, str, int]] = {}
     pods: dict[int, int] = {}
-    rows = conn.execute(select(SessionAggregateRow.session_id, SessionAggregateRow.scope,
-                               SessionAggregateRow.gpu_idle_ratio, SessionAggregateRow.detail))
+    rows = conn.execute(
+        select(
+            SessionAggregateRow.session_id,
+            SessionAggregateRow.scope,
+            SessionAggregateRow.gpu_idle_ratio,
+            SessionAggregateRow.detail,
+        )
+    )
     for sid, scope, idle, detail in rows:
         if scope == "pod":
             pods[sid] = pods.get(sid, 0) + 1
@@ -91,8 +97,11 @@ def _aggregates(conn: Connection) -> dict[int, tuple[float | None, str, int]]:
 def _nodes_and_samples(conn: Connection) -> dict[int, tuple[int, int]]:
     """session id -> (nodes with CPU samples, CPU samples), from the session totals."""
     t = StackCountRow
-    q2 = (select(t.session_id, func.count(t.node.distinct()), func.sum(t.samples))
-          .where(t.bucket == TOTAL_BUCKET).group_by(t.session_id))
+    q2 = (
+        select(t.session_id, func.count(t.node.distinct()), func.sum(t.samples))
+        .where(t.bucket == TOTAL_BUCKET)
+        .group_by(t.session_id)
+    )
     return {int(s): (int(n), int(c or 0)) for s, n, c in conn.execute(q2)}
 
 
@@ -132,13 +141,22 @@ def sessions(conn: Connection, cache: Cache | None = None) -> dict[str, Any]:
             idle, top = cached["gpuIdle"], cached["topFinding"]
         started = s.started_at if s.started_at.tzinfo else s.started_at.replace(tzinfo=UTC)
         nodes, samples = counts.get(s.id, (0, 0))
-        out.append({
-            "namespace": ns, "name": name, "kind": s.kind, "phase": s.status,
-            "nodes": nodes, "pods": pods, "samples": samples,
-            "gpuIdle": idle, "topFinding": top,
-            "startedAt": started.isoformat(), "ageSeconds": int((now - started).total_seconds()),
-            "durationSeconds": round(s.duration_s, 3),
-        })
+        out.append(
+            {
+                "namespace": ns,
+                "name": name,
+                "kind": s.kind,
+                "phase": s.status,
+                "nodes": nodes,
+                "pods": pods,
+                "samples": samples,
+                "gpuIdle": idle,
+                "topFinding": top,
+                "startedAt": started.isoformat(),
+                "ageSeconds": int((now - started).total_seconds()),
+                "durationSeconds": round(s.duration_s, 3),
+            }
+        )
     return {"sessions": out}
 
 
@@ -153,8 +171,10 @@ def _pods(conn: Connection, info: q.SessionInfo) -> list[dict[str, str]]:
 
 def _gpus(activities: Sequence[tuple[str, GpuActivity]]) -> list[dict[str, Any]]:
     seen = sorted({(node, a.device) for node, a in activities})
-    return [{"id": f"{node}:{dev}" if node else str(dev), "node": node, "device": dev}
-            for node, dev in seen]
+    return [
+        {"id": f"{node}:{dev}" if node else str(dev), "node": node, "device": dev}
+        for node, dev in seen
+    ]
 
 
 def top_functions(stacks: Sequence[WeightedStack], n: int = 15) -> list[dict[str, Any]]:
@@ -162,26 +182,44 @@ def top_functions(stacks: Sequence[WeightedStack], n: int = 15) -> list[dict[str
     self_ns, total_ns = function_times(stacks)
     whole = sum(ws.value_ns for ws in stacks) or 1
     ranked = sorted(self_ns, key=lambda k: (-self_ns[k], str(k)))[:n]
-    return [{"function": function_label(k), "kind": k[0], "selfNs": self_ns[k],
-             "totalNs": total_ns[k], "selfShare": self_ns[k] / whole} for k in ranked]
+    return [
+        {
+            "function": function_label(k),
+            "kind": k[0],
+            "selfNs": self_ns[k],
+            "totalNs": total_ns[k],
+            "selfShare": self_ns[k] / whole,
+        }
+        for k in ranked
+    ]
 
 
-def summary(conn: Connection, info: q.SessionInfo, cache: Cache | None = None,
-            ) -> dict[str, Any]:
+def summary(
+    conn: Connection,
+    info: q.SessionInfo,
+    cache: Cache | None = None,
+) -> dict[str, Any]:
     """The session page: header, findings (as data and as the report's own HTML), GPU
     section, top functions and kernels, and what the flame graph can be narrowed to."""
     cached = cache.get(info) if cache is not None else None
     if cached is not None:
         return cached
     profile = q.load_profile(conn, info)
-    profile = Profile(profile.session, profile.hz, profile.duration_s, profile.cpu,
-                      profile.gpu, _safe_meta(profile.meta))
+    profile = Profile(
+        profile.session,
+        profile.hz,
+        profile.duration_s,
+        profile.cpu,
+        profile.gpu,
+        _safe_meta(profile.meta),
+    )
     acts = q.gpu_activities(conn, info.id)
     metrics = q.gpu_metrics(conn, info.id)
     cpu = q.sample_columns(conn, info)
     names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
-    report = build_report(profile, acts, metrics, info.start_ns, info.end_ns, cpu,
-                          process_names=names)
+    report = build_report(
+        profile, acts, metrics, info.start_ns, info.end_ns, cpu, process_names=names
+    )
     out = _summary_of(report, info)
     out["pods"] = _pods(conn, info)
     out["gpus"] = _gpus([("", a) for a in acts if a.kind == "kernel"])
@@ -194,23 +232,38 @@ def _summary_of(report: Report, info: q.SessionInfo) -> dict[str, Any]:
     a = report.analysis
     ns, name = ref_of(info)
     findings = [
-        {"kind": f.kind.value, "severity": f.severity.value, "title": title(f.kind),
-         "message": f.message,
-         "frames": [{"view": t.view, "search": t.search} for t in targets(f)],
-         "gainSeconds": f.gain.saved_ns / 1e9 if f.gain is not None else None}
+        {
+            "kind": f.kind.value,
+            "severity": f.severity.value,
+            "title": title(f.kind),
+            "message": f.message,
+            "frames": [{"view": t.view, "search": t.search} for t in targets(f)],
+            "gainSeconds": f.gain.saved_ns / 1e9 if f.gain is not None else None,
+        }
         for f in (a.findings if a is not None else ())
     ]
     gpu_idle = a.headline.ratio if a is not None else None
-    kernels = [{"function": k["function"], "selfNs": k["selfNs"], "selfShare": k["selfShare"]}
-               for k in top_functions(report.profile.gpu) if k["kind"] == FrameKind.GPU.value]
+    kernels = [
+        {
+            "function": k["function"].removesuffix("_[gpu]"),
+            "selfNs": k["selfNs"],
+            "selfShare": k["selfShare"],
+        }
+        for k in top_functions(report.profile.gpu)
+        if k["kind"] == FrameKind.GPU.value
+    ]
     timeline = None
     if a is not None and a.timeline.busy_ns and a.timeline.devices:
         tl = a.timeline
-        timeline = {"bucketSeconds": tl.bucket_ns / 1e9,
-                    "startSeconds": (tl.start_ns - info.start_ns) / 1e9 if info.start_ns else 0,
-                    "busy": [round(b / (tl.bucket_ns * tl.devices), 4) for b in tl.busy_ns]}
+        timeline = {
+            "bucketSeconds": tl.bucket_ns / 1e9,
+            "startSeconds": (tl.start_ns - info.start_ns) / 1e9 if info.start_ns else 0,
+            "busy": [round(b / (tl.bucket_ns * tl.devices), 4) for b in tl.busy_ns],
+        }
     return {
-        "namespace": ns, "name": name, "phase": info.status,
+        "namespace": ns,
+        "name": name,
+        "phase": info.status,
         "durationSeconds": round(info.duration_s, 3),
         "header": [[k, v] for k, v in items(report)],
         "findings": findings,
@@ -223,9 +276,11 @@ def _summary_of(report: Report, info: q.SessionInfo) -> dict[str, Any]:
         "bucketSeconds": BUCKET_NS / 1e9,
         "html": {
             "findings": findings_html(a) if a is not None else "",
-            "gpu": render_gpu_html(report.gpu, off_reason=gpu_off_reason(report),
-                                   names=process_names(report.profile))
-            if report.gpu is not None else "",
+            "gpu": render_gpu_html(
+                report.gpu, off_reason=gpu_off_reason(report), names=process_names(report.profile)
+            )
+            if report.gpu is not None
+            else "",
         },
     }
 
@@ -233,8 +288,11 @@ def _summary_of(report: Report, info: q.SessionInfo) -> dict[str, Any]:
 # -- flame graphs ------------------------------------------------------------------------
 
 
-def buckets_for(info: q.SessionInfo, from_s: float | None, to_s: float | None,
-                ) -> tuple[int, int] | None:
+def buckets_for(
+    info: q.SessionInfo,
+    from_s: float | None,
+    to_s: float | None,
+) -> tuple[int, int] | None:
     """The stack_counts buckets covering [from_s, to_s) seconds after the session start
     (None: the whole session, read from the session totals)."""
     if from_s is None and to_s is None:
@@ -245,18 +303,24 @@ def buckets_for(info: q.SessionInfo, from_s: float | None, to_s: float | None,
     return (lo // BUCKET_NS, max(lo, hi - 1) // BUCKET_NS)
 
 
-def _pids_for(conn: Connection, info: q.SessionInfo, pod: str, gpu: str,
-              ) -> set[tuple[str, int]] | None:
+def _pids_for(
+    conn: Connection,
+    info: q.SessionInfo,
+    pod: str,
+    gpu: str,
+) -> set[tuple[str, int]] | None:
     """(node, pid)s of a pod (UID or name) and/or of the processes that used a GPU."""
     pids: set[tuple[str, int]] | None = None
     if pod:
         names = {k.removeprefix("pod:"): v for k, v in info.meta.items() if k.startswith("pod:")}
-        pids = {k for k, uid in q.pid_pods(conn, info.id).items()
-                if pod in (uid, names.get(uid))}
+        pids = {k for k, uid in q.pid_pods(conn, info.id).items() if pod in (uid, names.get(uid))}
     if gpu:
         node, dev = _gpu_ref(gpu)
-        users = {(n, p) for n, d, p in q.gpu_users(conn, info.id)
-                 if d == dev and (node is None or n == node)}
+        users = {
+            (n, p)
+            for n, d, p in q.gpu_users(conn, info.id)
+            if d == dev and (node is None or n == node)
+        }
         pids = users if pids is None else pids & users
     return pids
 
@@ -268,9 +332,16 @@ def _gpu_ref(gpu: str) -> tuple[str | None, int]:
     return (node or None), int(dev)
 
 
-def view_stacks(conn: Connection, info: q.SessionInfo, view: str, *,
-                from_s: float | None = None, to_s: float | None = None, pod: str = "",
-                gpu: str = "") -> tuple[WeightedStack, ...]:
+def view_stacks(
+    conn: Connection,
+    info: q.SessionInfo,
+    view: str,
+    *,
+    from_s: float | None = None,
+    to_s: float | None = None,
+    pod: str = "",
+    gpu: str = "",
+) -> tuple[WeightedStack, ...]:
     """The stacks of one view of a session, narrowed to a time range, pod and GPU."""
     if view not in ("cpu", "gpu"):
         raise ApiError(400, f"view={view!r}: expected cpu or gpu")
@@ -281,17 +352,28 @@ def view_stacks(conn: Connection, info: q.SessionInfo, view: str, *,
     lo = info.start_ns + int(from_s * 1e9) if from_s is not None else None
     hi = info.start_ns + int(to_s * 1e9) if to_s is not None else None
     dev = _gpu_ref(gpu)[1] if gpu else None
-    keep = [a for a in acts
-            if (lo is None or a.end_ns > lo) and (hi is None or a.start_ns < hi)
-            and (dev is None or a.device == dev)
-            and (pids is None or any(p == a.pid for _, p in pids))]
+    keep = [
+        a
+        for a in acts
+        if (lo is None or a.end_ns > lo)
+        and (hi is None or a.start_ns < hi)
+        and (dev is None or a.device == dev)
+        and (pids is None or any(p == a.pid for _, p in pids))
+    ]
     names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
     return gpu_profile_stacks(keep, names)
 
 
-def flamegraph(conn: Connection, info: q.SessionInfo, *, view: str = "cpu",
-               from_s: float | None = None, to_s: float | None = None, pod: str = "",
-               gpu: str = "") -> dict[str, Any]:
+def flamegraph(
+    conn: Connection,
+    info: q.SessionInfo,
+    *,
+    view: str = "cpu",
+    from_s: float | None = None,
+    to_s: float | None = None,
+    pod: str = "",
+    gpu: str = "",
+) -> dict[str, Any]:
     """One view's flame graph, in the HTML report's own data format (flamegraph.js)."""
     stacks = view_stacks(conn, info, view, from_s=from_s, to_s=to_s, pod=pod, gpu=gpu)
     tree = build_tree(stacks, group="process")
@@ -299,19 +381,37 @@ def flamegraph(conn: Connection, info: q.SessionInfo, *, view: str = "cpu",
     b = buckets_for(info, from_s, to_s) if view == "cpu" else None
     rng = None
     if b is not None:
-        rng = [max(0.0, (b[0] * BUCKET_NS - info.start_ns) / 1e9),
-               ((b[1] + 1) * BUCKET_NS - info.start_ns) / 1e9]
-    return {"kinds": KINDS, "palette": PALETTE, "initial": view, "views": {view: payload},
-            "range": rng, "stacks": len(stacks)}
+        rng = [
+            max(0.0, (b[0] * BUCKET_NS - info.start_ns) / 1e9),
+            ((b[1] + 1) * BUCKET_NS - info.start_ns) / 1e9,
+        ]
+    return {
+        "kinds": KINDS,
+        "palette": PALETTE,
+        "initial": view,
+        "views": {view: payload},
+        "range": rng,
+        "stacks": len(stacks),
+    }
 
 
-def diff(conn: Connection, base: q.SessionInfo, new: q.SessionInfo, *, view: str = "cpu",
-         ) -> dict[str, Any]:
+def diff(
+    conn: Connection,
+    base: q.SessionInfo,
+    new: q.SessionInfo,
+    *,
+    view: str = "cpu",
+) -> dict[str, Any]:
     """The differential flame graph of `base` -> `new` (flamegraph.js colours by change)."""
     b = view_stacks(conn, base, view)
     n = view_stacks(conn, new, view)
     bn, nn = "/".join(ref_of(base)), "/".join(ref_of(new))
     payload = diff_payload(b, n, view=view, base_name=bn, new_name=nn)
-    return {"kinds": KINDS, "palette": PALETTE, "initial": view, "views": {view: payload},
-            "base": bn, "new": nn}
-
+    return {
+        "kinds": KINDS,
+        "palette": PALETTE,
+        "initial": view,
+        "views": {view: payload},
+        "base": bn,
+        "new": nn,
+    }

@@ -35,7 +35,7 @@ STATIC = {  # file name -> (package, resource, content type)
 }
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                               "img-src 'self' data:; frame-ancestors 'none'",
+    "img-src 'self' data:; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
@@ -53,8 +53,9 @@ class Response:
 
 
 def json_response(status: int, data: object) -> Response:
-    return Response(status, "application/json",
-                    json.dumps(data, separators=(",", ":"), default=str).encode())
+    return Response(
+        status, "application/json", json.dumps(data, separators=(",", ":"), default=str).encode()
+    )
 
 
 def _error(status: int, message: str) -> Response:
@@ -68,15 +69,17 @@ def _float(query: Mapping[str, str], key: str) -> float | None:
     try:
         return float(raw)
     except ValueError:
-        raise api.ApiError(400, f"{key}={raw!r}: expected seconds from the session start, "
-                                "e.g. 12.5") from None
+        raise api.ApiError(
+            400, f"{key}={raw!r}: expected seconds from the session start, e.g. 12.5"
+        ) from None
 
 
 def _ref(text: str, key: str) -> tuple[str, str]:
     ns, _, name = text.partition("/")
     if not ns or not name:
-        raise api.ApiError(400, f"{key}={text!r}: expected NAMESPACE/NAME "
-                                "(local/NAME for a local session)")
+        raise api.ApiError(
+            400, f"{key}={text!r}: expected NAMESPACE/NAME (local/NAME for a local session)"
+        )
     return ns, name
 
 
@@ -111,10 +114,15 @@ class Routes:
                 if len(parts) == 3:
                     return api.summary(conn, info, self.cache)
                 if parts[3] == "flamegraph":
-                    return api.flamegraph(conn, info, view=query.get("view", "cpu"),
-                                          from_s=_float(query, "from"),
-                                          to_s=_float(query, "to"),
-                                          pod=query.get("pod", ""), gpu=query.get("gpu", ""))
+                    return api.flamegraph(
+                        conn,
+                        info,
+                        view=query.get("view", "cpu"),
+                        from_s=_float(query, "from"),
+                        to_s=_float(query, "to"),
+                        pod=query.get("pod", ""),
+                        gpu=query.get("gpu", ""),
+                    )
             if parts == ["diff"]:
                 base = api.find(conn, *_ref(query.get("base", ""), "base"))
                 new = api.find(conn, *_ref(query.get("new", ""), "new"))
@@ -125,8 +133,12 @@ class Routes:
         if parts[:1] == ["static"] and len(parts) == 2 and parts[1] in STATIC:
             pkg, name, ctype = STATIC[parts[1]]
             return Response(200, ctype, resources.files(pkg).joinpath(name).read_bytes())
-        if not parts or parts == ["sessions"] or parts == ["diff"] or (
-                parts[0] == "sessions" and len(parts) == 3):
+        if (
+            not parts
+            or parts == ["sessions"]
+            or parts == ["diff"]
+            or (parts[0] == "sessions" and len(parts) == 3)
+        ):
             body = resources.files("kubeprof.ui").joinpath("static/index.html").read_bytes()
             return Response(200, "text/html; charset=utf-8", body)
         return _error(404, "no such page; start at /sessions")

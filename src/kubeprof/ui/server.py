@@ -7,10 +7,13 @@ the people who can read the store. One thread per request; the database engine p
 from __future__ import annotations
 
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
 from kubeprof.storage import Store
+from kubeprof.storage import queries as q
+from kubeprof.ui import api
 from kubeprof.ui.routes import Response, Routes
 
 
@@ -35,16 +38,16 @@ def make_server(routes: Routes, host: str, port: int) -> ThreadingHTTPServer:
             if not head:
                 self.wfile.write(resp.body)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self._answer(head=False)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._answer(head=True)
 
         def _refuse(self) -> None:
             self._send(routes.handle(self.command, self.path, {}))
 
-        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
+        do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             return  # quiet: the CLI prints its URL once; errors are in the answers
@@ -54,13 +57,31 @@ def make_server(routes: Routes, host: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
+def warm(routes: Routes) -> None:
+    """Analyse finished sessions in the background, newest first, so the sessions list
+    shows their GPU idle and top finding (a local session has no session-end aggregate)."""
+    with routes.engine.connect() as conn:
+        infos = [s for s in reversed(q.list_sessions(conn, counts=False)) if s.status != "running"]
+    for info in infos:
+        try:
+            with routes.engine.connect() as conn:
+                api.summary(conn, info, routes.cache)
+        except Exception:  # noqa: BLE001 - a session that cannot be analysed stays "—"
+            continue
+
+
 def ui_command(store_url: str | None, host: str, port: int) -> int:
     """Serve the UI until interrupted."""
     store = Store.open(store_url)
-    server = make_server(Routes(store.engine), host, port)
-    h, p = server.server_address[:2]
-    print(f"kubeprof ui: serving {store.engine.url.render_as_string(hide_password=True)} "
-          f"read-only at http://{h}:{p}/sessions (Ctrl-C stops)", file=sys.stderr, flush=True)
+    routes = Routes(store.engine)
+    server = make_server(routes, host, port)
+    print(
+        f"kubeprof ui: serving {store.engine.url.render_as_string(hide_password=True)} "
+        f"read-only at http://{host}:{server.server_port}/sessions (Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    threading.Thread(target=warm, args=(routes,), name="ui-warm", daemon=True).start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:
