@@ -89,8 +89,10 @@ def _aggregates(conn: Connection) -> dict[int, tuple[float | None, str, int]]:
         if scope == "pod":
             pods[sid] = pods.get(sid, 0) + 1
         elif scope == "session":
-            findings = json.loads(detail or "{}").get("findings") or []
-            out[sid] = (idle, findings[0]["message"] if findings else "", 0)
+            d = json.loads(detail or "{}")
+            findings = d.get("findings") or []
+            top = d.get("top_finding") or (findings[0]["message"] if findings else "")
+            out[sid] = (idle, top, 0)
     return {sid: (idle, top, pods.get(sid, 0)) for sid, (idle, top, _) in out.items()}
 
 
