@@ -7,7 +7,7 @@ bench/storage_query.py). At each size it times, on the same rows:
   before   queries.cpu_stacks_from_samples: GROUP BY over the session's sample rows
            (what load_profile ran before stack_counts)
   after    queries.cpu_stacks: the session's pre-counted rows in stack_counts
-  range    queries.cpu_stacks for one 60 s window (7 buckets of 10 s)
+  range    queries.cpu_stacks for one 60 s window (61 buckets of 1 s)
   api      the UI's whole /flamegraph answer (query + call tree + JSON) for the session
 
 Both stores run in one invocation: SQLite in a temp file, and PostgreSQL 15 started in a

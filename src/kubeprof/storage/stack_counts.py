@@ -19,7 +19,7 @@ from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.models import StackCountRow
 
 TOTAL_BUCKET = -1  # the whole-session row of a (thread, stack)
-BUCKET_NS = 10_000_000_000  # time buckets of 10 s: a time range is rounded out to them
+BUCKET_NS = 1_000_000_000  # time buckets of 1 s: a time range is rounded out to them
 
 # (bucket, node, pid, tid, stack_id) -> (thread, samples)
 CountKey = tuple[int, str, int, int, int]

@@ -11,7 +11,7 @@ from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.storage import Store, migrate
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import SessionRow, StackCountRow
-from kubeprof.storage.stack_counts import BUCKET_NS
+from kubeprof.storage.stack_counts import BUCKET_NS, bucket_of
 
 MAIN = Frame("main", FrameKind.PYTHON, "/app/train.py", 10)
 HOT = Frame("hot", FrameKind.PYTHON, "/app/train.py", 20)
@@ -94,7 +94,9 @@ def test_upgrade_counts_sessions_stored_before_the_migration(tmp_path):
         migrate.upgrade(conn)
         info = q.find_session(conn, "old")
         assert _by(q.cpu_stacks(conn, info)) == _by(q.cpu_stacks_from_samples(conn, info))
-        assert _by(q.cpu_stacks(conn, info, buckets=(0, 0))) == {
+        one = bucket_of(10**9)  # the samples' second, counted by the migration's SQL
+        assert _by(q.cpu_stacks(conn, info, buckets=(one, one))) == {
             ((MAIN, HOT), 100, 101, "worker"): 12
         }
+        assert _by(q.cpu_stacks(conn, info, buckets=(one + 1, one + 5))) == {}
     store.close()

@@ -192,9 +192,24 @@
         getJSON(base + "/flamegraph?" + q.toString()).then(function (data) {
           showFlame(holder, data, view);
           legend(false);
-          rangeNote.textContent = data.range ? "showing " + data.range[0].toFixed(0) + "–" + data.range[1].toFixed(0) + " s (whole " + s.bucketSeconds + " s buckets)" : "";
+          rangeNote.textContent = data.range ? "showing " + data.range[0].toFixed(0) + "–" + data.range[1].toFixed(0) + " s (whole seconds)" : "";
           if (search) FG.search(search);
         }).catch(function (err) { rangeNote.textContent = String(err.message || err); });
+      }
+      // Clicking the busy/idle timeline narrows the flame graph to a tenth of the session
+      // around the clicked time (whole seconds: the CPU counts are kept per second).
+      var svg = app.querySelector("svg.kp-timeline");
+      if (svg && s.timeline) {
+        svg.style.cursor = "crosshair";
+        svg.addEventListener("click", function (evt) {
+          var r = svg.getBoundingClientRect(), span = s.timeline.busy.length * s.timeline.bucketSeconds;
+          var t = s.timeline.startSeconds + (evt.clientX - r.left) / r.width * span;
+          var w = Math.max(s.bucketSeconds, Math.round(span / 10)), lo = Math.max(0, Math.floor(t - w / 2));
+          sel.from = from.value = String(lo);
+          sel.to = to.value = String(lo + w);
+          update();
+          holder.scrollIntoView({ block: "start" });
+        });
       }
       // Findings link to frames of either view: switch the view, then light the frames up.
       app.addEventListener("click", function (evt) {

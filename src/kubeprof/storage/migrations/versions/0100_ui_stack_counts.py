@@ -1,4 +1,4 @@
-"""stack_counts: CPU samples pre-counted per (thread, stack), per session and per 10 s bucket
+"""stack_counts: CPU samples pre-counted per (thread, stack), per session and per 1 s bucket
 
 Revision ID: ui_stack_counts
 Revises: 0002
@@ -15,7 +15,7 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-BUCKET_NS = 10_000_000_000  # kubeprof.storage.stack_counts.BUCKET_NS at this revision
+BUCKET_NS = 1_000_000_000  # kubeprof.storage.stack_counts.BUCKET_NS at this revision
 
 
 def upgrade() -> None:
