@@ -74,7 +74,11 @@ def ui_command(store_url: str | None, host: str, port: int) -> int:
     """Serve the UI until interrupted."""
     store = Store.open(store_url)
     routes = Routes(store.engine)
-    server = make_server(routes, host, port)
+    try:
+        server = make_server(routes, host, port)
+    except OSError:
+        store.close()
+        raise
     print(
         f"kubeprof ui: serving {store.engine.url.render_as_string(hide_password=True)} "
         f"read-only at http://{host}:{server.server_port}/sessions (Ctrl-C stops)",

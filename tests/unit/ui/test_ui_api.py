@@ -126,3 +126,24 @@ def test_kubeprof_ui_server_answers_over_http(ui_store):
         server.shutdown()
         server.server_close()
         store.close()
+
+
+def test_kubeprof_ui_names_a_bad_listen_flag(capsys):
+    from kubeprof import cli
+
+    assert cli.main(["ui", "--listen", "localhost"]) == 2
+    assert "--listen wants HOST:PORT, got 'localhost'" in capsys.readouterr().err
+
+
+def test_kubeprof_ui_says_when_the_port_is_taken(ui_store, capsys):
+    import socket
+
+    from kubeprof import cli
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["ui", "--store", ui_store, "--listen", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--listen" in err
