@@ -107,6 +107,45 @@ def run_store(label: str, url: str, sizes: list[int], out: list[str]) -> None:
     store.close()
 
 
+def write_cost(url: str, samples: int = 200_000) -> list[str]:
+    """Write CPU time per sample on SQLite (in-process, so CPU time is the cost even on a
+    busy machine), with and without adding to stack_counts in each batch."""
+    from kubeprof.storage import stack_counts
+
+    out = []
+    real_add = stack_counts.add_counts
+    for label, add in (("samples only", lambda _conn, _rows: None), ("+ stack_counts", real_add)):
+        rng = random.Random(1)
+        stacks = pool(5000, rng)
+        stack_counts.add_counts = add  # type: ignore[assignment]
+        store = Store.open(url)
+        sid = store.create_session(f"write-{time.time_ns()}", hz=HZ)
+        period, cpu = 1_000_000_000 // HZ, 0.0
+        try:
+            for start in range(0, samples, BATCH):
+                batch = Batch(
+                    samples=tuple(
+                        CpuSample(
+                            ((start + i) // THREADS) * period,
+                            1000,
+                            1000 + (start + i) % THREADS,
+                            "worker",
+                            0,
+                            stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
+                        )
+                        for i in range(BATCH)
+                    )
+                )
+                c = time.process_time()
+                store.write_batch(sid, batch)
+                cpu += time.process_time() - c
+        finally:
+            stack_counts.add_counts = real_add
+            store.close()
+        out.append(f"| SQLite | {label} | {samples:,} | {cpu:.2f} | {samples / cpu:,.0f} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -115,7 +154,19 @@ def main() -> None:
     ap.add_argument("--pg-url", default="", help="an existing PostgreSQL database to use")
     ap.add_argument("--no-pg", action="store_true")
     ap.add_argument("--no-sqlite", action="store_true")
+    ap.add_argument(
+        "--write-cost",
+        action="store_true",
+        help="only: write CPU time with and without stack_counts (SQLite)",
+    )
     args = ap.parse_args()
+    if args.write_cost:
+        with tempfile.TemporaryDirectory(prefix="kp-flame-bench-") as tmp:
+            rows = write_cost(f"sqlite:///{tmp}/write.db")
+        print("| store | writes | samples | CPU s | samples per CPU-second |")
+        print("|---|---|---:|---:|---:|")
+        print("\n".join(rows))
+        return
     out = [
         "| store | samples | (thread, stack) rows | write samples/s | before s | after s "
         "| 60 s range s | API flame graph s |",
