@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks
-from kubeprof.model import FrameKind, GpuActivity
+from kubeprof.model import FrameKind
 from kubeprof.report.analysis_html import findings_html
 from kubeprof.report.diff import diff_payload
 from kubeprof.report.evidence import targets, title
@@ -171,8 +171,9 @@ def _pods(conn: Connection, info: q.SessionInfo) -> list[dict[str, str]]:
     return [{"uid": u, "name": names.get(u, u)} for u in uids]
 
 
-def _gpus(activities: Sequence[tuple[str, GpuActivity]]) -> list[dict[str, Any]]:
-    seen = sorted({(node, a.device) for node, a in activities})
+def _gpus(conn: Connection, info: q.SessionInfo) -> list[dict[str, Any]]:
+    """The GPUs the session's processes used (kernel records or NVML per-process rows)."""
+    seen = sorted({(node, dev) for node, dev, _ in q.gpu_users(conn, info.id)})
     return [
         {"id": f"{node}:{dev}" if node else str(dev), "node": node, "device": dev}
         for node, dev in seen
@@ -224,7 +225,7 @@ def summary(
     )
     out = _summary_of(report, info)
     out["pods"] = _pods(conn, info)
-    out["gpus"] = _gpus([("", a) for a in acts if a.kind == "kernel"])
+    out["gpus"] = _gpus(conn, info)
     if cache is not None:
         cache.put(info, out)
     return out
@@ -350,10 +351,11 @@ def view_stacks(
     pids = _pids_for(conn, info, pod, gpu)
     if view == "cpu":
         return q.cpu_stacks(conn, info, buckets=buckets_for(info, from_s, to_s), pids=pids)
-    acts = q.gpu_activities(conn, info.id)
+    node, dev = _gpu_ref(gpu) if gpu else (None, None)
+    by_node = q.gpu_activities_by_node(conn, info.id, stacks=True)
+    acts = by_node.get(node, []) if node is not None else [a for v in by_node.values() for a in v]
     lo = info.start_ns + int(from_s * 1e9) if from_s is not None else None
     hi = info.start_ns + int(to_s * 1e9) if to_s is not None else None
-    dev = _gpu_ref(gpu)[1] if gpu else None
     keep = [
         a
         for a in acts

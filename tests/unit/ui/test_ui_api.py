@@ -147,3 +147,15 @@ def test_kubeprof_ui_says_when_the_port_is_taken(ui_store, capsys):
         assert cli.main(["ui", "--store", ui_store, "--listen", f"127.0.0.1:{port}"]) == 2
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "--listen" in err
+
+
+def test_gpu_narrows_both_views_to_that_device(routes):
+    _, s = get(routes, "/api/v1/sessions/local/pageable")
+    assert [g["id"] for g in s["gpus"]] == ["0"]
+    path = "/api/v1/sessions/local/pageable/flamegraph"
+    _, cpu0 = get(routes, path, view="cpu", gpu="0")
+    _, cpu1 = get(routes, path, view="cpu", gpu="1")
+    _, gpu0 = get(routes, path, view="gpu", gpu="0")
+    _, gpu_all = get(routes, path, view="gpu")
+    assert cpu0["views"]["cpu"]["samples"][0] == 918  # the one process used GPU 0
+    assert cpu1["stacks"] == 0 and gpu0["views"]["gpu"]["value"] == gpu_all["views"]["gpu"]["value"]
