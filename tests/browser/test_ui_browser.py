@@ -26,7 +26,7 @@ def test_sessions_list_renders_rows_from_the_store(browser, ui_url, shots):
     )
     by_name = {r[0]: r for r in rows}
     assert set(by_name) == {"pageable", "pageable_pinned", "train"}
-    assert by_name["train"][1:4] == ["team-a", "Completed", "1 / 0"]
+    assert by_name["train"][1:4] == ["team-a", "Completed", "1 / 2"]
     # The analysis ran in the background: GPU idle and the top finding are filled in.
     assert by_name["pageable"][4].endswith("%")
     assert "Pageable-memory copies" in by_name["pageable"][5]

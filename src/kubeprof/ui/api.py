@@ -36,7 +36,7 @@ from kubeprof.report.views import available_views, view_info
 from kubeprof.reportdata import Profile, Report, WeightedStack
 from kubeprof.reporting import build_report
 from kubeprof.storage import queries as q
-from kubeprof.storage.models import SessionAggregateRow, StackCountRow
+from kubeprof.storage.models import ProcessRow, SessionAggregateRow, StackCountRow
 from kubeprof.storage.stack_counts import BUCKET_NS, TOTAL_BUCKET
 
 LOCAL = "local"  # the namespace of sessions recorded with `kubeprof record`
@@ -73,27 +73,28 @@ def _safe_meta(meta: Mapping[str, str]) -> dict[str, str]:
 # -- sessions list -----------------------------------------------------------------------
 
 
-def _aggregates(conn: Connection) -> dict[int, tuple[float | None, str, int]]:
-    """session id -> (GPU idle, top finding, pods) from the operator's session-end rows."""
-    out: dict[int, tuple[float | None, str, int]] = {}
-    pods: dict[int, int] = {}
+def _aggregates(conn: Connection) -> dict[int, tuple[float | None, str]]:
+    """session id -> (GPU idle, top finding) from the operator's session-end rows."""
+    out: dict[int, tuple[float | None, str]] = {}
+    t = SessionAggregateRow
     rows = conn.execute(
-        select(
-            SessionAggregateRow.session_id,
-            SessionAggregateRow.scope,
-            SessionAggregateRow.gpu_idle_ratio,
-            SessionAggregateRow.detail,
-        )
+        select(t.session_id, t.gpu_idle_ratio, t.detail).where(t.scope == "session")
     )
-    for sid, scope, idle, detail in rows:
-        if scope == "pod":
-            pods[sid] = pods.get(sid, 0) + 1
-        elif scope == "session":
-            d = json.loads(detail or "{}")
-            findings = d.get("findings") or []
-            top = d.get("top_finding") or (findings[0]["message"] if findings else "")
-            out[sid] = (idle, top, 0)
-    return {sid: (idle, top, pods.get(sid, 0)) for sid, (idle, top, _) in out.items()}
+    for sid, idle, detail in rows:
+        d = json.loads(detail or "{}")
+        findings = d.get("findings") or []
+        out[sid] = (idle, d.get("top_finding") or (findings[0]["message"] if findings else ""))
+    return out
+
+
+def _pod_counts(conn: Connection) -> dict[int, int]:
+    """session id -> pods whose processes were seen (known while the session still runs)."""
+    q2 = (
+        select(ProcessRow.session_id, func.count(ProcessRow.pod_uid.distinct()))
+        .where(ProcessRow.pod_uid != "")
+        .group_by(ProcessRow.session_id)
+    )
+    return {int(sid): int(n) for sid, n in conn.execute(q2)}
 
 
 def _nodes_and_samples(conn: Connection) -> dict[int, tuple[int, int]]:
@@ -132,12 +133,13 @@ class Cache:
 def sessions(conn: Connection, cache: Cache | None = None) -> dict[str, Any]:
     """Every session, newest first, with what the list page shows."""
     aggs = _aggregates(conn)
+    pods = _pod_counts(conn)
     counts = _nodes_and_samples(conn)
     now = datetime.now(UTC)
     out = []
     for s in reversed(q.list_sessions(conn, counts=False)):
         ns, name = ref_of(s)
-        idle, top, pods = aggs.get(s.id, (None, "", 0))
+        idle, top = aggs.get(s.id, (None, ""))
         cached = cache.get(s) if cache is not None else None
         if cached is not None and not top:
             idle, top = cached["gpuIdle"], cached["topFinding"]
@@ -150,7 +152,7 @@ def sessions(conn: Connection, cache: Cache | None = None) -> dict[str, Any]:
                 "kind": s.kind,
                 "phase": s.status,
                 "nodes": nodes,
-                "pods": pods,
+                "pods": pods.get(s.id, 0),
                 "samples": samples,
                 "gpuIdle": idle,
                 "topFinding": top,

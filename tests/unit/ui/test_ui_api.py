@@ -32,7 +32,12 @@ def test_sessions_list_names_local_and_cluster_sessions(routes):
     by = {(s["namespace"], s["name"]): s for s in data["sessions"]}
     assert set(by) == {("local", "pageable"), ("local", "pageable_pinned"), ("team-a", "train")}
     train = by[("team-a", "train")]
-    assert (train["phase"], train["nodes"], train["samples"]) == ("Completed", 1, 35)
+    assert (train["phase"], train["nodes"], train["pods"], train["samples"]) == (
+        "Completed",
+        1,
+        2,
+        35,
+    )
     assert by[("local", "pageable")]["samples"] == 918  # the recording's CPU samples
 
 
