@@ -28,6 +28,7 @@ from kubeprof.storage.models import (
     ProcessRow,
     SampleRow,
     SessionRow,
+    StackCountRow,
 )
 
 
@@ -64,12 +65,14 @@ class SessionNotFound(LookupError):
 
 def list_sessions(conn: Connection, *, counts: bool = True) -> list[SessionInfo]:
     """All sessions, oldest first, with their sample and GPU record counts (0 without
-    `counts`: counting scans every sample row, which the web UI's list cannot afford)."""
+    `counts`: counting GPU records scans them, which the web UI's list does not need)."""
     if not counts:
         return [_info(r._mapping, 0, 0) for r in conn.execute(
             select(SessionRow.__table__).order_by(SessionRow.id))]
-    n_samples = (select(SampleRow.session_id, func.count().label("n"))
-                 .group_by(SampleRow.session_id).subquery())
+    # Sample counts from the pre-counted session totals, not a scan of every sample row.
+    n_samples = (select(StackCountRow.session_id, func.sum(StackCountRow.samples).label("n"))
+                 .where(StackCountRow.bucket == sc.TOTAL_BUCKET)
+                 .group_by(StackCountRow.session_id).subquery())
     n_gpu = (select(GpuActivityRow.session_id, func.count().label("n"))
              .group_by(GpuActivityRow.session_id).subquery())
     q = (select(SessionRow.__table__, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
