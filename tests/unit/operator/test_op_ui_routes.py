@@ -56,3 +56,22 @@ def test_operator_serves_the_ui_read_only(ui_store):  # noqa: F811
     assert (root, loc) == (302, "/sessions")
     assert post == 405  # the UI never writes
     assert ingest == 200  # the ingest routes keep theirs
+
+
+def test_by_default_only_port_forwarded_connections_read_the_ui():
+    from kubeprof.operator.ui_routes import allowed
+
+    # kubectl port-forward connects from the pod's own loopback; other pods do not.
+    assert allowed("127.0.0.1", "port-forward") and allowed("::1", "port-forward")
+    assert not allowed("10.244.1.7", "port-forward")
+    assert not allowed(None, "port-forward") and not allowed("/run/x.sock", "port-forward")
+    assert allowed("10.244.1.7", "any")  # behind the user's authenticating Ingress
+    assert not allowed("127.0.0.1", "off")
+
+
+def test_a_bad_ui_access_setting_is_named(monkeypatch, capsys):
+    from kubeprof.operator.main import main
+
+    monkeypatch.setenv("KUBEPROF_UI_ACCESS", "public")
+    assert main(["--database-url", "sqlite://"]) == 2
+    assert "--ui-access 'public': expected port-forward, any or off" in capsys.readouterr().err
