@@ -9,8 +9,9 @@ Who may read them is `--ui-access`. The ingest port is reachable from every pod 
 push to it), but profiles are not for every pod: by default (``port-forward``) the UI
 answers only connections from the pod's own loopback, which is where `kubectl
 port-forward` traffic arrives, so reading it takes the RBAC right to port-forward to the
-operator. ``any`` is for an Ingress with the cluster's authentication in front; ``off``
-serves no UI.
+operator. (A pod on the host network, or a mesh sidecar that forwards inbound traffic
+from loopback, makes every client look local: there use ``off`` or a NetworkPolicy.)
+``any`` is for an Ingress with the cluster's authentication in front; ``off`` serves no UI.
 """
 
 from __future__ import annotations
