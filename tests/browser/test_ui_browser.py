@@ -49,6 +49,8 @@ def test_session_page_shows_findings_and_the_hottest_function_widest(browser, ui
     code = [f for f in frames if f["kind"] != "process"]
     widest = max(code, key=lambda f: f["self"])  # the widest plateau: most time in itself
     assert widest["name"].startswith("copy_batch"), widest
+    first = "document.querySelector('.kp-topfn tbody td:last-child').textContent"
+    assert browser.wait(first).startswith("copy_batch")  # the table agrees with the graph
     browser.screenshot(shots / "session.png")
 
     x, y = _canvas_point(browser, widest)
@@ -108,4 +110,6 @@ def test_clicking_the_timeline_narrows_the_flame_graph_to_that_time(browser, ui_
     assert browser.eval(f"{FRAMES}[0].w") == total  # the root still spans the graph ...
     narrowed = browser.eval(status)
     assert narrowed != whole  # ... but over fewer samples: the status line says how much
+    title = browser.eval("document.querySelector('.kp-tops h2').textContent")
+    assert title.startswith("Top functions (CPU, self time, 0–"), title
     browser.screenshot(shots / "session-range.png")

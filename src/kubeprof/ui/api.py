@@ -398,6 +398,7 @@ def flamegraph(
         "views": {view: payload},
         "range": rng,
         "stacks": len(stacks),
+        "top": top_functions(stacks),  # of exactly this graph: per pod, GPU and time range
     }
 
 

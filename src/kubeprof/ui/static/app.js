@@ -175,12 +175,25 @@
         el("div", { "class": "kp-toolbar" }, [viewBtns, pod, gpu, "seconds", from, "to", to, apply, clear, rangeNote])]);
       app.appendChild(holder);
 
-      var fnRows = s.topFunctions.map(function (f) { return [(100 * f.selfShare).toFixed(1) + " %", fmtNs(f.selfNs), fmtNs(f.totalNs), f.function]; });
+      // Left: the top functions of exactly the flame graph above (its view, pod, GPU and time
+      // range), refreshed with it. Right: the session's top kernels.
+      var topTitle = el("h2", { text: "Top functions" });
+      var topBody = el("div");
       var kRows = s.topKernels.map(function (k) { return [(100 * k.selfShare).toFixed(1) + " %", fmtNs(k.selfNs), k.function]; });
       app.appendChild(el("section", { "class": "kp-tops" }, [
-        el("div", {}, [el("h2", { text: "Top functions (CPU, self time)" }), fnRows.length ? table("kp-topfn", ["self", "self time", "total time", "function"], fnRows) : el("p", { "class": "kp-note", text: "No CPU samples." })]),
-        el("div", {}, [el("h2", { text: "Top kernels (GPU time)" }), kRows.length ? table("kp-topk", ["share", "time", "kernel"], kRows) : el("p", { "class": "kp-note", text: "No GPU kernels traced." })])
+        el("div", {}, [topTitle, topBody]),
+        el("div", {}, [el("h2", { text: "Top kernels (GPU time, whole session)" }), kRows.length ? table("kp-topk", ["share", "time", "kernel"], kRows) : el("p", { "class": "kp-note", text: "No GPU kernels traced." })])
       ]));
+      function showTop(top) {
+        var scope = [view === "cpu" ? "CPU" : "GPU", "self time"];
+        if (sel.pod) scope.push("pod " + sel.pod);
+        if (sel.gpu) scope.push("GPU " + sel.gpu);
+        if (sel.from || sel.to) scope.push((sel.from || "0") + "–" + (sel.to || "end") + " s");
+        topTitle.textContent = "Top functions (" + scope.join(", ") + ")";
+        topBody.textContent = "";
+        var rows = top.map(function (f) { return [(100 * f.selfShare).toFixed(1) + " %", fmtNs(f.selfNs), fmtNs(f.totalNs), f.function.replace(/_\[gpu\]$/, "")]; });
+        topBody.appendChild(rows.length ? table("kp-topfn", ["self", "self time", "total time", "function"], rows) : el("p", { "class": "kp-note", text: "Nothing sampled here." }));
+      }
       if (s.html.gpu) app.appendChild(el("section", { "class": "kp-top" }, [el("h2", { text: "GPUs, processes and kernels" }), el("div", { html: s.html.gpu })]));
 
       function update(search) {
@@ -192,6 +205,7 @@
         getJSON(base + "/flamegraph?" + q.toString()).then(function (data) {
           showFlame(holder, data, view);
           legend(false);
+          showTop(data.top);
           rangeNote.textContent = data.range ? "showing " + data.range[0].toFixed(0) + "–" + data.range[1].toFixed(0) + " s (whole seconds)" : "";
           if (search) FG.search(search);
         }).catch(function (err) { rangeNote.textContent = String(err.message || err); });
