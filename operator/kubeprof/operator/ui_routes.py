@@ -52,7 +52,7 @@ def add_routes(
             return web.json_response(
                 {
                     "message": "the kubeprof UI answers port-forwarded connections only: "
-                    "kubectl -n NAMESPACE port-forward svc/kubeprof-operator 8080; "
+                    "kubectl -n NAMESPACE port-forward svc/SERVICE 8080; "
                     "to serve it through an Ingress with your cluster's "
                     "authentication, run the operator with --ui-access any"
                 },
