@@ -33,6 +33,20 @@ if ! dpkg -s prometheus >/dev/null 2>&1; then
         || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
 fi
 
+# Headless Chromium for the web UI's browser tests (tests/browser); optional elsewhere.
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        log "installing chromium (browser tests of the web UI)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null \
+                 && apt-get install -y -q --no-install-recommends chromium >/dev/null; } \
+            || log "chromium not installed: tests/browser will be skipped"
+    else
+        log "chromium missing (tests/browser skip): sudo apt-get install chromium"
+    fi
+fi
+
 sh scripts/setup-ebpf.sh
 
 # The venv uses Debian's python3 with system site-packages, so `import bcc` works in it.

@@ -1,4 +1,4 @@
-"""The `kubeprof` command line: record, report, sessions, operator, agent."""
+"""The `kubeprof` command line: record, report, sessions, ui, operator, agent."""
 
 from __future__ import annotations
 
@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     ses = sub.add_parser("sessions", help="list stored sessions")
     ses.add_argument("--store", metavar="URL", help="database URL (as for record)")
 
+    ui = sub.add_parser("ui", help="serve the web UI (sessions, flame graphs, diffs) over a "
+                        "store, read-only")
+    ui.add_argument("--store", metavar="URL", help="database URL (as for record)")
+    ui.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8686",
+                    help="where to serve (default %(default)s: this machine only; the UI "
+                         "has no login, so bind another address only behind your own auth)")
+
     sub.add_parser("operator", help="run the Kubernetes operator (see `kubeprof operator "
                    "--help`)", add_help=False)
     sub.add_parser("agent", help="run one node's profiling agent (see `kubeprof agent "
@@ -134,10 +141,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(args)
         if args.cmd == "sessions":
             return reporting.sessions_command(args.store)
+        if args.cmd == "ui":
+            return _ui(args)
     except (StoreError, LookupError) as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
     return 1
+
+
+def _ui(args: argparse.Namespace) -> int:
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit():
+        print(f"kubeprof ui: error: --listen wants HOST:PORT, got {args.listen!r}",
+              file=sys.stderr)
+        return 2
+    from kubeprof.ui.server import ui_command
+
+    try:
+        return ui_command(args.store, host or "127.0.0.1", int(port))
+    except OSError as exc:
+        print(f"kubeprof ui: error: cannot listen on {args.listen}: {exc.strerror}; pick "
+              "another --listen HOST:PORT", file=sys.stderr)
+        return 2
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from urllib.request import urlopen
 
 import psycopg
 import pytest
@@ -107,6 +108,20 @@ def test_example_session_completes_with_real_samples(
 
     table = c.kubectl("get", "profilingsessions", "-n", NS).stdout
     assert "Completed" in table and "TOP-FINDING" in table and "GPU-IDLE" in table, table
+
+    # The web UI's API on the operator's own port: the list, and the pod's flame graph.
+    with urlopen(f"{operator.url}/api/v1/sessions", timeout=30) as r:
+        listed = {(x["namespace"], x["name"]): x for x in json.load(r)["sessions"]}
+    row = listed[(NS, NAME)]
+    assert (row["phase"], row["nodes"], row["pods"]) == ("completed", 1, 1), row
+    assert row["gpuIdle"] == 0.75 and row["topFinding"].startswith("GPU idle 75%"), row
+    with urlopen(f"{operator.url}/api/v1/sessions/{NS}/{NAME}/flamegraph?view=cpu&pod={uid}",
+                 timeout=60) as r:
+        body = r.read().decode()
+    assert token not in body
+    cpu = json.loads(body)["views"]["cpu"]
+    assert cpu["samples"][0] == st["summary"]["pods"][0]["samples"]
+    assert any("kubeprof_e2e" in n for n in cpu["names"])
 
     with psycopg.connect(postgres_dsn.libpq) as conn:
         sid = conn.execute(

@@ -93,6 +93,7 @@ def store(conn: Connection, session_id: int, s: Summary) -> None:
     rows = [{"session_id": session_id, "scope": "session", "key": "", "samples": s.samples,
              "gpu_idle_ratio": s.gpu_idle, "computed_at": now,
              "detail": json.dumps({"top_stacks": s.top_stacks, "processes": s.processes,
+                                   "top_finding": s.top_finding(),  # the web UI's list
                                    "gpu_idle_source": s.gpu_idle_source,
                                    "findings": [finding_status(n, f) for n, f in s.findings],
                                    "gpus": [g.__dict__ for g in s.gpus]})}]

@@ -16,8 +16,8 @@ DESCRIPTION = """\
 Run the kubeprof operator against the current kubeconfig (or the in-cluster
 ServiceAccount). It watches ProfilingSession resources, creates each session's agent
 DaemonSet on the nodes of the selected pods, serves the ingest API the agents push to
-(plus Prometheus /metrics and /healthz on the same port), stores everything in the
-results database and writes a summary into each session's .status.
+(plus Prometheus /metrics, /healthz and the read-only web UI on the same port), stores
+everything in the results database and writes a summary into each session's .status.
 
 Each flag falls back to the environment variable named in its help, then to the default.
 """
@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seccomp profile of agent pods; Unconfined only for runtimes whose "
                         "default profile refuses bpf()/perf_event_open() without SYS_ADMIN "
                         "(env KUBEPROF_AGENT_SECCOMP, default %(default)s)")
+    p.add_argument("--ui-access", choices=("port-forward", "any", "off"),
+                   default=_env("KUBEPROF_UI_ACCESS", "port-forward"),
+                   help="who may read the web UI on the same port: port-forward (only "
+                        "connections from the pod's loopback, i.e. kubectl port-forward), any "
+                        "(behind an Ingress with your own auth) or off (env KUBEPROF_UI_ACCESS, "
+                        "default %(default)s)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
     p.add_argument("--verbose", action="store_true",
@@ -170,10 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"kubeprof operator: error: {exc}", file=sys.stderr)
         return 2
+    if args.ui_access not in ("port-forward", "any", "off"):  # from KUBEPROF_UI_ACCESS
+        print(f"kubeprof operator: error: --ui-access {args.ui_access!r}: expected "
+              "port-forward, any or off", file=sys.stderr)
+        return 2
 
     import kopf
 
-    from kubeprof.operator import handlers
+    from kubeprof.operator import handlers, ui_routes
     from kubeprof.operator.db import BatchWriter
     from kubeprof.operator.ingest import IngestApi
     from kubeprof.operator.kube import Kube
@@ -197,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     api = IngestApi(registry, BatchWriter(store.engine), exists, writers=config.ingest_writers,
                     max_body_bytes=config.max_body_bytes)
+    ui_routes.mount(api, store.engine, access=args.ui_access)  # read-only web UI, same port
     memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
     kopf_registry = kopf.OperatorRegistry()
     handlers.register(kopf_registry, config)

@@ -23,8 +23,9 @@ from kubeprof.report.evidence import (
     title,
 )
 
-PHASE_COLOURS = {"startup": "#eeeeee", "warmup": "#fff3c4", "steady": "#e3f1ff", "tail": "#f3e5f5"}
+PHASE_COLOURS = {"startup": "#d6d6d6", "warmup": "#ffe082", "steady": "#90caf9", "tail": "#e1bee7"}
 SVG_W, SVG_H, BAR_H = 1000, 92, 60
+BUSY_COLOUR, IDLE_COLOUR = "#2e7d32", "#f2b8b0"  # GPU busy (a kernel running) / idle
 
 
 def link(t: Target, text: str | None = None) -> str:
@@ -75,24 +76,30 @@ def timeline_svg(a: Analysis) -> str:
             continue
         x0, x1 = x(w.start_ns), x(w.end_ns)
         parts.append(
-            f'<rect x="{x0:.1f}" y="0" width="{max(0.5, x1 - x0):.1f}" height="{BAR_H + 14}" '
-            f'fill="{PHASE_COLOURS[name]}"><title>{escape(PHASE_NAMES[name])}: '
+            f'<rect x="{x0:.1f}" y="0" width="{max(0.5, x1 - x0):.1f}" height="13" '
+            f'fill="{PHASE_COLOURS[name]}" stroke="#fff"><title>{escape(PHASE_NAMES[name])}: '
             f"{escape(seconds(w.duration_ns))}</title></rect>"
         )
         if x1 - x0 > 40:
             parts.append(
-                f'<text x="{x0 + 3:.1f}" y="10" font-size="10" fill="#555">'
+                f'<text x="{x0 + 3:.1f}" y="10" font-size="10" fill="#222">'
                 f"{escape(PHASE_NAMES[name])}</text>"
             )
     bw = SVG_W / n
     for i, busy in enumerate(tl.busy_ns):
-        frac = busy / (tl.bucket_ns * tl.devices)
+        # Each bucket is a full-height column: idle (red) above busy (green), so a mostly
+        # idle GPU reads as red at a glance instead of as a blank strip.
+        frac = min(1.0, busy / (tl.bucket_ns * tl.devices))
         h = frac * BAR_H
         idle = tl.idle_ratio(i)
         tip = f"{seconds(i * tl.bucket_ns)}: busy {100 * frac:.0f} %, idle {pct(idle)}"
+        w = max(0.6, bw - 0.3)
         parts.append(
-            f'<rect x="{i * bw:.2f}" y="{14 + BAR_H - h:.1f}" width="{max(0.6, bw - 0.4):.2f}" '
-            f'height="{max(h, 0.0):.1f}" fill="#76b900"><title>{escape(tip)}</title></rect>'
+            f'<g><title>{escape(tip)}</title>'
+            f'<rect x="{i * bw:.2f}" y="14" width="{w:.2f}" height="{BAR_H - h:.1f}" '
+            f'fill="{IDLE_COLOUR}"/>'
+            f'<rect x="{i * bw:.2f}" y="{14 + BAR_H - h:.1f}" width="{w:.2f}" '
+            f'height="{h:.1f}" fill="{BUSY_COLOUR}"/></g>'
         )
     step = max(1, round(span / 1e9 / 10)) * 1_000_000_000
     for t in range(0, span + 1, step):
@@ -128,7 +135,9 @@ def idle_html(a: Analysis) -> str:
         f"<table><tr><th>phase</th><th>from</th><th>length</th><th>GPU idle</th></tr>{rows}"
         f"<tr><td>session</td><td>0.00 s</td><td>{e(seconds(ph.session.duration_ns))}</td>"
         f"<td>{e(figure_text(a.figures.session))}</td></tr></table>",
-        "<h3>GPU busy per 100 ms</h3>",
+        "<h3>GPU busy per 100 ms</h3>"
+        f'<p class="kp-key"><i style="background:{BUSY_COLOUR}"></i>busy '
+        f'<i style="background:{IDLE_COLOUR}"></i>idle; the strip on top marks the phases</p>',
         timeline_svg(a),
     ]
     b = a.breakdown

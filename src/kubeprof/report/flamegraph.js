@@ -4,9 +4,7 @@
 (function () {
   "use strict";
   var ROW = 18, MIN_PX = 0.5, FONT = "11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace";
-  var t0 = performance.now();
-  var DATA = JSON.parse(document.getElementById("kp-data").textContent);
-  var tParsed = performance.now();
+  var DATA = null;
   var canvas = document.getElementById("kp-canvas");
   var ctx = canvas.getContext("2d");
   var tip = document.getElementById("kp-tip");
@@ -31,6 +29,8 @@
       raw: raw, n: n, names: raw.names, kinds: Uint8Array.from(raw.kinds),
       name: Int32Array.from(raw.name), depth: depth, parent: parent, end: end,
       value: Float64Array.from(raw.value), samples: Float64Array.from(raw.samples),
+      base: raw.base ? Float64Array.from(raw.base) : null, baseTotal: raw.baseTotal || 0,
+      newTotal: raw.newTotal || 0,
       unit: raw.scale, x: new Float64Array(n), cursor: new Float64Array(n),
       colors: new Array(raw.names.length), maxDepth: maxDepth
     };
@@ -52,6 +52,19 @@
     return c;
   }
 
+  function change(v, i) {
+    // Diff views: the change of the frame's share of each session's total (-1 .. 1).
+    var before = v.base[i], after = v.value[i] - before;
+    return (v.newTotal ? after / v.newTotal : 0) - (v.baseTotal ? before / v.baseTotal : 0);
+  }
+
+  function diffColor(v, i) {
+    var d = change(v, i), m = Math.min(1, Math.abs(d) / 0.2);
+    if (Math.abs(d) < 0.002) return "hsl(0,0%,86%)";
+    return d > 0 ? "hsl(0," + (40 + 45 * m).toFixed(0) + "%," + (84 - 34 * m).toFixed(0) + "%)"
+                 : "hsl(215," + (40 + 45 * m).toFixed(0) + "%," + (84 - 34 * m).toFixed(0) + "%)";
+  }
+
   function fmtTime(ns) {
     if (ns >= 1e9) return (ns / 1e9).toFixed(2) + " s";
     if (ns >= 1e6) return (ns / 1e6).toFixed(1) + " ms";
@@ -63,6 +76,7 @@
 
   function layout() {
     // Lay out the zoom root's subtree for the current width; rows[d] lists drawn nodes.
+    if (!V) return;
     var v = V, width = canvas.clientWidth || 800, z = zoom;
     scale = width / (v.value[z] || 1);
     rows = [];
@@ -99,7 +113,7 @@
         var i = row[k], nm = v.name[i];
         var w = faded ? canvas.clientWidth : v.value[i] * scale, x = v.x[i];
         ctx.globalAlpha = faded ? 0.45 : 1;
-        ctx.fillStyle = matchName && matchName[nm] ? "#e040fb" : color(v, nm);
+        ctx.fillStyle = matchName && matchName[nm] ? "#e040fb" : v.base ? diffColor(v, i) : color(v, nm);
         ctx.fillRect(x, y, w > 2 ? w - 0.5 : w, ROW - 1);
         drawn++;
         if (w > 6 * charW) {
@@ -140,7 +154,10 @@
     tip.textContent = v.names[v.name[i]] + "\n" + DATA.kinds[v.kinds[v.name[i]]] + " frame\n" +
       v.samples[i].toLocaleString() + " " + unitName + ", " + fmtTime(ns) +
       " (" + pct(v.value[i], v.value[0]) + " of total, " + pct(v.value[i], v.value[zoom]) + " of view)\n" +
-      "self: " + fmtTime(selfValue(i) * v.unit) + " (" + pct(selfValue(i), v.value[0]) + ")";
+      "self: " + fmtTime(selfValue(i) * v.unit) + " (" + pct(selfValue(i), v.value[0]) + ")" +
+      (v.base ? "\nbefore: " + pct(v.base[i], v.baseTotal) + " of " + DATA.views[currentName].sessions[0] +
+        ", after: " + pct(v.value[i] - v.base[i], v.newTotal) + " of " + DATA.views[currentName].sessions[1] +
+        " (" + (change(v, i) >= 0 ? "+" : "") + (100 * change(v, i)).toFixed(2) + " points)" : "");
     tip.hidden = false;
     var tx = evt.clientX + 14, ty = evt.clientY + 14;
     if (tx + tip.offsetWidth > window.innerWidth) tx = Math.max(0, evt.clientX - tip.offsetWidth - 14);
@@ -197,16 +214,23 @@
     updateMatch();
   }
 
-  var names = Object.keys(DATA.views), viewsEl = document.getElementById("kp-views");
-  if (names.length > 1) {
-    names.forEach(function (name) {
-      var b = document.createElement("button");
-      b.type = "button";
-      b.dataset.view = name;
-      b.textContent = DATA.views[name].title;
-      b.addEventListener("click", function () { selectView(name); });
-      viewsEl.appendChild(b);
-    });
+  var viewsEl = document.getElementById("kp-views");
+  function load(data, initial) {
+    // (Re)start on a new payload: the HTML report's embedded one, or the web UI's fetched one.
+    DATA = data; views = {}; V = null;
+    var names = Object.keys(DATA.views);
+    viewsEl.textContent = "";
+    if (names.length > 1) {
+      names.forEach(function (name) {
+        var b = document.createElement("button");
+        b.type = "button";
+        b.dataset.view = name;
+        b.textContent = DATA.views[name].title;
+        b.addEventListener("click", function () { selectView(name); });
+        viewsEl.appendChild(b);
+      });
+    }
+    selectView(DATA.views[initial] ? initial : DATA.initial);
   }
   canvas.addEventListener("mousemove", showTip);
   canvas.addEventListener("mouseleave", function () { tip.hidden = true; });
@@ -216,7 +240,7 @@
   // Findings link to their frames: <a class="kp-frame" data-view=".." data-search="..">.
   document.addEventListener("click", function (evt) {
     var a = evt.target && evt.target.closest ? evt.target.closest(".kp-frame") : null;
-    if (!a) return;
+    if (!a || !DATA) return;
     evt.preventDefault();
     if (DATA.views[a.dataset.view] && a.dataset.view !== currentName) selectView(a.dataset.view);
     setZoom(0);
@@ -224,7 +248,7 @@
     runSearch();
     if (canvas.scrollIntoView) canvas.scrollIntoView({ block: "start", behavior: "smooth" });
   });
-  document.addEventListener("keydown", function (evt) { if (evt.key === "Escape" && evt.target !== searchEl) setZoom(0); });
+  document.addEventListener("keydown", function (evt) { if (evt.key === "Escape" && V && evt.target !== searchEl) setZoom(0); });
   var pending = 0;
   searchEl.addEventListener("input", function () { clearTimeout(pending); pending = setTimeout(runSearch, 120); });
   var resizing = false;
@@ -233,18 +257,37 @@
     resizing = true;
     requestAnimationFrame(function () { resizing = false; layout(); });
   });
-  // Optional start state from the URL: #view=gpu&search=sgemm&zoom=42 (zoom is a node index).
+  function frames() {
+    // What is drawn, for tests and tools: [{name, kind, depth, x, w, self}] (CSS pixels).
+    var out = [];
+    for (var d = 0; d < rows.length; d++) (rows[d] || []).forEach(function (i) {
+      out.push({ name: V.names[V.name[i]], kind: DATA.kinds[V.kinds[V.name[i]]], depth: d,
+                 x: V.x[i], w: V.value[i] * scale, self: selfValue(i) * scale,
+                 change: V.base ? change(V, i) : null });
+    });
+    return out;
+  }
+  window.kubeprofFlamegraph = {
+    load: load, selectView: selectView, setZoom: setZoom, frames: frames,
+    zoomed: function () { return V && zoom ? V.names[V.name[zoom]] : ""; },
+    search: function (t) { searchEl.value = t; runSearch(); }
+  };
+  var embedded = document.getElementById("kp-data");
+  if (!embedded || !embedded.textContent.trim()) return;
+  // The HTML report: start state from the URL, #view=gpu&search=sgemm&zoom=42 (a node index).
+  var t0 = performance.now();
+  var data = JSON.parse(embedded.textContent);
+  var tParsed = performance.now();
   var start = {};
   (typeof location !== "undefined" ? location.hash.slice(1) : "").split("&").forEach(function (kv) {
     var p = kv.split("=");
     if (p[0]) start[p[0]] = decodeURIComponent(p[1] || "");
   });
   if (start.search) searchEl.value = start.search;
-  selectView(DATA.views[start.view] ? start.view : DATA.initial);
+  load(data, start.view);
   var z = parseInt(start.zoom, 10);
   if (z > 0 && z < V.n) setZoom(z);
   // Timings for benchmarks (bench/flamegraph_scale.py reads them from the DOM).
   canvas.dataset.parseMs = (tParsed - t0).toFixed(1);
   canvas.dataset.firstDrawMs = (performance.now() - tParsed).toFixed(1);
-  window.kubeprofFlamegraph = { selectView: selectView, setZoom: setZoom, search: function (t) { searchEl.value = t; runSearch(); } };
 })();

@@ -84,14 +84,52 @@ def profile_items(prof: Profile) -> list[tuple[str, str]]:
     return out
 
 
+def _listed(values: list[str], shown: int = 4) -> str:
+    more = len(values) - shown
+    return ", ".join(values[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _grouped(meta: dict[str, str]) -> tuple[list[tuple[str, str]], set[str]]:
+    """Meta written in parts (a cluster session's name and pods, the machine, the carbon
+    settings, labels), phrased as one item each; and the keys they used."""
+    out: list[tuple[str, str]] = []
+    used: set[str] = set()
+    if meta.get("namespace") and meta.get("session"):
+        out.append(("ProfilingSession", f"{meta['namespace']}/{meta['session']}"))
+        used |= {"namespace", "session", "uid"}
+    pods = sorted(v for k, v in meta.items() if k.startswith("pod:"))
+    if pods:
+        out.append(("pods", _listed(pods)))
+    labels = sorted(f"{k.removeprefix('label:')}={v}" for k, v in meta.items()
+                    if k.startswith("label:"))
+    if labels:
+        out.append(("labels", ", ".join(labels)))
+    if meta.get("host:vcpus"):
+        machine = f"{meta['host:vcpus']} vCPUs"
+        if meta.get("host:memory_gb"):
+            machine += f", {meta['host:memory_gb']} GB memory"
+        out.append(("machine", machine))
+    if meta.get("carbon:cloudProvider"):
+        carbon = f"{meta['carbon:cloudProvider']} {meta.get('carbon:region', '')}".strip()
+        if meta.get("carbon:pue"):
+            carbon += f", PUE {meta['carbon:pue']}"
+        out.append(("carbon settings", carbon))
+    used |= {k for k in meta if k.split(":", 1)[0] in ("pod", "label", "host", "carbon")
+             and ":" in k}
+    return out, used
+
+
 def other_items(prof: Profile) -> list[tuple[str, str]]:
-    """The exit code when not 0 and meta this module does not phrase (cluster labels...)."""
+    """The exit code when not 0, a cluster session's name and pods, the machine, labels,
+    and meta this module does not phrase, in words; never a raw ``prefix:key``."""
     meta = prof.meta
     out: list[tuple[str, str]] = []
     if meta.get("exit_code") not in (None, "", "0"):
         out.append(("exit code", meta["exit_code"]))
+    grouped, used = _grouped(meta)
+    out += grouped
     for k, v in sorted(meta.items()):
-        if k not in _PHRASED and not k.startswith("counter."):
+        if k not in _PHRASED and k not in used and not k.startswith("counter."):
             out.append((k.replace("_", " "), v))
     return out
 

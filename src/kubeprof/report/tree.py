@@ -58,10 +58,15 @@ def group_frames(ws: WeightedStack, group: str) -> tuple[Frame, ...]:
     """Synthetic PROCESS frames put above a stack so processes (and threads) stay apart."""
     if group == "none":
         return ()
-    proc = Frame(f"{ws.process or 'process'} [{ws.pid}]", FrameKind.PROCESS)
+    proc = Frame(process_label(ws.process, ws.pid), FrameKind.PROCESS)
     if group == "process":
         return (proc,)
     return (proc, Frame(f"{ws.thread or 'thread'} [{ws.tid}]", FrameKind.PROCESS))
+
+
+def process_label(name: str, pid: int) -> str:
+    """"python3 [732]", or "pid 732" for a process whose name was never seen (not "732 [732]")."""
+    return f"{name} [{pid}]" if name and name != str(pid) else f"pid {pid}"
 
 
 def build_tree(

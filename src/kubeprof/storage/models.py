@@ -199,3 +199,25 @@ class SessionAggregateRow(Base):
     gpu_idle_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     detail: Mapped[str] = mapped_column(default="{}")
     computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class StackCountRow(Base):
+    """CPU samples pre-counted per (thread, stack): what a flame graph reads, not `samples`.
+
+    Kept up to date as batches arrive (an upsert adding counts, in the batch's transaction).
+    ``bucket`` is ``TOTAL_BUCKET`` (-1) for the whole session, else ``ts_ns // BUCKET_NS`` of
+    the node's monotonic clock, so a time range reads only its buckets. The flame graph of
+    10 M samples reads a few thousand of these rows instead of 10 M sample rows.
+    """
+
+    __tablename__ = "stack_counts"
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    bucket: Mapped[int] = mapped_column(primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
+    pid: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tid: Mapped[int] = mapped_column(Integer, primary_key=True)
+    stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"), primary_key=True)
+    thread: Mapped[str] = mapped_column(default="")
+    samples: Mapped[int] = mapped_column(default=0)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
@@ -18,6 +19,7 @@ from sqlalchemy.engine import Connection
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.model import GpuActivity, GpuMetricSample, Stack
 from kubeprof.reportdata import Profile, WeightedStack
+from kubeprof.storage import stack_counts as sc
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
     CounterRow,
@@ -26,6 +28,7 @@ from kubeprof.storage.models import (
     ProcessRow,
     SampleRow,
     SessionRow,
+    StackCountRow,
 )
 
 
@@ -60,26 +63,31 @@ class SessionNotFound(LookupError):
     """No session matches what the user asked for."""
 
 
-def list_sessions(conn: Connection) -> list[SessionInfo]:
-    """All sessions, oldest first, with their sample and GPU record counts."""
-    n_samples = (select(SampleRow.session_id, func.count().label("n"))
-                 .group_by(SampleRow.session_id).subquery())
+def list_sessions(conn: Connection, *, counts: bool = True) -> list[SessionInfo]:
+    """All sessions, oldest first, with their sample and GPU record counts (0 without
+    `counts`: counting GPU records scans them, which the web UI's list does not need)."""
+    if not counts:
+        return [_info(r._mapping, 0, 0) for r in conn.execute(
+            select(SessionRow.__table__).order_by(SessionRow.id))]
+    # Sample counts from the pre-counted session totals, not a scan of every sample row.
+    n_samples = (select(StackCountRow.session_id, func.sum(StackCountRow.samples).label("n"))
+                 .where(StackCountRow.bucket == sc.TOTAL_BUCKET)
+                 .group_by(StackCountRow.session_id).subquery())
     n_gpu = (select(GpuActivityRow.session_id, func.count().label("n"))
              .group_by(GpuActivityRow.session_id).subquery())
     q = (select(SessionRow.__table__, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
          .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
          .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
          .order_by(SessionRow.id))
-    out = []
-    for row in conn.execute(q):
-        cols = row._mapping
-        out.append(SessionInfo(
-            id=cols["id"], name=cols["name"], kind=cols["kind"],
-            status=cols["status"], command=cols["command"], hz=cols["hz"],
-            started_at=cols["started_at"], ended_at=cols["ended_at"],
-            start_ns=cols["start_ns"], end_ns=cols["end_ns"], samples=int(row[-2]),
-            gpu_activities=int(row[-1]), meta=json.loads(cols["meta"] or "{}")))
-    return out
+    return [_info(row._mapping, int(row[-2]), int(row[-1])) for row in conn.execute(q)]
+
+
+def _info(cols: Any, samples: int, gpu: int) -> SessionInfo:
+    return SessionInfo(
+        id=cols["id"], name=cols["name"], kind=cols["kind"], status=cols["status"],
+        command=cols["command"], hz=cols["hz"], started_at=cols["started_at"],
+        ended_at=cols["ended_at"], start_ns=cols["start_ns"], end_ns=cols["end_ns"],
+        samples=samples, gpu_activities=gpu, meta=json.loads(cols["meta"] or "{}"))
 
 
 def find_session(conn: Connection, ref: str | None) -> SessionInfo:
@@ -105,22 +113,38 @@ def process_names(conn: Connection, session_id: int) -> dict[tuple[str, int], st
     return {(r.node, r.pid): (r.name or r.cmdline.split(" ", 1)[0]) for r in conn.execute(q)}
 
 
-def cpu_stacks(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, ...]:
-    """CPU samples grouped by (stack, pid, tid, thread)."""
+def cpu_stacks(conn: Connection, session: SessionInfo, *,
+               buckets: tuple[int, int] | None = None,
+               pids: Collection[tuple[str, int]] | None = None) -> tuple[WeightedStack, ...]:
+    """CPU samples grouped by (stack, pid, tid, thread), from the pre-counted `stack_counts`
+    (rows in proportion to distinct stacks, not samples); of the time buckets ``buckets``
+    and the (node, pid)s ``pids`` when given."""
+    rows = sc.stack_counts(conn, session.id, buckets=buckets, pids=pids)
+    return _weighted(conn, session, [(n, s, p, t, th, c) for n, p, t, th, s, c in rows])
+
+
+def cpu_stacks_from_samples(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, ...]:
+    """The same stacks counted from the sample rows (a GROUP BY over every sample): what
+    `cpu_stacks` did before `stack_counts`; kept to check and benchmark it against."""
     q = (select(SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid,
                 SampleRow.thread, func.count().label("n"))
          .where(SampleRow.session_id == session.id)
          .group_by(SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid,
                    SampleRow.thread))
-    rows = conn.execute(q).all()
-    stacks = load_stacks(conn, (r.stack_id for r in rows))
+    return _weighted(conn, session, [tuple(r) for r in conn.execute(q)])
+
+
+def _weighted(conn: Connection, session: SessionInfo,
+              rows: Sequence[Sequence[Any]]) -> tuple[WeightedStack, ...]:
+    """(node, stack_id, pid, tid, thread, samples) rows as WeightedStacks."""
+    stacks = load_stacks(conn, (r[1] for r in rows))
     names = process_names(conn, session.id)
     period_ns = int(1e9 / max(session.hz, 1))
     return tuple(
-        WeightedStack(stack=stacks[r.stack_id], pid=r.pid, tid=r.tid, thread=r.thread,
-                      process=names.get((r.node, r.pid), str(r.pid)), samples=int(r.n),
-                      value_ns=int(r.n) * period_ns)
-        for r in rows
+        WeightedStack(stack=stacks[stack_id], pid=pid, tid=tid, thread=thread,
+                      process=names.get((node, pid)) or str(pid), samples=int(n),
+                      value_ns=int(n) * period_ns)
+        for node, stack_id, pid, tid, thread, n in rows
     )
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import migrate, sessions
+from kubeprof.storage import migrate, sessions, stack_counts
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
@@ -137,6 +137,9 @@ def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Ba
         for s in batch.samples
     ]
     insert_rows(conn, SampleRow, samples)
+    stack_counts.add_counts(conn, stack_counts.count_rows(
+        session_id, node, ((s.ts_ns, s.pid, s.tid, s.thread, ids[stack_hash(s.stack)])
+                           for s in batch.samples)))
     activities = [
         {"session_id": session_id, "node": node, "kind": a.kind, "name": a.name,
          "demangled": a.demangled, "start_ns": a.start_ns, "end_ns": a.end_ns,

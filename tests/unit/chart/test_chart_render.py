@@ -292,7 +292,10 @@ def test_chart_admission_policy_is_the_repository_policy():
 
 def test_cross_namespace_values_reach_the_operator_and_its_rbac():
     docs = chart.render(
-        {"operator": {"allowCrossNamespace": True}, "agent": {"seccomp": "Unconfined"}}
+        {
+            "operator": {"allowCrossNamespace": True, "uiAccess": "off"},
+            "agent": {"seccomp": "Unconfined"},
+        }
     )
     env = {
         e["name"]: e.get("value")
@@ -302,6 +305,7 @@ def test_cross_namespace_values_reach_the_operator_and_its_rbac():
     }
     assert env["KUBEPROF_ALLOW_CROSS_NAMESPACE"] == "1"
     assert env["KUBEPROF_AGENT_SECCOMP"] == "Unconfined"
+    assert env["KUBEPROF_UI_ACCESS"] == "off"
     rules = next(d["rules"] for d in docs if d["metadata"]["name"] == "kp-kubeprof-cluster")
     assert {
         "apiGroups": ["admissionregistration.k8s.io"],

@@ -1,0 +1,197 @@
+"""Flame-graph query time over 0.1–10 M stored samples: before and after `stack_counts`.
+
+One session per store grows to each size in turn (batches of 10,000 samples from 16 threads
+at 99 Hz, stacks drawn Pareto-skewed from a pool of 5,000, 5–40 frames: the pool of
+bench/storage_query.py). At each size it times, on the same rows:
+
+  before   queries.cpu_stacks_from_samples: GROUP BY over the session's sample rows
+           (what load_profile ran before stack_counts)
+  after    queries.cpu_stacks: the session's pre-counted rows in stack_counts
+  range    queries.cpu_stacks for one 60 s window (61 buckets of 1 s)
+  api      the UI's whole /flamegraph answer (query + call tree + JSON) for the session
+
+Both stores run in one invocation: SQLite in a temp file, and PostgreSQL 15 started in a
+temp folder (tests/e2e/cluster/postgres.py) unless --pg-url is given or --no-pg.
+
+    .venv/bin/python bench/flamegraph_query.py --sizes 100000 1000000 3000000 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sqlalchemy.engine import Connection  # noqa: E402
+
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind  # noqa: E402
+from kubeprof.storage import Store  # noqa: E402
+from kubeprof.storage import queries as q  # noqa: E402
+from kubeprof.ui import api  # noqa: E402
+
+THREADS, HZ, BATCH = 16, 99, 10_000
+
+
+def pool(n: int, rng: random.Random) -> list[tuple[Frame, ...]]:
+    funcs = [Frame(f"fn{i}", FrameKind.PYTHON, f"/app/mod{i % 40}.py", i) for i in range(400)]
+    return [tuple(rng.choice(funcs) for _ in range(rng.randrange(5, 40))) for _ in range(n)]
+
+
+def timed(fn: Callable[[], object], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(
+    conn: Connection,
+    info: q.SessionInfo,
+    size: int,
+) -> tuple[float, float, float, float, int]:
+    """(before, after, 60 s range, whole API answer) seconds, and the (thread, stack) rows.
+    Best of 3 runs each; "before" runs once above 1 M samples (it takes seconds)."""
+    before = timed(lambda: q.cpu_stacks_from_samples(conn, info), 1 if size > 1e6 else 3)
+    after = timed(lambda: q.cpu_stacks(conn, info))
+    mid = info.duration_s / 2
+    rng = api.buckets_for(info, mid - 30, mid + 30)
+    window = timed(lambda: q.cpu_stacks(conn, info, buckets=rng))
+    whole = timed(lambda: api.flamegraph(conn, info, view="cpu"))
+    return before, after, window, whole, len(q.cpu_stacks(conn, info))
+
+
+def run_store(label: str, url: str, sizes: list[int], out: list[str]) -> None:
+    rng = random.Random(1)
+    stacks = pool(5000, rng)
+    store = Store.open(url)
+    sid = store.create_session(f"bench-{time.time_ns()}", hz=HZ)
+    period = 1_000_000_000 // HZ
+    written, write_s = 0, 0.0
+    for size in sorted(sizes):
+        t0 = time.perf_counter()
+        while written < size:
+            n = min(BATCH, size - written)
+            samples = tuple(
+                CpuSample(
+                    ((written + i) // THREADS) * period,
+                    1000,
+                    1000 + (written + i) % THREADS,
+                    "worker",
+                    0,
+                    stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
+                )
+                for i in range(n)
+            )
+            store.write_batch(sid, Batch(samples=samples))
+            written += n
+        write_s += time.perf_counter() - t0
+        store.finish_session(sid, end_ns=(written // THREADS) * period)
+        with store.engine.connect() as conn:
+            before, after, window, whole, rows = measure(conn, q.find_session(conn, str(sid)), size)
+        line = (
+            f"| {label} | {size:,} | {rows:,} | {written / write_s:,.0f} | {before:.2f} | "
+            f"{after:.3f} | {window:.3f} | {whole:.2f} |"
+        )
+        print(line, flush=True)
+        out.append(line)
+    store.close()
+
+
+def write_cost(url: str, samples: int = 200_000) -> list[str]:
+    """Write CPU time per sample on SQLite (in-process, so CPU time is the cost even on a
+    busy machine), with and without adding to stack_counts in each batch."""
+    from kubeprof.storage import stack_counts
+
+    out = []
+    real_add = stack_counts.add_counts
+    for label, add in (("samples only", lambda _conn, _rows: None), ("+ stack_counts", real_add)):
+        rng = random.Random(1)
+        stacks = pool(5000, rng)
+        stack_counts.add_counts = add  # type: ignore[assignment]
+        store = Store.open(url)
+        sid = store.create_session(f"write-{time.time_ns()}", hz=HZ)
+        period, cpu = 1_000_000_000 // HZ, 0.0
+        try:
+            for start in range(0, samples, BATCH):
+                batch = Batch(
+                    samples=tuple(
+                        CpuSample(
+                            ((start + i) // THREADS) * period,
+                            1000,
+                            1000 + (start + i) % THREADS,
+                            "worker",
+                            0,
+                            stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
+                        )
+                        for i in range(BATCH)
+                    )
+                )
+                c = time.process_time()
+                store.write_batch(sid, batch)
+                cpu += time.process_time() - c
+        finally:
+            stack_counts.add_counts = real_add
+            store.close()
+        out.append(f"| SQLite | {label} | {samples:,} | {cpu:.2f} | {samples / cpu:,.0f} |")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--pg-url", default="", help="an existing PostgreSQL database to use")
+    ap.add_argument("--no-pg", action="store_true")
+    ap.add_argument("--no-sqlite", action="store_true")
+    ap.add_argument(
+        "--write-cost",
+        action="store_true",
+        help="only: write CPU time with and without stack_counts (SQLite)",
+    )
+    args = ap.parse_args()
+    if args.write_cost:
+        with tempfile.TemporaryDirectory(prefix="kp-flame-bench-") as tmp:
+            rows = write_cost(f"sqlite:///{tmp}/write.db")
+        print("| store | writes | samples | CPU s | samples per CPU-second |")
+        print("|---|---|---:|---:|---:|")
+        print("\n".join(rows))
+        return
+    out = [
+        "| store | samples | (thread, stack) rows | write samples/s | before s | after s "
+        "| 60 s range s | API flame graph s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(out), flush=True)
+    with tempfile.TemporaryDirectory(prefix="kp-flame-bench-") as tmp:
+        if not args.no_sqlite:
+            run_store("SQLite", f"sqlite:///{tmp}/bench.db", args.sizes, out)
+        if not args.no_pg:
+            if args.pg_url:
+                run_store("PostgreSQL 15", args.pg_url, args.sizes, out)
+            else:
+                from tests.e2e.cluster.postgres import Postgres
+
+                pg_dir = Path(tempfile.mkdtemp(prefix="kp-flame-bench-pg-"))
+                pg_dir.chmod(0o755)  # the server runs as user postgres
+                pg = Postgres(pg_dir / "pg").start()
+                try:
+                    run_store("PostgreSQL 15", pg.url, args.sizes, out)
+                finally:
+                    pg.stop()
+                    shutil.rmtree(pg_dir, ignore_errors=True)
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

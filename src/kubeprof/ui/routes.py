@@ -1,0 +1,147 @@
+"""URL paths of the web UI and its JSON API, served the same way by `kubeprof ui` and the
+operator: `Routes.handle(method, path, query)` -> `Response`, no web framework involved.
+
+  GET /api/v1/sessions                                   the sessions list
+  GET /api/v1/sessions/{ns}/{name}                       summary: header, findings, tops
+  GET /api/v1/sessions/{ns}/{name}/flamegraph?view=cpu|gpu&from=S&to=S&pod=P&gpu=G
+  GET /api/v1/diff?base={ns}/{name}&new={ns}/{name}&view=cpu|gpu
+  GET /sessions, /sessions/{ns}/{name}, /diff            the pages (one HTML shell)
+  GET /static/{file}                                     the pages' JS and CSS
+
+Everything is GET: the UI never writes. Answers carry a strict Content-Security-Policy
+(same origin only) and are not cached by proxies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+from urllib.parse import unquote
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from kubeprof.ui import api
+
+API = "/api/v1"
+STATIC = {  # file name -> (package, resource, content type)
+    "app.js": ("kubeprof.ui", "static/app.js", "text/javascript; charset=utf-8"),
+    "app.css": ("kubeprof.ui", "static/app.css", "text/css; charset=utf-8"),
+    "flamegraph.js": ("kubeprof.report", "flamegraph.js", "text/javascript; charset=utf-8"),
+    "flamegraph.css": ("kubeprof.report", "flamegraph.css", "text/css; charset=utf-8"),
+}
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An answer: status, content type, body and the security headers."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=lambda: dict(HEADERS))
+
+
+def json_response(status: int, data: object) -> Response:
+    return Response(
+        status, "application/json", json.dumps(data, separators=(",", ":"), default=str).encode()
+    )
+
+
+def _error(status: int, message: str) -> Response:
+    return json_response(status, {"message": message})
+
+
+def _float(query: Mapping[str, str], key: str) -> float | None:
+    raw = query.get(key, "")
+    if raw == "":
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise api.ApiError(
+            400, f"{key}={raw!r}: expected seconds from the session start, e.g. 12.5"
+        ) from None
+
+
+def _ref(text: str, key: str) -> tuple[str, str]:
+    ns, _, name = text.partition("/")
+    if not ns or not name:
+        raise api.ApiError(
+            400, f"{key}={text!r}: expected NAMESPACE/NAME (local/NAME for a local session)"
+        )
+    return ns, name
+
+
+class Routes:
+    """The UI's routes over one database (read-only; a cache of finished summaries)."""
+
+    def __init__(self, engine: Engine, cache: api.Cache | None = None) -> None:
+        self.engine = engine
+        self.cache = cache or api.Cache.new()
+
+    def handle(self, method: str, path: str, query: Mapping[str, str]) -> Response:
+        """Answer one request; errors are JSON with a message saying what to change."""
+        if method not in ("GET", "HEAD"):
+            return _error(405, "the kubeprof UI is read-only: only GET is served")
+        parts = [unquote(p) for p in path.split("/") if p]
+        try:
+            if parts[:2] == ["api", "v1"]:
+                return json_response(200, self._api(parts[2:], query))
+            return self._page(parts)
+        except api.ApiError as exc:
+            return _error(exc.status, str(exc))
+        except SQLAlchemyError as exc:
+            first = str(getattr(exc, "orig", exc)).splitlines()[0][:200]
+            return _error(503, f"database unavailable: {type(exc).__name__}: {first}")
+
+    def _api(self, parts: list[str], query: Mapping[str, str]) -> Any:
+        with self.engine.connect() as conn:
+            if parts == ["sessions"]:
+                return api.sessions(conn, self.cache)
+            if len(parts) in (3, 4) and parts[0] == "sessions":
+                info = api.find(conn, parts[1], parts[2])
+                if len(parts) == 3:
+                    return api.summary(conn, info, self.cache)
+                if parts[3] == "flamegraph":
+                    return api.flamegraph(
+                        conn,
+                        info,
+                        view=query.get("view", "cpu"),
+                        from_s=_float(query, "from"),
+                        to_s=_float(query, "to"),
+                        pod=query.get("pod", ""),
+                        gpu=query.get("gpu", ""),
+                    )
+            if parts == ["diff"]:
+                base = api.find(conn, *_ref(query.get("base", ""), "base"))
+                new = api.find(conn, *_ref(query.get("new", ""), "new"))
+                return api.diff(conn, base, new, view=query.get("view", "cpu"))
+        raise api.ApiError(404, "no such API path; see the README's Web UI part")
+
+    def _page(self, parts: list[str]) -> Response:
+        if parts[:1] == ["static"] and len(parts) == 2 and parts[1] in STATIC:
+            pkg, name, ctype = STATIC[parts[1]]
+            return Response(200, ctype, resources.files(pkg).joinpath(name).read_bytes())
+        if (
+            not parts
+            or parts == ["sessions"]
+            or parts == ["diff"]
+            or (parts[0] == "sessions" and len(parts) == 3)
+        ):
+            body = resources.files("kubeprof.ui").joinpath("static/index.html").read_bytes()
+            return Response(200, "text/html; charset=utf-8", body)
+        return _error(404, "no such page; start at /sessions")
+
+
+Handler = Callable[[str, str, Mapping[str, str]], Response]

@@ -1,0 +1,279 @@
+// kubeprof web UI: three pages over the JSON API (/api/v1), no framework, no build step.
+// Sessions list (filter, sort), a session page (findings, GPU timeline, flame graph narrowed
+// by view/pod/GPU/time, top functions and kernels) and a diff view of two sessions.
+(function () {
+  "use strict";
+  var app = document.getElementById("kp-app");
+  var flame = document.getElementById("kp-flame");
+  var FG = window.kubeprofFlamegraph;
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") e.textContent = attrs[k];
+      else if (k === "html") e.innerHTML = attrs[k]; // only the report's own escaped HTML
+      else if (k.slice(0, 2) === "on") e.addEventListener(k.slice(2), attrs[k]);
+      else e.setAttribute(k, attrs[k]);
+    });
+    (children || []).forEach(function (c) { if (c) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c); });
+    return e;
+  }
+
+  function getJSON(url) {
+    return fetch(url, { headers: { Accept: "application/json" } }).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) throw new Error(body.message || r.statusText);
+        return body;
+      });
+    });
+  }
+
+  function fail(err) {
+    app.textContent = "";
+    app.appendChild(el("p", { "class": "kp-error", text: String(err.message || err) }));
+  }
+
+  function pct(x) { return x === null || x === undefined ? "—" : (100 * x).toFixed(1) + " %"; }
+  function age(s) {
+    if (s < 120) return s + " s";
+    if (s < 7200) return Math.round(s / 60) + " min";
+    if (s < 172800) return Math.round(s / 3600) + " h";
+    return Math.round(s / 86400) + " d";
+  }
+  function fmtNs(ns) {
+    if (ns >= 1e9) return (ns / 1e9).toFixed(2) + " s";
+    if (ns >= 1e6) return (ns / 1e6).toFixed(1) + " ms";
+    return (ns / 1e3).toFixed(0) + " us";
+  }
+  function sessionPath(s) { return "/sessions/" + encodeURIComponent(s.namespace) + "/" + encodeURIComponent(s.name); }
+  function ref(s) { return s.namespace + "/" + s.name; }
+
+  // -- sessions list ---------------------------------------------------------------------
+  var COLUMNS = [
+    ["name", "Session"], ["namespace", "Namespace"], ["phase", "Phase"], ["nodes", "Nodes / pods"],
+    ["gpuIdle", "GPU idle"], ["topFinding", "Top finding"], ["ageSeconds", "Age"]
+  ];
+
+  function sessionsPage() {
+    getJSON("/api/v1/sessions").then(function (data) {
+      var params = new URLSearchParams(location.search);
+      var state = { sort: params.get("sort") || "ageSeconds", desc: params.get("desc") === "1", filter: params.get("q") || "" };
+      var picked = [];
+      var filter = el("input", { type: "search", id: "kp-filter", placeholder: "Filter by name, namespace, phase or finding", size: "44", value: state.filter });
+      var compare = el("button", { type: "button", id: "kp-compare", disabled: "disabled", text: "Compare the two selected" });
+      var tbody = el("tbody");
+      var head = el("tr", {}, [el("th", { text: "" })].concat(COLUMNS.map(function (c) {
+        return el("th", { "data-key": c[0], tabindex: "0", onclick: function () {
+          state.desc = state.sort === c[0] ? !state.desc : false; state.sort = c[0]; draw();
+        } }, [c[1]]);
+      })));
+      function cell(s, key) {
+        if (key === "name") return el("td", {}, [el("a", { href: sessionPath(s), text: s.name })]);
+        if (key === "nodes") return el("td", { "class": "kp-num", text: s.nodes + " / " + s.pods });
+        if (key === "gpuIdle") return el("td", { "class": "kp-num", text: pct(s.gpuIdle) });
+        if (key === "ageSeconds") return el("td", { "class": "kp-num", title: s.startedAt, text: age(s.ageSeconds) });
+        if (key === "phase") return el("td", {}, [el("span", { "class": "kp-phase kp-phase-" + s.phase, text: s.phase })]);
+        return el("td", { text: s[key] || "—" });
+      }
+      function draw() {
+        var needle = filter.value.toLowerCase();
+        var rows = data.sessions.filter(function (s) {
+          return !needle || [s.name, s.namespace, s.phase, s.topFinding].join(" ").toLowerCase().indexOf(needle) >= 0;
+        });
+        rows.sort(function (a, b) {
+          var x = a[state.sort], y = b[state.sort];
+          if (x === null || x === undefined) x = -Infinity;
+          if (y === null || y === undefined) y = -Infinity;
+          var c = typeof x === "string" ? x.localeCompare(y) : x - y;
+          return state.desc ? -c : c;
+        });
+        tbody.textContent = "";
+        rows.forEach(function (s) {
+          var box = el("input", { type: "checkbox", "aria-label": "select " + ref(s), onchange: function () {
+            if (box.checked) picked.push(ref(s)); else picked = picked.filter(function (r) { return r !== ref(s); });
+            if (picked.length > 2) picked.shift();
+            compare.disabled = picked.length !== 2;
+          } });
+          box.checked = picked.indexOf(ref(s)) >= 0;
+          tbody.appendChild(el("tr", { "class": "kp-row" }, [el("td", {}, [box])].concat(COLUMNS.map(function (c) { return cell(s, c[0]); }))));
+        });
+        Array.prototype.forEach.call(head.children, function (th) {
+          th.setAttribute("aria-sort", th.dataset.key === state.sort ? (state.desc ? "descending" : "ascending") : "none");
+        });
+        document.getElementById("kp-count").textContent = rows.length + " of " + data.sessions.length + " sessions";
+      }
+      compare.addEventListener("click", function () {
+        location.href = "/diff?base=" + encodeURIComponent(picked[0]) + "&new=" + encodeURIComponent(picked[1]);
+      });
+      filter.addEventListener("input", draw);
+      app.textContent = "";
+      app.appendChild(el("h1", { text: "Profiling sessions" }));
+      app.appendChild(el("div", { "class": "kp-toolbar" }, [filter, compare, el("span", { id: "kp-count", "class": "kp-note" })]));
+      app.appendChild(data.sessions.length ? el("table", { "class": "kp-table kp-sessions" }, [el("thead", {}, [head]), tbody])
+        : el("p", { text: "No sessions stored yet: record one with `kubeprof record -- COMMAND`, or create a ProfilingSession." }));
+      if (data.sessions.length) draw();
+    }).catch(fail);
+  }
+
+  // -- the flame graph, moved into whichever page shows it --------------------------------
+  function showFlame(container, data, initial) {
+    container.appendChild(flame);
+    flame.hidden = false;
+    FG.load(data, initial);
+  }
+
+  function legend(diff) {
+    var lg = document.getElementById("kp-legend");
+    lg.textContent = "";
+    if (diff) {
+      lg.appendChild(el("span", {}, [el("i", { style: "background:hsl(0,85%,50%)" }), "slower (larger share)"]));
+      lg.appendChild(el("span", {}, [el("i", { style: "background:hsl(215,85%,50%)" }), "faster (smaller share)"]));
+      lg.appendChild(el("span", {}, [el("i", { style: "background:hsl(0,0%,86%)" }), "unchanged"]));
+      return;
+    }
+    [["python", "hsl(205,62%,70%)"], ["native", "hsl(28,85%,62%)"], ["kernel", "hsl(2,70%,66%)"],
+     ["CUDA API", "hsl(280,50%,72%)"], ["GPU kernel", "hsl(118,50%,58%)"]].forEach(function (k) {
+      lg.appendChild(el("span", {}, [el("i", { style: "background:" + k[1] }), k[0]]));
+    });
+  }
+
+  function table(cls, headers, rows) {
+    return el("table", { "class": "kp-table " + cls }, [el("thead", {}, [el("tr", {}, headers.map(function (h) { return el("th", { text: h }); }))]),
+      el("tbody", {}, rows.map(function (r) { return el("tr", {}, r.map(function (c, i) { return el("td", { "class": i < headers.length - 1 ? "kp-num" : "kp-fn", text: c }); })); }))]);
+  }
+
+  // -- session page ------------------------------------------------------------------------
+  function sessionPage(ns, name) {
+    var params = new URLSearchParams(location.search);
+    var base = "/api/v1/sessions/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name);
+    getJSON(base).then(function (s) {
+      var view = params.get("view") || (s.views.indexOf("cpu") >= 0 ? "cpu" : s.views[0]);
+      var sel = { pod: params.get("pod") || "", gpu: params.get("gpu") || "", from: params.get("from") || "", to: params.get("to") || "" };
+      document.title = "kubeprof: " + ns + "/" + name;
+      app.textContent = "";
+      app.appendChild(el("h1", {}, [el("span", { "class": "kp-ns", text: ns + " / " }), name, " ", el("span", { "class": "kp-phase kp-phase-" + s.phase, text: s.phase })]));
+      app.appendChild(el("dl", { "class": "kp-facts" }, [].concat.apply([], s.header.map(function (kv) { return [el("dt", { text: kv[0] }), el("dd", { text: kv[1] })]; }))));
+      app.appendChild(el("section", { "class": "kp-top", id: "kp-findings" }, [el("h2", { text: "Findings" }), el("div", { html: s.html.findings || "<p>No GPU or CPU data to analyse.</p>" })]));
+
+      var viewBtns = el("span", { "class": "kp-views" }, ["cpu", "gpu"].map(function (v) {
+        var b = el("button", { type: "button", "data-view": v, "aria-pressed": String(v === view), text: v === "cpu" ? "CPU time" : "GPU time", onclick: function () { view = v; update(); } });
+        if (s.views.indexOf(v) < 0) b.disabled = true;
+        return b;
+      }));
+      var pod = el("select", { id: "kp-pod", "aria-label": "pod", onchange: function () { sel.pod = pod.value; update(); } },
+        [el("option", { value: "", text: "all pods" })].concat(s.pods.map(function (p) { return el("option", { value: p.name, text: p.name }); })));
+      var gpu = el("select", { id: "kp-gpu", "aria-label": "GPU", onchange: function () { sel.gpu = gpu.value; update(); } },
+        [el("option", { value: "", text: "all GPUs" })].concat(s.gpus.map(function (g) { return el("option", { value: g.id, text: "GPU " + g.id }); })));
+      pod.value = sel.pod; gpu.value = sel.gpu;
+      var from = el("input", { type: "number", min: "0", step: "any", id: "kp-from", placeholder: "from s", value: sel.from, size: "6" });
+      var to = el("input", { type: "number", min: "0", step: "any", id: "kp-to", placeholder: "to s", value: sel.to, size: "6" });
+      var apply = el("button", { type: "button", text: "Apply range", onclick: function () { sel.from = from.value; sel.to = to.value; update(); } });
+      var clear = el("button", { type: "button", text: "Whole session", onclick: function () { sel.from = sel.to = from.value = to.value = ""; update(); } });
+      var rangeNote = el("span", { "class": "kp-note", id: "kp-range" });
+      var holder = el("section", { "class": "kp-flame-holder" }, [
+        el("h2", { text: "Flame graph" }),
+        el("div", { "class": "kp-toolbar" }, [viewBtns, pod, gpu, "seconds", from, "to", to, apply, clear, rangeNote])]);
+      app.appendChild(holder);
+
+      // Left: the top functions of exactly the flame graph above (its view, pod, GPU and time
+      // range), refreshed with it. Right: the session's top kernels.
+      var topTitle = el("h2", { text: "Top functions" });
+      var topBody = el("div");
+      var kRows = s.topKernels.map(function (k) { return [(100 * k.selfShare).toFixed(1) + " %", fmtNs(k.selfNs), k.function]; });
+      app.appendChild(el("section", { "class": "kp-tops" }, [
+        el("div", {}, [topTitle, topBody]),
+        el("div", {}, [el("h2", { text: "Top kernels (GPU time, whole session)" }), kRows.length ? table("kp-topk", ["share", "time", "kernel"], kRows) : el("p", { "class": "kp-note", text: "No GPU kernels traced." })])
+      ]));
+      function showTop(top) {
+        var scope = [view === "cpu" ? "CPU" : "GPU", "self time"];
+        if (sel.pod) scope.push("pod " + sel.pod);
+        if (sel.gpu) scope.push("GPU " + sel.gpu);
+        if (sel.from || sel.to) scope.push((sel.from || "0") + "–" + (sel.to || "end") + " s");
+        topTitle.textContent = "Top functions (" + scope.join(", ") + ")";
+        topBody.textContent = "";
+        var rows = top.map(function (f) { return [(100 * f.selfShare).toFixed(1) + " %", fmtNs(f.selfNs), fmtNs(f.totalNs), f.function.replace(/_\[gpu\]$/, "")]; });
+        topBody.appendChild(rows.length ? table("kp-topfn", ["self", "self time", "total time", "function"], rows) : el("p", { "class": "kp-note", text: "Nothing sampled here." }));
+      }
+      if (s.html.gpu) app.appendChild(el("section", { "class": "kp-top" }, [el("h2", { text: "GPUs, processes and kernels" }), el("div", { html: s.html.gpu })]));
+
+      function update(search) {
+        Array.prototype.forEach.call(viewBtns.children, function (b) { b.setAttribute("aria-pressed", String(b.dataset.view === view)); });
+        var q = new URLSearchParams();
+        q.set("view", view);
+        Object.keys(sel).forEach(function (k) { if (sel[k]) q.set(k, sel[k]); });
+        history.replaceState(null, "", location.pathname + "?" + q.toString());
+        getJSON(base + "/flamegraph?" + q.toString()).then(function (data) {
+          showFlame(holder, data, view);
+          legend(false);
+          showTop(data.top);
+          rangeNote.textContent = data.range ? "showing " + data.range[0].toFixed(0) + "–" + data.range[1].toFixed(0) + " s (whole seconds)" : "";
+          if (search) FG.search(search);
+        }).catch(function (err) { rangeNote.textContent = String(err.message || err); });
+      }
+      // Clicking the busy/idle timeline narrows the flame graph to a tenth of the session
+      // around the clicked time (whole seconds: the CPU counts are kept per second).
+      var svg = app.querySelector("svg.kp-timeline");
+      if (svg && s.timeline) {
+        svg.style.cursor = "crosshair";
+        svg.addEventListener("click", function (evt) {
+          var r = svg.getBoundingClientRect(), span = s.timeline.busy.length * s.timeline.bucketSeconds;
+          var t = s.timeline.startSeconds + (evt.clientX - r.left) / r.width * span;
+          var w = Math.max(s.bucketSeconds, Math.round(span / 10)), lo = Math.max(0, Math.floor(t - w / 2));
+          sel.from = from.value = String(lo);
+          sel.to = to.value = String(lo + w);
+          update();
+          holder.scrollIntoView({ block: "start" });
+        });
+      }
+      // Findings link to frames of either view: switch the view, then light the frames up.
+      app.addEventListener("click", function (evt) {
+        var a = evt.target.closest ? evt.target.closest(".kp-frame") : null;
+        if (!a) return;
+        evt.preventDefault(); evt.stopPropagation();
+        view = a.dataset.view || view;
+        update(a.dataset.search || "");
+        holder.scrollIntoView({ block: "start" });
+      }, true);
+      update();
+    }).catch(fail);
+  }
+
+  // -- diff page -----------------------------------------------------------------------------
+  function diffPage() {
+    var params = new URLSearchParams(location.search);
+    getJSON("/api/v1/sessions").then(function (list) {
+      var refs = list.sessions.map(ref);
+      function picker(id, value) {
+        var s = el("select", { id: id }, refs.map(function (r) { return el("option", { value: r, text: r }); }));
+        s.value = value || "";
+        return s;
+      }
+      var base = picker("kp-base", params.get("base") || refs[1]);
+      var next = picker("kp-new", params.get("new") || refs[0]);
+      var view = el("select", { id: "kp-diff-view" }, [el("option", { value: "cpu", text: "CPU time" }), el("option", { value: "gpu", text: "GPU time" })]);
+      view.value = params.get("view") || "cpu";
+      var note = el("span", { "class": "kp-note", id: "kp-diff-note" });
+      var holder = el("section", { "class": "kp-flame-holder" });
+      app.textContent = "";
+      app.appendChild(el("h1", { text: "Compare two sessions" }));
+      app.appendChild(el("p", { "class": "kp-note", text: "Width: time in both sessions together. Colour: how the frame's share of its session changed from the baseline to the new session — red got slower, blue got faster." }));
+      app.appendChild(el("div", { "class": "kp-toolbar" }, ["baseline", base, "new", next, view, el("button", { type: "button", id: "kp-diff-go", text: "Compare", onclick: go }), note]));
+      app.appendChild(holder);
+      function go() {
+        var q = new URLSearchParams({ base: base.value, "new": next.value, view: view.value });
+        history.replaceState(null, "", "/diff?" + q.toString());
+        note.textContent = "";
+        getJSON("/api/v1/diff?" + q.toString()).then(function (data) {
+          showFlame(holder, data, view.value);
+          legend(true);
+        }).catch(function (err) { note.textContent = String(err.message || err); });
+      }
+      if (base.value && next.value) go();
+    }).catch(fail);
+  }
+
+  var parts = location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === "sessions" && parts.length === 3) sessionPage(parts[1], parts[2]);
+  else if (parts[0] === "diff") diffPage();
+  else sessionsPage();
+})();

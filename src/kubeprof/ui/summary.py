@@ -1,0 +1,175 @@
+"""A session's page in one answer: header, findings, GPU tables, top functions and kernels.
+
+It runs the same analysis as `kubeprof report` (`reporting.build_report`) and returns the
+HTML report's own escaped fragments next to the data, so the page and the report file
+render findings identically. The analysis reads every sample, so finished sessions are
+analysed once and cached.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from kubeprof.model import FrameKind
+from kubeprof.report.analysis_html import findings_html
+from kubeprof.report.evidence import targets, title
+from kubeprof.report.formats import gpu_off_reason
+from kubeprof.report.gpu import render_gpu_html
+from kubeprof.report.header import items, process_names
+from kubeprof.report.text import function_label, function_times
+from kubeprof.report.views import available_views
+from kubeprof.reportdata import Profile, Report, WeightedStack
+from kubeprof.reporting import build_report
+from kubeprof.storage import queries as q
+from kubeprof.storage.stack_counts import BUCKET_NS
+from kubeprof.ui.refs import pod_names, ref_of, safe_meta
+
+
+@dataclass
+class Cache:
+    """Summaries of finished sessions, computed once (the analysis reads every sample)."""
+
+    summaries: dict[tuple[int, str, int], dict[str, Any]]
+    lock: threading.Lock
+
+    @classmethod
+    def new(cls) -> Cache:
+        return cls({}, threading.Lock())
+
+    def get(self, info: q.SessionInfo) -> dict[str, Any] | None:
+        with self.lock:
+            return self.summaries.get((info.id, info.status, info.end_ns))
+
+    def put(self, info: q.SessionInfo, value: dict[str, Any]) -> None:
+        if info.status == "running":
+            return
+        with self.lock:
+            self.summaries[(info.id, info.status, info.end_ns)] = value
+
+
+def _pods(conn: Connection, info: q.SessionInfo) -> list[dict[str, str]]:
+    names = pod_names(info.meta)
+    uids = sorted(set(q.pid_pods(conn, info.id).values()))
+    return [{"uid": u, "name": names.get(u, u)} for u in uids]
+
+
+def _gpus(conn: Connection, info: q.SessionInfo) -> list[dict[str, Any]]:
+    """The GPUs the session's processes used (kernel records or NVML per-process rows)."""
+    seen = sorted({(node, dev) for node, dev, _ in q.gpu_users(conn, info.id)})
+    return [
+        {"id": f"{node}:{dev}" if node else str(dev), "node": node, "device": dev}
+        for node, dev in seen
+    ]
+
+
+def top_functions(stacks: Sequence[WeightedStack], n: int = 15) -> list[dict[str, Any]]:
+    """Functions by self time (what the text report's table shows), with total time."""
+    self_ns, total_ns = function_times(stacks)
+    whole = sum(ws.value_ns for ws in stacks) or 1
+    ranked = sorted(self_ns, key=lambda k: (-self_ns[k], str(k)))[:n]
+    return [
+        {
+            "function": function_label(k),
+            "kind": k[0],
+            "selfNs": self_ns[k],
+            "totalNs": total_ns[k],
+            "selfShare": self_ns[k] / whole,
+        }
+        for k in ranked
+    ]
+
+
+def summary(
+    conn: Connection,
+    info: q.SessionInfo,
+    cache: Cache | None = None,
+) -> dict[str, Any]:
+    """The session page: header, findings (as data and as the report's own HTML), GPU
+    section, top functions and kernels, and what the flame graph can be narrowed to."""
+    cached = cache.get(info) if cache is not None else None
+    if cached is not None:
+        return cached
+    profile = q.load_profile(conn, info)
+    profile = Profile(
+        profile.session,
+        profile.hz,
+        profile.duration_s,
+        profile.cpu,
+        profile.gpu,
+        safe_meta(profile.meta),
+    )
+    acts = q.gpu_activities(conn, info.id)
+    metrics = q.gpu_metrics(conn, info.id)
+    cpu = q.sample_columns(conn, info)
+    names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
+    report = build_report(
+        profile, acts, metrics, info.start_ns, info.end_ns, cpu, process_names=names
+    )
+    out = _summary_of(report, info)
+    out["pods"] = _pods(conn, info)
+    out["gpus"] = _gpus(conn, info)
+    if cache is not None:
+        cache.put(info, out)
+    return out
+
+
+def _summary_of(report: Report, info: q.SessionInfo) -> dict[str, Any]:
+    a = report.analysis
+    ns, name = ref_of(info)
+    findings = [
+        {
+            "kind": f.kind.value,
+            "severity": f.severity.value,
+            "title": title(f.kind),
+            "message": f.message,
+            "frames": [{"view": t.view, "search": t.search} for t in targets(f)],
+            "gainSeconds": f.gain.saved_ns / 1e9 if f.gain is not None else None,
+        }
+        for f in (a.findings if a is not None else ())
+    ]
+    gpu_idle = a.headline.ratio if a is not None else None
+    kernels = [
+        {
+            "function": k["function"].removesuffix("_[gpu]"),
+            "selfNs": k["selfNs"],
+            "selfShare": k["selfShare"],
+        }
+        for k in top_functions(report.profile.gpu)
+        if k["kind"] == FrameKind.GPU.value
+    ]
+    timeline = None
+    if a is not None and a.timeline.busy_ns and a.timeline.devices:
+        tl = a.timeline
+        timeline = {
+            "bucketSeconds": tl.bucket_ns / 1e9,
+            "startSeconds": (tl.start_ns - info.start_ns) / 1e9 if info.start_ns else 0,
+            "busy": [round(b / (tl.bucket_ns * tl.devices), 4) for b in tl.busy_ns],
+        }
+    return {
+        "namespace": ns,
+        "name": name,
+        "phase": info.status,
+        "durationSeconds": round(info.duration_s, 3),
+        "header": [[k, v] for k, v in items(report)],
+        "findings": findings,
+        "gpuIdle": gpu_idle,
+        "topFinding": findings[0]["message"] if findings else "",
+        "views": available_views(report.profile),
+        "topFunctions": top_functions(report.profile.cpu),
+        "topKernels": kernels,
+        "timeline": timeline,
+        "bucketSeconds": BUCKET_NS / 1e9,
+        "html": {
+            "findings": findings_html(a) if a is not None else "",
+            "gpu": render_gpu_html(
+                report.gpu, off_reason=gpu_off_reason(report), names=process_names(report.profile)
+            )
+            if report.gpu is not None
+            else "",
+        },
+    }
