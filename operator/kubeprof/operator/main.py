@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
+
+from kubeprof.operator import ingest_flags
 
 DESCRIPTION = """\
 Run the kubeprof operator against the current kubeconfig (or the in-cluster
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=int(_env("KUBEPROF_INGEST_WRITERS", "2")),
                    help="threads writing batches to the database concurrently (env "
                         "KUBEPROF_INGEST_WRITERS, default %(default)s)")
+    ingest_flags.add(p)
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
     p.add_argument("--verbose", action="store_true",
@@ -86,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.database_url:
         print("kubeprof operator: error: --database-url is required (or set "
               "KUBEPROF_DATABASE_URL)", file=sys.stderr)
+        return 2
+    try:
+        limits = ingest_flags.limits(args)
+    except ValueError as exc:
+        print(f"kubeprof operator: error: {exc}", file=sys.stderr)
         return 2
     host, _, port = args.listen.rpartition(":")
     if not port.isdigit():
@@ -121,12 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     kube = Kube(args.kubeconfig)
     registry = Registry()
 
-    async def exists(namespace: str, name: str) -> bool:
-        return await asyncio.get_running_loop().run_in_executor(
-            None, kube.session_exists, namespace, name)
-
-    api = IngestApi(registry, BatchWriter(store.engine), exists, writers=config.ingest_writers,
-                    max_body_bytes=config.max_body_bytes)
+    api = IngestApi(registry, BatchWriter(store.engine), writers=config.ingest_writers,
+                    limits=limits)
     memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
     kopf_registry = kopf.OperatorRegistry()
     handlers.register(kopf_registry, config)
