@@ -209,11 +209,9 @@ class IngestApi:
         try:
             stored = await asyncio.wrap_future(fut)
         except codec.CodecError as exc:
-            too_large = exc.too_large
-            metrics.INGEST_REJECTIONS.labels(reason="too_large" if too_large else
+            metrics.INGEST_REJECTIONS.labels(reason="too_large" if exc.too_large else
                                              "bad_body").inc()
-            status = 413 if too_large else 422 if str(exc).startswith("invalid") else 400
-            return _json(status, str(exc))
+            return _json(exc.status, str(exc))
         except _Refused as exc:
             metrics.INGEST_REJECTIONS.labels(reason=exc.reason).inc()
             return _json(exc.status, str(exc))

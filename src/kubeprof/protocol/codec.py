@@ -50,11 +50,16 @@ MAX_BATCH_ID = lim.BATCH_ID_MAX  # characters; batch ids are stored in an indexe
 class CodecError(ValueError):
     """A body that is not a valid kubeprof batch (a client bug, not retryable).
 
-    `too_large` marks a body refused for its size alone (HTTP 413 rather than 400)."""
+    `status` is the HTTP answer it deserves: 413 for its size alone, 422 for a value that
+    breaks the schema (the message names the field), 400 for a body that is not JSON."""
 
     def __init__(self, message: str, *, too_large: bool = False) -> None:
         super().__init__(message)
         self.too_large = too_large
+
+    @property
+    def status(self) -> int:
+        return 413 if self.too_large else 422 if str(self).startswith("invalid") else 400
 
 
 def _int(hi: int) -> Any:
@@ -238,7 +243,8 @@ def _check_spans(rows: Sequence[tuple[Any, ...]]) -> None:
     """A GPU span must not end before it starts (durations are summed in aggregation)."""
     for i, row in enumerate(rows):
         if row[3] < row[2]:
-            raise CodecError(f"gpu_activities[{i}].end_ns: {row[3]} is before start_ns "
+            raise CodecError(f"invalid batch: gpu_activities[{i}].end_ns: {row[3]} is before "
+                             f"start_ns "
                              f"{row[2]}; a span must end at or after its start")
 
 
@@ -262,7 +268,7 @@ def _from_doc(doc: Any, limits: IngestLimits) -> tuple[str, str, Batch]:
     try:
         parts = {rec.key: _rows(rec, getattr(doc, rec.key), stack) for rec in RECORDS}
     except IndexError as exc:
-        raise CodecError(f"malformed batch: a stack refers to a frame not listed "
+        raise CodecError(f"invalid batch: a stack refers to a frame not listed "
                          f"(the frame table has {len(frames)}): {exc}") from exc
     return doc.batch_id, doc.node, Batch(**parts, counters=doc.counters)
 
@@ -285,6 +291,8 @@ def _invalid(exc: msgspec.ValidationError) -> CodecError:
     text, sep, path = msg.rpartition(" - at `")
     if not sep:
         return CodecError(f"invalid batch: {msg}")
+    if path.startswith("key` in `"):  # a dict key, e.g. a counter's name
+        path = path.removeprefix("key` in `").rstrip("`") + " (a key)"
     return CodecError(f"invalid batch: {field_path(path.rstrip('`'))}: {text}",
                       too_large=text.startswith("Expected `array` of length <="))
 
