@@ -39,10 +39,10 @@ class IngestLimits:
     max_json_bytes: int = 64 << 20
     # Most JSON values (array elements, counted from the separators before decoding),
     # so the decoded objects stay bounded even for bodies of tiny values.
-    max_values: int = 4_000_000
+    max_values: int = 8_000_000
     # Most records (samples + processes + GPU activities + GPU metrics) in one batch;
     # also the most frames in its frame table.
-    max_rows: int = 200_000
+    max_rows: int = 100_000
     # Most frames in one stack (the eBPF unwinder stops at 127; deep Python recursion
     # with native frames stays below this).
     max_stack_depth: int = 2048
