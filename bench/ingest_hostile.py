@@ -225,8 +225,8 @@ def main() -> int:
             answers = ", ".join(f"{s}×{r['statuses'].count(s)}" if r["statuses"].count(s) > 1
                                 else str(s) for s in sorted(set(r["statuses"])))
             print(f"| {what} | {r['wire_kb']:,.1f} KB | {r['json_mb']:,.1f} MiB | {answers} | "
-                  f"{r['peak_mb']:,.0f} ({r['start_mb']:,.0f}) | {r['after_mb']:,.0f} | {r['healthz_s']:.2f} | "
-                  f"{r['elapsed_s']:.1f} |", flush=True)
+                  f"{r['peak_mb']:,.0f} ({r['start_mb']:,.0f}) | {r['after_mb']:,.0f} | "
+                  f"{r['healthz_s']:.2f} | {r['elapsed_s']:.1f} |", flush=True)
             if child.poll() is not None:
                 print(f"server exited with {child.returncode}")
                 break
