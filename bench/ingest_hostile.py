@@ -97,8 +97,22 @@ def _batch(rows: int, depth: int, stacks: int, seed: int, batch_id: str,
                                                       "c" * 64, POD),))
     doc = codec.to_dict(b, batch_id=batch_id, node=NODE)
     if name_len:  # as a hostile client sends it (kubeprof's encoder would clip it)
-        doc["frames"][0][0] = "x" * name_len
+        doc["frames"][0] = ("x" * name_len, *doc["frames"][0][1:])
     return gzip.compress(json.dumps(doc).encode(), compresslevel=5)
+
+
+def _distinct_stacks(rows: int, depth: int, batch_id: str) -> bytes:
+    """Accepted, but as costly to decode and store as the limits allow: every sample has
+    its own stack of `depth` frame indexes above 256 (each a fresh int object in Python)."""
+    nframes = 300 + depth
+    frames = b",".join(b'["f%d","python","/m.py",%d]' % (i, i) for i in range(nframes))
+    rng = random.Random(7)
+    samples = b",".join(
+        b"[%d,1,1,\"t\",0,[%s]]" % (i, b",".join(b"%d" % rng.randrange(257, nframes)
+                                                  for _ in range(depth)))
+        for i in range(rows))
+    return gzip.compress(b'{"v":1,"batch_id":"' + batch_id.encode() + b'","node":"node-a",'
+                         b'"frames":[' + frames + b'],"samples":[' + samples + b']}', 5)
 
 
 # Case name -> (what it is, [(body, headers)] sent at once).
@@ -118,9 +132,13 @@ CASES: dict[str, Case] = {
     "bombs-x8": ("8 bombs at once, no Content-Encoding",
                  lambda: [(_tiny_rows(14_500_000, f"bomb-x{i}"), {}) for i in range(8)]),
     "largest-x4": ("4 at once of the largest batch the defaults accept "
-                   "(100,000 samples, 60-frame stacks: 6.7 M values)",
-                   lambda: [(_batch(100_000, 60, 5_000, 10 + i, f"big-{i}"), GZ)
+                   "(99,999 samples + 1 process, 60-frame stacks: 6.7 M values)",
+                   lambda: [(_batch(99_999, 60, 5_000, 10 + i, f"big-{i}"), GZ)
                             for i in range(4)]),
+    "distinct-x2": ("2 at once of 100,000 samples, each with its own 70-frame stack "
+                    "(7.7 M values; accepted, the costliest to decode and intern)",
+                    lambda: [(_distinct_stacks(100_000, 70, f"distinct-{i}"), GZ)
+                             for i in range(2)]),
 }
 
 

@@ -95,6 +95,10 @@ class FairPool:
                     else:
                         del self._running[key]
                     self._cond.notify_all()
+                # An exception's traceback holds this frame: drop the job now, so the
+                # future (and whatever its traceback keeps alive) is not held until the
+                # next job or the garbage collector.
+                job = fut = fn = None  # type: ignore[assignment]
 
     def shutdown(self, wait: bool = True) -> None:
         """Finish queued jobs, then stop the threads."""

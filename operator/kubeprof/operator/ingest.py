@@ -204,10 +204,11 @@ class IngestApi:
         except Exception as exc:  # noqa: BLE001 - a broken upload: the client's problem
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
             return _json(400, f"unreadable body: {type(exc).__name__}")
-        fut = self.pool.submit((entry.namespace, entry.name),
-                               lambda: self._decode_and_store(entry, body))
         try:
-            stored = await asyncio.wrap_future(fut)
+            # The pool's future is not kept in a local: a refusal's traceback holds this
+            # frame, and would keep the future, its exception and the body in a cycle.
+            stored = await asyncio.wrap_future(self.pool.submit(
+                (entry.namespace, entry.name), lambda: self._decode_and_store(entry, body)))
         except codec.CodecError as exc:
             metrics.INGEST_REJECTIONS.labels(reason="too_large" if exc.too_large else
                                              "bad_body").inc()

@@ -323,13 +323,24 @@ def is_gzip(body: bytes) -> bool:
     return body[:2] == b"\x1f\x8b"
 
 
-def _gunzip(body: bytes, max_bytes: int) -> bytes:
-    """Decompress one gzip member, refusing bodies that inflate past max_bytes (a bomb)."""
+def _gunzip(body: bytes, max_bytes: int) -> bytearray:
+    """Decompress one gzip member, refusing bodies that inflate past max_bytes (a bomb).
+
+    Inflated 1 MiB at a time into one growing buffer: the peak is the JSON itself, not the
+    JSON plus zlib's pieces of it, and a bomb is cut off as soon as it passes the limit."""
     d = zlib.decompressobj(wbits=31)
-    out = d.decompress(body, max_bytes + 1)
-    if len(out) > max_bytes or d.unconsumed_tail:
-        raise CodecError(f"compressed body inflates past {max_bytes} bytes (raise "
-                         "--ingest-max-json-bytes or send smaller batches)", too_large=True)
+    out = bytearray()
+    data = body
+    while not d.eof:
+        chunk = d.decompress(data, _CHUNK)
+        data = d.unconsumed_tail
+        if not chunk and not data:
+            break  # input used up before the end of the stream
+        out += chunk
+        if len(out) > max_bytes:
+            out.clear()  # freed now, not when a traceback holding this frame is collected
+            raise CodecError(f"compressed body inflates past {max_bytes} bytes (raise "
+                             "--ingest-max-json-bytes or send smaller batches)", too_large=True)
     if not d.eof:
         raise CodecError("compressed body is truncated")
     if d.unused_data:
@@ -337,7 +348,10 @@ def _gunzip(body: bytes, max_bytes: int) -> bytes:
     return out
 
 
-def _count_values(raw: bytes, limits: IngestLimits) -> None:
+_CHUNK = 1 << 20
+
+
+def _count_values(raw: bytes | bytearray, limits: IngestLimits) -> None:
     """Refuse a body with more JSON values than allowed, before any object is built.
 
     Every array element but the first follows a comma, so commas + opening brackets bound
@@ -360,17 +374,22 @@ def decode(body: bytes, *, gzipped: bool | None = None,
     if len(raw) > limits.max_json_bytes:
         raise CodecError(f"body is {len(raw)} bytes of JSON; at most {limits.max_json_bytes}",
                          too_large=True)
-    _count_values(raw, limits)
     try:
+        _count_values(raw, limits)
         doc = msgspec.json.decode(raw, type=_doc_type(limits, b"\\u0000" in raw))
     except msgspec.ValidationError as exc:
         raise _malformed(exc, _version(raw)) from exc
     except msgspec.DecodeError as exc:
         raise CodecError(f"body is not {'gzip ' if gzipped else ''}JSON: {exc}") from exc
+    finally:
+        # Free the inflated JSON now: a refusal's traceback would otherwise keep it alive
+        # until the garbage collector runs (decoded strings are copies).
+        if isinstance(raw, bytearray):
+            raw.clear()
     return _from_doc(doc, limits)
 
 
-def _version(raw: bytes) -> object:
+def _version(raw: bytes | bytearray) -> object:
     try:
         return msgspec.json.decode(raw, type=_Head).v
     except msgspec.DecodeError:
