@@ -2,9 +2,11 @@
 
 The ingest decodes and writes batches on a few threads shared by every session. With a
 plain FIFO pool, a session sending many large batches queues them all ahead of another
-session's small one. Here each session (key) has its own queue; idle workers take the
-next session in round-robin order, and one session may occupy at most `per_key` workers
-(all but one when there are several), so a free worker is left for everyone else.
+session's small one. Here each session (key) has its own queue, and a free worker takes
+the next job of the waiting session that has the fewest jobs running (ties in
+round-robin order). A session alone may use every worker; as soon as another one waits,
+it gets the next worker that frees up, so it waits at most for one batch already being
+written (the ingest's row limit bounds that), never for a backlog.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from typing import Any
 
 
 class FairPool:
-    """Round-robin over keys; at most `per_key` jobs of one key run at once."""
+    """Fewest-running-first, round-robin among equals; optionally at most `per_key` jobs
+    of one key at once (None: no cap, a lone key may use every worker)."""
 
     def __init__(self, workers: int, *, per_key: int | None = None, name: str = "fair") -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
-        self.per_key = per_key or max(1, workers - 1)
+        self.per_key = per_key or workers
         self._cond = threading.Condition()
         self._queues: dict[Hashable, deque[tuple[Future[Any], Callable[[], Any]]]] = {}
         self._turns: deque[Hashable] = deque()  # keys with queued jobs, next first
@@ -55,21 +58,27 @@ class FairPool:
             return len(self._queues.get(key, ())) + self._running.get(key, 0)
 
     def _take(self) -> tuple[Hashable, Future[Any], Callable[[], Any]] | None:
-        """The next job in turn among keys under their cap (called with the lock held)."""
-        for _ in range(len(self._turns)):
-            key = self._turns.popleft()
-            if self._running.get(key, 0) >= self.per_key:
-                self._turns.append(key)
-                continue
-            q = self._queues[key]
-            fut, fn = q.popleft()
-            if q:
-                self._turns.append(key)  # its next job waits for the others' turns
-            else:
-                del self._queues[key]
-            self._running[key] = self._running.get(key, 0) + 1
-            return key, fut, fn
-        return None
+        """The next job: of the waiting key with the fewest running, earliest in turn
+        among equals (called with the lock held)."""
+        best, fewest = -1, self.per_key
+        for i, key in enumerate(self._turns):
+            running = self._running.get(key, 0)
+            if running < fewest:
+                best, fewest = i, running
+                if running == 0:
+                    break
+        if best < 0:
+            return None
+        key = self._turns[best]
+        del self._turns[best]
+        q = self._queues[key]
+        fut, fn = q.popleft()
+        if q:
+            self._turns.append(key)  # its next job waits for the others' turns
+        else:
+            del self._queues[key]
+        self._running[key] = fewest + 1
+        return key, fut, fn
 
     def _work(self) -> None:
         while True:

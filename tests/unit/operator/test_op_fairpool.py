@@ -9,26 +9,29 @@ from kubeprof.operator.fairpool import FairPool
 
 def test_a_small_job_of_another_key_overtakes_a_backlog():
     pool = FairPool(2)
-    release = threading.Event()
-    order: list[str] = []
+    gates = [threading.Event() for _ in range(5)]
+    started: list[str] = []
     lock = threading.Lock()
 
-    def job(tag: str, block: bool = False):
+    def job(tag: str, gate: threading.Event | None = None):
         def run():
-            if block:
-                release.wait(10)
             with lock:
-                order.append(tag)
+                started.append(tag)
+            if gate is not None:
+                gate.wait(10)
             return tag
 
         return run
 
-    big = [pool.submit("big", job(f"big-{i}", block=True)) for i in range(5)]
+    big = [pool.submit("big", job(f"big-{i}", gates[i])) for i in range(5)]
+    while len(started) < 2:  # a lone session uses both workers
+        threading.Event().wait(0.01)
     small = pool.submit("small", job("small"))
-    # "big" may hold only one of the two workers: the small job runs while big-0 blocks.
+    gates[0].set()  # the first worker to free up takes the small job, not big-2
     assert small.result(timeout=5) == "small"
-    assert order == ["small"]
-    release.set()
+    assert started[:3] == ["big-0", "big-1", "small"]
+    for g in gates:
+        g.set()
     assert [f.result(timeout=5) for f in big] == [f"big-{i}" for i in range(5)]
     pool.shutdown()
 
