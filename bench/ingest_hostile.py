@@ -132,12 +132,12 @@ CASES: dict[str, Case] = {
     "bombs-x8": ("8 bombs at once, no Content-Encoding",
                  lambda: [(_tiny_rows(14_500_000, f"bomb-x{i}"), {}) for i in range(8)]),
     "largest-x4": ("4 at once of the largest batch the defaults accept "
-                   "(99,999 samples + 1 process, 60-frame stacks: 6.7 M values)",
-                   lambda: [(_batch(99_999, 60, 5_000, 10 + i, f"big-{i}-{time.time_ns()}"), GZ)
+                   "(49,999 samples + 1 process, 60-frame stacks: 3.4 M values)",
+                   lambda: [(_batch(49_999, 60, 5_000, 10 + i, f"big-{i}-{time.time_ns()}"), GZ)
                             for i in range(4)]),
-    "distinct-x2": ("2 at once of 100,000 samples, each with its own 70-frame stack "
-                    "(7.7 M values; accepted, the costliest to decode and intern)",
-                    lambda: [(_distinct_stacks(100_000, 70, f"distinct-{i}-{time.time_ns()}"), GZ)
+    "distinct-x2": ("2 at once of 50,000 samples, each with its own 65-frame stack "
+                    "(3.7 M values; accepted, the costliest to decode and intern)",
+                    lambda: [(_distinct_stacks(50_000, 65, f"distinct-{i}-{time.time_ns()}"), GZ)
                              for i in range(2)]),
 }
 

@@ -58,6 +58,9 @@ def finish_session(engine: Engine, session_id: int, status: str) -> None:
         sessions.finish(conn, session_id, status)
 
 
+INTERNER_MAX = 500_000  # cached frame + stack ids per writer thread (~100 B each)
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
     """What storing one batch did."""
@@ -75,7 +78,9 @@ class BatchWriter:
 
     def _interner(self) -> Interner:
         it = getattr(self._local, "interner", None)
-        if it is None:
+        # The cache grows with every distinct stack a client sends: start over past the
+        # cap (ids are then looked up again), so no client can grow it without bound.
+        if it is None or len(it.stack_ids) + len(it.frame_ids) > INTERNER_MAX:
             it = self._local.interner = Interner()
         return it
 

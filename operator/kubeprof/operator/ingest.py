@@ -101,7 +101,7 @@ class IngestApi:
     """Request handlers bound to the registry and a batch writer."""
 
     def __init__(self, registry: Registry, writer: BatchWriter, *, writers: int = 2,
-                 limits: IngestLimits | None = None, max_pending: int = 32,
+                 limits: IngestLimits | None = None, max_pending: int = 16,
                  session_pending: int = 8, startup_grace_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.registry, self.writer = registry, writer

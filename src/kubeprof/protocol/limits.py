@@ -33,16 +33,16 @@ class IngestLimits:
     """Settable bounds of one ingest request (operator flags --ingest-max-*)."""
 
     # Largest body on the wire (compressed), bytes. Refused with 413 before it is read.
-    max_body_bytes: int = 16 << 20
+    max_body_bytes: int = 8 << 20
     # Largest body after decompression, bytes, whatever Content-Encoding says: a gzip
     # body is inflated at most this far, then refused with 413.
-    max_json_bytes: int = 64 << 20
+    max_json_bytes: int = 32 << 20
     # Most JSON values (array elements, counted from the separators before decoding),
     # so the decoded objects stay bounded even for bodies of tiny values.
-    max_values: int = 8_000_000
+    max_values: int = 4_000_000
     # Most records (samples + processes + GPU activities + GPU metrics) in one batch;
     # also the most frames in its frame table.
-    max_rows: int = 100_000
+    max_rows: int = 50_000
     # Most frames in one stack (the eBPF unwinder stops at 127; deep Python recursion
     # with native frames stays below this).
     max_stack_depth: int = 2048
