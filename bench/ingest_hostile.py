@@ -7,7 +7,7 @@ the answers, the peak (VmHWM), the RSS left afterwards and the slowest `/healthz
 meanwhile are printed as a Markdown row.
 
 Usage:
-  .venv/bin/python bench/ingest_hostile.py [--dsn URL] [--cases a,b,...]
+  .venv/bin/python bench/ingest_hostile.py [--dsn URL] [--cases a,b,...,fairness]
   # the same cases against another checkout (e.g. the code before the limits):
   .venv/bin/python bench/ingest_hostile.py --tree /tmp/kubeprof-before
 Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
@@ -53,11 +53,12 @@ def serve(dsn: str, port: int) -> None:
     from kubeprof.storage import Store
 
     store = Store.open(dsn)
-    sid = ensure_session(store.engine, "bench", "hostile", f"uid-{time.time_ns()}", hz=99,
-                         started_at=datetime.now(UTC), meta={})
     reg = Registry()
-    reg.put(SessionEntry("bench", "hostile", "uid", sid, TOKEN, Phase.RUNNING, 0.0,
-                         [Target(POD, "trainer", "bench", NODE)]))
+    for name in ("hostile", "other"):  # "other": a second tenant, for the fairness case
+        sid = ensure_session(store.engine, "bench", name, f"uid-{name}-{time.time_ns()}",
+                             hz=99, started_at=datetime.now(UTC), meta={})
+        reg.put(SessionEntry("bench", name, f"uid-{name}", sid, TOKEN, Phase.RUNNING, 0.0,
+                             [Target(POD, "trainer", "bench", NODE)]))
     params = inspect.signature(IngestApi).parameters
     if "exists" in params:  # the API before issue 10 asked the API server about sessions
         async def exists(_ns: str, _n: str) -> bool:
@@ -144,10 +145,10 @@ CASES: dict[str, Case] = {
 
 # -- the parent: measure ---------------------------------------------------------------------
 
-def _post(port: int, body: bytes, headers: dict[str, str]) -> int:
+def _post(port: int, body: bytes, headers: dict[str, str], session: str = "hostile") -> int:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     try:
-        conn.request("POST", "/v1/sessions/bench/hostile/batches", body=body,
+        conn.request("POST", f"/v1/sessions/bench/{session}/batches", body=body,
                      headers={"Authorization": f"Bearer {TOKEN}", **headers})
         r = conn.getresponse()
         r.read()
@@ -177,6 +178,25 @@ def _healthz(port: int, stop: threading.Event, worst: list[float]) -> None:
             pass
         worst[0] = max(worst[0], time.perf_counter() - t)
         stop.wait(0.05)
+
+
+def fairness(port: int, rounds: int = 5) -> list[float]:
+    """Seconds another session's 100-row batch takes while this session's four largest
+    accepted batches are being written (issue 10: 16 s with two unbounded bodies)."""
+    big = [_batch(49_999, 60, 5_000, 20 + i, f"fair-{i}-{time.time_ns()}") for i in range(4)]
+    waits = []
+    for r in range(rounds):
+        with ThreadPoolExecutor(4) as ex:
+            futs = [ex.submit(_post, port, b, GZ) for b in big]
+            time.sleep(1.0)  # the big ones are being decoded and written
+            small = _batch(100, 20, 10, 99, f"small-{r}-{time.time_ns()}")
+            t = time.perf_counter()
+            assert _post(port, small, GZ, session="other") == 200
+            waits.append(time.perf_counter() - t)
+            assert all(f.result() == 200 for f in futs)
+        big = [_batch(49_999, 60, 5_000, 30 + r * 4 + i, f"fair-{r}-{i}-{time.time_ns()}")
+               for i in range(4)]
+    return waits
 
 
 def measure(pid: int, port: int, bodies: list[tuple[bytes, dict[str, str]]]) -> dict:
@@ -237,6 +257,12 @@ def main() -> int:
               "RSS after MiB | slowest /healthz s | wall s |")
         print("|---|---:|---:|---|---:|---:|---:|---:|")
         for name in args.cases.split(","):
+            if name == "fairness":
+                waits = fairness(port)
+                print(f"\nanother session's 100-row batch during 4 x 50,000-row batches: "
+                      f"{', '.join(f'{w:.2f}' for w in waits)} s (median "
+                      f"{sorted(waits)[len(waits) // 2]:.2f} s)", flush=True)
+                continue
             what, make = CASES[name]
             bodies = make()
             r = measure(child.pid, port, bodies)

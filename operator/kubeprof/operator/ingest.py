@@ -136,14 +136,14 @@ class IngestApi:
         given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
         entry = self.registry.get(ns, name)
         if entry is None and self.clock() < self.loading_until:
-            # The operator just started and may not have loaded every session: retry.
-            # Said for any name, so it tells nothing about which sessions exist.
+            # The operator just started and may not have loaded every session yet: retry.
+            # Said for any unloaded name, so it tells nothing about which sessions exist.
             metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
             return _json(503, "operator starting, sessions not loaded yet; retry")
         expected = entry.token.encode() if entry is not None else b"\0" * 32
         if not hmac.compare_digest(given, expected) or entry is None:
             metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
-            self.auth_log.warning("refused a request for %s/%s: no such session or the "
+            self.auth_log.warning("refused a request for %r/%r: no such session or the "
                                   "token does not match (from %s)", ns[:63], name[:253],
                                   request.remote)
             return _json(403, f"token is not valid for session {ns}/{name} "
