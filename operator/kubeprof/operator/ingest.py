@@ -107,7 +107,10 @@ class IngestApi:
         self.registry, self.writer = registry, writer
         self.limits = limits or IngestLimits()
         self.limits.check()
-        self.pool = FairPool(writers, name="ingest")
+        # One session may write on `writers` threads at once, as many as before there was
+        # more than one; one more thread is kept for the other sessions, so their batches
+        # start at once even while one session keeps every writer busy.
+        self.pool = FairPool(writers + 1, per_key=writers, name="ingest")
         self.max_pending, self.session_pending = max_pending, session_pending
         self.clock = clock
         self.loading_until = clock() + startup_grace_s
