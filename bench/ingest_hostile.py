@@ -119,6 +119,7 @@ def _distinct_stacks(rows: int, depth: int, batch_id: str) -> bytes:
 # Case name -> (what it is, [(body, headers)] sent at once).
 Case = tuple[str, Callable[[], list[tuple[bytes, dict[str, str]]]]]
 GZ = {"Content-Encoding": "gzip"}
+SESSION = "x-bench-session"  # not sent: which of the two sessions a body goes to
 CASES: dict[str, Case] = {
     "good": ("a real agent's batch: 2,000 samples, 40-frame stacks",
              lambda: [(_batch(2_000, 40, 200, 1, "good-1"), GZ)]),
@@ -136,6 +137,10 @@ CASES: dict[str, Case] = {
                    "(49,999 samples + 1 process, 60-frame stacks: 3.4 M values)",
                    lambda: [(_batch(49_999, 60, 5_000, 10 + i, f"big-{i}-{time.time_ns()}"), GZ)
                             for i in range(4)]),
+    "distinct-x3": ("3 at once of those, two sessions (all three writer threads busy)",
+                    lambda: [(_distinct_stacks(50_000, 65, f"d3-{i}-{time.time_ns()}"),
+                              {**GZ, SESSION: "other" if i == 2 else "hostile"})
+                             for i in range(3)]),
     "distinct-x2": ("2 at once of 50,000 samples, each with its own 65-frame stack "
                     "(3.7 M values; accepted, the costliest to decode and intern)",
                     lambda: [(_distinct_stacks(50_000, 65, f"distinct-{i}-{time.time_ns()}"), GZ)
@@ -146,6 +151,8 @@ CASES: dict[str, Case] = {
 # -- the parent: measure ---------------------------------------------------------------------
 
 def _post(port: int, body: bytes, headers: dict[str, str], session: str = "hostile") -> int:
+    headers = dict(headers)
+    session = headers.pop(SESSION, session)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     try:
         conn.request("POST", f"/v1/sessions/bench/{session}/batches", body=body,
