@@ -46,6 +46,7 @@ from kubeprof.operator import ingest  # noqa: E402
 from kubeprof.operator.db import BatchWriter, ensure_session  # noqa: E402
 from kubeprof.operator.ingest import IngestApi, serve  # noqa: E402
 from kubeprof.operator.registry import Registry, SessionEntry  # noqa: E402
+from kubeprof.operator.targets import Target  # noqa: E402
 from kubeprof.protocol import codec  # noqa: E402
 from kubeprof.protocol.phases import Phase  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
@@ -156,14 +157,14 @@ def bench_http(url: str, token: str, size: int, total: int, senders: int, stacks
     return sum(r for _, r in bodies) / (time.perf_counter() - t)
 
 
-def start_api(engine, sid: int, token: str, writers: int) -> tuple[str, callable]:
+def start_api(engine, sid: int, token: str, writers: int,
+              senders: int) -> tuple[str, callable]:
     reg = Registry()
-    reg.put(SessionEntry("bench", "ingest", "uid-bench", sid, token, Phase.RUNNING))
-
-    async def exists(_ns: str, _n: str) -> bool:
-        return False
-
-    api = IngestApi(reg, BatchWriter(engine), exists, writers=writers)
+    # The senders stand for agents on nodes node-0..node-N: the session's target nodes.
+    targets = [Target(f"pod-{i}", f"pod-{i}", "bench", f"node-{i}") for i in range(senders)]
+    reg.put(SessionEntry("bench", "ingest", "uid-bench", sid, token, Phase.RUNNING, 0.0,
+                         targets))
+    api = IngestApi(reg, BatchWriter(engine), writers=writers, startup_grace_s=0)
     loop = asyncio.new_event_loop()
     from tests.e2e.cluster.ports import pick
 
@@ -215,7 +216,7 @@ def main() -> int:
         BatchWriter(store.engine).store(sid, f"warm-{time.time_ns()}", "node-1",
                                         make_batch(2000, stacks, rng, 0))
         token = "bench-token"
-        api_url, stop = start_api(store.engine, sid, token, args.writers)
+        api_url, stop = start_api(store.engine, sid, token, args.writers, args.senders)
         base = load_codec(args.baseline_codec) if args.baseline_codec else None
         print(f"| batch size (rows) | COPY text rows/s | COPY write_row rows/s (limit) | "
               f"db rows/s | db % of limit | http rows/s ({args.senders} senders, "

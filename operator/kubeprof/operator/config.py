@@ -62,8 +62,6 @@ class OperatorConfig:
     status_top_stacks: int = 5
     # How many nodes / pods get their own line in .status.summary.
     status_top_targets: int = 5
-    # Largest accepted (compressed) ingest body.
-    max_body_bytes: int = 64 << 20
     # Threads writing batches to the database concurrently.
     ingest_writers: int = 2
     # Namespaces to watch; empty = all namespaces.

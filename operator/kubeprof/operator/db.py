@@ -11,8 +11,10 @@ transaction failed leaves no trace and is simply sent again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -56,6 +58,9 @@ def finish_session(engine: Engine, session_id: int, status: str) -> None:
         sessions.finish(conn, session_id, status)
 
 
+INTERNER_MAX = 500_000  # cached frame + stack ids per writer thread (~100 B each)
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
     """What storing one batch did."""
@@ -73,15 +78,20 @@ class BatchWriter:
 
     def _interner(self) -> Interner:
         it = getattr(self._local, "interner", None)
-        if it is None:
+        # The cache grows with every distinct stack a client sends: start over past the
+        # cap (ids are then looked up again), so no client can grow it without bound.
+        if it is None or len(it.stack_ids) + len(it.frame_ids) > INTERNER_MAX:
             it = self._local.interner = Interner()
         return it
 
-    def store(self, session_id: int, batch_id: str, agent: str, batch: Batch) -> Stored:
-        """Store `batch` once per (session, batch id)."""
+    def store(self, session_id: int, batch_id: str, agent: str, batch: Batch, *,
+              committing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+              ) -> Stored:
+        """Store `batch` once per (session, batch id). The commit runs inside
+        `committing()`, which may refuse it (the session was sealed meanwhile)."""
         interner = self._interner()
         try:
-            with self.engine.begin() as conn:
+            with self.engine.connect() as conn, conn.begin() as tx:
                 stmt = dialect_insert(conn, IngestedBatchRow).values(
                     session_id=session_id, batch_id=batch_id, agent=agent, rows=0,
                     received_at=datetime.now(UTC),
@@ -97,8 +107,21 @@ class BatchWriter:
                 conn.execute(update(IngestedBatchRow).where(
                     IngestedBatchRow.session_id == session_id,
                     IngestedBatchRow.batch_id == batch_id).values(rows=rows))
+                with committing():
+                    tx.commit()
                 return Stored(False, rows)
         except BaseException:
             # Ids interned inside a rolled-back transaction do not exist: forget them all.
             self._local.interner = Interner()
             raise
+
+
+def known_origins(engine: Engine, session_id: int) -> tuple[set[str], set[str]]:
+    """Nodes that delivered batches and pods the reconciler recorded, for a session: what
+    an operator restarted mid-session knows of the session's past targets."""
+    with engine.connect() as conn:
+        nodes = set(conn.scalars(select(IngestedBatchRow.agent).where(
+            IngestedBatchRow.session_id == session_id).distinct()))
+        pods = {k.removeprefix("pod:") for k in sessions.read_meta(conn, session_id)
+                if k.startswith("pod:")}
+    return nodes, pods

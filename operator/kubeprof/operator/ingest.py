@@ -4,10 +4,18 @@
   GET  /v1/sessions/{namespace}/{name}/targets?node=N   target pods on N, phase, end time
 
 Agents authenticate with the session's bearer token (the Secret the operator created for
-that session and mounted into its agent pods): a token of another session is refused with
-403, so an agent can write only to its own session. Answers tell agents what to do:
-2xx stored (or already stored), 503 retry later (database down, session not loaded yet),
-400 bad body, 401/403 credentials, 404/410 no such session / no longer accepting.
+that session and mounted into its agent pods). The token is checked first, against the
+session the operator has loaded, with no API-server lookup: an unknown session and a wrong
+token get the same 403, so the API tells nobody which sessions exist. Answers tell agents
+what to do: 2xx stored (or already stored); 503/429 retry later (database down, operator
+starting, too busy); 400/413/415/422 this batch is bad, set it aside (the message names the
+field); 401/403 credentials; 409/410 the session no longer takes data.
+
+Every body is bounded before it can cost memory (`kubeprof.protocol.limits`): its wire
+size, its size after gzip whatever the headers say, its JSON value count, rows, string
+lengths. Decoding and writing run on a `FairPool` that takes sessions in turn. A batch is
+counted in flight before its body is read, so aggregation waits for it, and one still
+unfinished when the session is sealed is refused (409), never stored after the aggregates.
 Tokens are compared in constant time and never logged.
 """
 
@@ -16,103 +24,222 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
-from kubeprof.operator import metrics
-from kubeprof.operator.db import BatchWriter
-from kubeprof.operator.registry import Registry, SessionEntry
+from kubeprof.model import Batch
+from kubeprof.operator import db, metrics
+from kubeprof.operator.db import BatchWriter, Stored
+from kubeprof.operator.fairpool import FairPool
+from kubeprof.operator.registry import Registry, SessionClosed, SessionEntry
 from kubeprof.protocol import codec, routes
+from kubeprof.protocol.limits import IngestLimits
 from kubeprof.protocol.phases import ACCEPTS_DATA, Phase
 
 log = logging.getLogger("kubeprof.operator.ingest")
 
-# (namespace, name) -> does the ProfilingSession exist? Used when the registry has no entry.
-ExistsFn = Callable[[str, str], Awaitable[bool]]
+# aiohttp server options the ingest needs: bodies arrive as sent, so the one bounded
+# gunzip in the codec applies whatever Content-Encoding claims.
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+_ENCODINGS = ("", "identity", "gzip")
 
 
 def _json(status: int, message: str = "", **extra: object) -> web.Response:
     return web.json_response({"message": message, **extra}, status=status)
 
 
+class _Refused(Exception):
+    """A batch refused for what it claims (the answer's status and message)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+class RateLimitedLog:
+    """At most one line per `every_s` seconds; the next line says how many were skipped,
+    so refused credentials cannot flood the log."""
+
+    def __init__(self, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.every_s, self.clock = every_s, clock
+        self._next = 0.0
+        self.suppressed = 0
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = self.clock()
+        if now < self._next:
+            self.suppressed += 1
+            return
+        if self.suppressed:
+            msg += f" ({self.suppressed} similar line(s) suppressed)"
+            self.suppressed = 0
+        self._next = now + self.every_s
+        log.warning(msg, *args)
+
+
+@dataclass
+class Origins:
+    """Nodes and pods a session has targeted so far (targets come and go; a late batch
+    from a node whose pod just finished is still the session's)."""
+
+    nodes: set[str] = field(default_factory=set)
+    pod_nodes: dict[str, str] = field(default_factory=dict)  # pod uid -> its node
+    loaded_at: float = -1e9  # monotonic time of the last read from the database
+
+    def add(self, entry: SessionEntry) -> None:
+        for t in list(entry.targets):
+            self.nodes.add(t.node)
+            self.pod_nodes[t.uid] = t.node
+
+
 class IngestApi:
     """Request handlers bound to the registry and a batch writer."""
 
-    def __init__(self, registry: Registry, writer: BatchWriter, exists: ExistsFn,
-                 *, writers: int = 2, max_body_bytes: int = 64 << 20) -> None:
-        self.registry, self.writer, self.exists = registry, writer, exists
-        self.pool = ThreadPoolExecutor(max_workers=writers, thread_name_prefix="ingest")
-        self.max_body_bytes = max_body_bytes
+    def __init__(self, registry: Registry, writer: BatchWriter, *, writers: int = 2,
+                 limits: IngestLimits | None = None, max_pending: int = 16,
+                 session_pending: int = 8, startup_grace_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry, self.writer = registry, writer
+        self.limits = limits or IngestLimits()
+        self.limits.check()
+        # One session may write on `writers` threads at once, as many as before there was
+        # more than one; one more thread is kept for the other sessions, so their batches
+        # start at once even while one session keeps every writer busy.
+        self.pool = FairPool(writers + 1, per_key=writers, name="ingest")
+        self.max_pending, self.session_pending = max_pending, session_pending
+        self.clock = clock
+        self.loading_until = clock() + startup_grace_s
+        self.pending = 0  # requests past authentication, not answered yet
+        self.auth_log = RateLimitedLog()
+        self.error_log = RateLimitedLog()
+        self._origins: dict[tuple[str, str, str], Origins] = {}
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(client_max_size=self.limits.max_body_bytes)
         app.router.add_post(routes.BATCHES_ROUTE, self.post_batch)
         app.router.add_get(routes.TARGETS_ROUTE, self.get_targets)
         app.router.add_get(routes.METRICS, self.get_metrics)
         app.router.add_get(routes.HEALTHZ, self.get_healthz)
         return app
 
-    async def _authorize(self, request: web.Request) -> SessionEntry | web.Response:
+    # -- authentication -----------------------------------------------------------------
+    def _authorize(self, request: web.Request) -> SessionEntry | web.Response:
+        """The session, if the bearer token is its token; no lookup beyond memory."""
         ns, name = request.match_info["namespace"], request.match_info["name"]
-        entry = self.registry.get(ns, name)
-        if entry is None:
-            if await self.exists(ns, name):
-                metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
-                return _json(503, "session not loaded yet (operator starting); retry")
-            metrics.INGEST_REJECTIONS.labels(reason="unknown_session").inc()
-            return _json(404, f"no ProfilingSession {ns}/{name}")
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             metrics.INGEST_REJECTIONS.labels(reason="no_token").inc()
-            return _json(401, "missing bearer token")
-        given = auth.removeprefix("Bearer ").strip().encode()
-        if not hmac.compare_digest(given, entry.token.encode()):
+            return _json(401, "missing bearer token (Authorization: Bearer <session token>)")
+        # Header bytes that are not UTF-8 arrive as surrogates: compare them as sent.
+        given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
+        entry = self.registry.get(ns, name)
+        if entry is None and self.clock() < self.loading_until:
+            # The operator just started and may not have loaded every session yet: retry.
+            # Said for any unloaded name, so it tells nothing about which sessions exist.
+            metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
+            return _json(503, "operator starting, sessions not loaded yet; retry")
+        expected = entry.token.encode() if entry is not None else b"\0" * 32
+        if not hmac.compare_digest(given, expected) or entry is None:
             metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
-            log.warning("refused a request for %s/%s: token does not match the session "
-                        "(from %s)", ns, name, request.remote)
-            return _json(403, f"token is not valid for session {ns}/{name}")
+            self.auth_log.warning("refused a request for %r/%r: no such session or the "
+                                  "token does not match (from %s)", ns[:63], name[:253],
+                                  request.remote)
+            return _json(403, f"token is not valid for session {ns}/{name} "
+                              "(or there is no such session)")
         return entry
 
-    async def post_batch(self, request: web.Request) -> web.Response:
-        entry = await self._authorize(request)
-        if isinstance(entry, web.Response):
-            return entry
-        if entry.closed or entry.phase not in ACCEPTS_DATA:
+    # -- batches ------------------------------------------------------------------------
+    def _precheck(self, request: web.Request, entry: SessionEntry) -> web.Response | None:
+        if entry.phase not in ACCEPTS_DATA:
             metrics.INGEST_REJECTIONS.labels(reason="session_over").inc()
             return _json(410, f"session is {entry.phase.value}; no more data accepted",
                          phase=entry.phase.value)
+        enc = request.headers.get("Content-Encoding", "").strip().lower()
+        if enc not in _ENCODINGS:
+            metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
+            return _json(415, f"Content-Encoding {enc[:40]!r} is not supported; send gzip "
+                              "or plain JSON")
+        size = request.content_length
+        if size is not None and size > self.limits.max_body_bytes:
+            metrics.INGEST_REJECTIONS.labels(reason="too_large").inc()
+            return _json(413, f"body of {size} bytes; at most {self.limits.max_body_bytes} "
+                              "(send smaller batches, or raise --ingest-max-body-bytes)")
+        if self.pending >= self.max_pending:
+            metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
+            return _json(503, "ingest busy; retry")
+        if self.pool.queued((entry.namespace, entry.name)) >= self.session_pending:
+            metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
+            return _json(429, f"more than {self.session_pending} batches of this session "
+                              "in flight; retry")
+        return None
+
+    async def post_batch(self, request: web.Request) -> web.Response:
+        entry = self._authorize(request)
+        if isinstance(entry, web.Response):
+            return entry
+        refused = self._precheck(request, entry)
+        if refused is not None:
+            return refused
+        # Counted in before the body is read: aggregation waits for this batch.
+        if not entry.enter():
+            metrics.INGEST_REJECTIONS.labels(reason="closed").inc()
+            return _json(409, f"session {entry.namespace}/{entry.name} is being aggregated; "
+                              "no more data accepted", phase=Phase.AGGREGATING.value)
+        self.pending += 1
+        try:
+            return await self._receive(request, entry)
+        finally:
+            self.pending -= 1
+            entry.leave()
+
+    async def _receive(self, request: web.Request, entry: SessionEntry) -> web.Response:
         try:
             body = await request.read()
-        except web.HTTPException:
-            raise
-        except Exception as exc:  # noqa: BLE001 - aiohttp's gzip errors: a client problem
+        except web.HTTPRequestEntityTooLarge:
+            metrics.INGEST_REJECTIONS.labels(reason="too_large").inc()
+            return _json(413, f"body larger than {self.limits.max_body_bytes} bytes (send "
+                              "smaller batches, or raise --ingest-max-body-bytes)")
+        except Exception as exc:  # noqa: BLE001 - a broken upload: the client's problem
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
-            return _json(400, f"unreadable body: {exc}")
-        # aiohttp may already have undone Content-Encoding: gzip; look at the magic bytes.
-        gz = body[:2] == b"\x1f\x8b"
-        loop = asyncio.get_running_loop()
+            return _json(400, f"unreadable body: {type(exc).__name__}")
+        metrics.INGEST_PENDING.inc()  # waiting for (or in) a decode+write thread
         try:
-            batch_id, node, batch = await loop.run_in_executor(
-                None, lambda: codec.decode(body, gzipped=gz))
+            # The pool's future is not kept in a local: a refusal's traceback holds this
+            # frame, and would keep the future, its exception and the body in a cycle.
+            stored = await asyncio.wrap_future(self.pool.submit(
+                (entry.namespace, entry.name), lambda: self._decode_and_store(entry, body)))
         except codec.CodecError as exc:
+            metrics.INGEST_REJECTIONS.labels(reason="too_large" if exc.too_large else
+                                             "bad_body").inc()
+            return _json(exc.status, str(exc))
+        except _Refused as exc:
+            metrics.INGEST_REJECTIONS.labels(reason=exc.reason).inc()
+            return _json(exc.status, str(exc))
+        except SessionClosed as exc:
+            metrics.INGEST_REJECTIONS.labels(reason="closed").inc()
+            return _json(409, f"{exc}; no more data accepted", phase=Phase.AGGREGATING.value)
+        except (DataError, IntegrityError) as exc:
+            # The database refused the values themselves: retrying cannot help.
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
-            return _json(400, str(exc))
-        entry.inflight += 1
-        metrics.INGEST_PENDING.inc()
-        try:
-            stored = await loop.run_in_executor(
-                self.pool, self.writer.store, entry.db_id, batch_id, node, batch)
+            return _json(422, "the database refused a value of this batch: "
+                              f"{_first_line(exc)}")
         except SQLAlchemyError as exc:
             metrics.INGEST_REJECTIONS.labels(reason="database").inc()
-            log.warning("database write failed for %s/%s batch %s: %s: %s", entry.namespace,
-                        entry.name, batch_id, type(exc).__name__,
-                        str(getattr(exc, "orig", exc)).splitlines()[0][:200])
+            self.error_log.warning("database write failed for %s/%s: %s: %s",
+                                   entry.namespace, entry.name, type(exc).__name__,
+                                   _first_line(exc))
             return _json(503, "database unavailable; retry later")
+        except Exception as exc:  # a bug must not wedge the agent on 5xx: refuse the batch
+            metrics.INGEST_REJECTIONS.labels(reason="error").inc()
+            log.exception("could not process a batch of %s/%s", entry.namespace, entry.name)
+            return _json(422, f"batch could not be processed ({type(exc).__name__}); "
+                              "it was not stored")
         finally:
-            entry.inflight -= 1
             metrics.INGEST_PENDING.dec()
         metrics.INGEST_BATCHES.labels(result="duplicate" if stored.duplicate else "stored").inc()
         if not stored.duplicate:
@@ -120,11 +247,48 @@ class IngestApi:
         return _json(200, "duplicate" if stored.duplicate else "stored", rows=stored.rows,
                      duplicate=stored.duplicate, phase=entry.phase.value)
 
+    def _decode_and_store(self, entry: SessionEntry, body: bytes) -> Stored:
+        """On a pool thread: decode under the limits, check the claims, store once."""
+        batch_id, node, batch = codec.decode(body, limits=self.limits)
+        self._check_origin(entry, node, batch)
+        return self.writer.store(entry.db_id, batch_id, node, batch,
+                                 committing=entry.committing)
+
+    def _origins_of(self, entry: SessionEntry) -> Origins:
+        key = (entry.namespace, entry.name, entry.uid)
+        o = self._origins.get(key)
+        if o is None:
+            o = self._origins[key] = Origins()
+        o.add(entry)
+        return o
+
+    def _check_origin(self, entry: SessionEntry, node: str, batch: Batch) -> None:
+        """The node (and each pod a process names) must be among the session's targets."""
+        o = self._origins_of(entry)
+        if node not in o.nodes and self.clock() - o.loaded_at > 5:
+            # Maybe targeted before an operator restart: what the database remembers.
+            nodes, pods = db.known_origins(self.writer.engine, entry.db_id)
+            o.nodes |= nodes
+            for uid in pods:
+                o.pod_nodes.setdefault(uid, "")
+            o.loaded_at = self.clock()
+        if node not in o.nodes:
+            raise _Refused(422, "origin", f"node: {node[:253]!r} runs no target pod of "
+                                          f"session {entry.namespace}/{entry.name}")
+        for i, p in enumerate(batch.processes):
+            where = o.pod_nodes.get(p.pod_uid)
+            if where and where != node:
+                raise _Refused(422, "origin", f"processes[{i}].pod_uid: pod {p.pod_uid} "
+                                              f"runs on node {where}, not on {node}")
+        o.nodes.add(node)
+
+    # -- the rest -------------------------------------------------------------------------
     async def get_targets(self, request: web.Request) -> web.Response:
-        entry = await self._authorize(request)
+        entry = self._authorize(request)
         if isinstance(entry, web.Response):
             return entry
         node = request.query.get("node", "")
+        self._origins_of(entry)  # what an agent is told to profile, its batches may claim
         pods = [{"uid": t.uid, "name": t.name, "namespace": t.namespace}
                 for t in entry.targets_on(node)]
         # A closed session drains like Aggregating even before reconcile writes the phase.
@@ -141,9 +305,13 @@ class IngestApi:
         return web.Response(text="ok")
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", exc)).splitlines()[0][:200] if str(exc) else ""
+
+
 async def serve(api: IngestApi, host: str, port: int) -> web.AppRunner:
     """Start listening; the caller keeps the runner and calls cleanup() at shutdown."""
-    runner = web.AppRunner(api.app(), access_log=None)
+    runner = web.AppRunner(api.app(), access_log=None, auto_decompress=False)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     log.info("ingest API and /metrics listening on %s:%d", host, port)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from kubeprof.operator import ingest_flags
 from kubeprof.operator.config import OperatorConfig
 
 DESCRIPTION = """\
@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "connections from the pod's loopback, i.e. kubectl port-forward), any "
                         "(behind an Ingress with your own auth) or off (env KUBEPROF_UI_ACCESS, "
                         "default %(default)s)")
+    ingest_flags.add(p)
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
     p.add_argument("--verbose", action="store_true",
@@ -173,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         config = build_config(args)
+        limits = ingest_flags.limits(args)
     except ValueError as exc:
         print(f"kubeprof operator: error: {exc}", file=sys.stderr)
         return 2
@@ -201,12 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     kube = Kube(args.kubeconfig)
     registry = Registry()
 
-    async def exists(namespace: str, name: str) -> bool:
-        return await asyncio.get_running_loop().run_in_executor(
-            None, kube.session_exists, namespace, name)
-
-    api = IngestApi(registry, BatchWriter(store.engine), exists, writers=config.ingest_writers,
-                    max_body_bytes=config.max_body_bytes)
+    api = IngestApi(registry, BatchWriter(store.engine), writers=config.ingest_writers,
+                    limits=limits)
     ui_routes.mount(api, store.engine, access=args.ui_access)  # read-only web UI, same port
     memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
     kopf_registry = kopf.OperatorRegistry()

@@ -133,17 +133,14 @@ def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
 def _close_and_aggregate(ctx: Context, entry: SessionEntry, body: Mapping[str, Any],
                          pod_names: Mapping[str, str]) -> dict:
     """Stop ingest for the session, wait for writes in flight, aggregate, store the results."""
-    entry.closed = True
-    deadline = time.monotonic() + 10
-    while entry.inflight > 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    entry.close(timeout_s=10)  # batches still arriving after that are refused at commit
     try:
         with ctx.engine.begin() as conn:
             summary = aggregate.aggregate(conn, entry.db_id, ctx.config.status_top_stacks)
             aggregate.store(conn, entry.db_id, summary)
         db.finish_session(ctx.engine, entry.db_id, "completed")
     except BaseException:
-        entry.closed = False  # not aggregated: agents may keep delivering until we are
+        entry.reopen()  # not aggregated: agents may keep delivering until we are
         raise
     meta = body["metadata"]
     metrics.publish_gpu_idle(meta["namespace"], meta["name"], summary, dict(pod_names))

@@ -8,10 +8,17 @@ and agents retry.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kubeprof.operator.phases import Phase
 from kubeprof.operator.targets import Target
+
+
+class SessionClosed(Exception):
+    """A batch reached its commit after the session was sealed for aggregation."""
 
 
 @dataclass
@@ -27,10 +34,56 @@ class SessionEntry:
     end_time: float = 0.0  # Unix seconds
     targets: list[Target] = field(default_factory=list)
     closed: bool = False  # aggregation started: no more batches
-    inflight: int = 0  # batches being written right now (aggregation waits for them)
+    inflight: int = 0  # batches being received or written (aggregation waits for them)
+    sealed: bool = False  # closed and done waiting: no batch may commit any more
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                        compare=False)
+    _commit_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                         compare=False)
 
     def targets_on(self, node: str) -> list[Target]:
         return [t for t in self.targets if t.node == node]
+
+    # The ingest counts a batch in *before* reading its body and out after its commit;
+    # aggregation closes the door, waits for the batches inside, then seals: a batch still
+    # unfinished by then is refused at commit, so nothing lands after the aggregates.
+    def enter(self) -> bool:
+        """Count one batch in; False when the session is closed (refuse it)."""
+        with self._count_lock:
+            if self.closed:
+                return False
+            self.inflight += 1
+            return True
+
+    def leave(self) -> None:
+        with self._count_lock:
+            self.inflight -= 1
+
+    def close(self, timeout_s: float) -> int:
+        """Stop taking batches, wait up to timeout_s for those inside, then seal.
+        Returns how many were still unfinished (they will be refused at commit)."""
+        with self._count_lock:
+            self.closed = True
+        deadline = time.monotonic() + timeout_s
+        while self.inflight > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self._commit_lock:
+            self.sealed = True
+        return self.inflight
+
+    def reopen(self) -> None:
+        """Aggregation failed: take batches again until the next attempt."""
+        with self._commit_lock, self._count_lock:
+            self.closed = self.sealed = False
+
+    @contextmanager
+    def committing(self) -> Iterator[None]:
+        """Hold while committing a batch; raises SessionClosed once the session is sealed."""
+        with self._commit_lock:
+            if self.sealed:
+                raise SessionClosed(f"session {self.namespace}/{self.name} closed for "
+                                    "aggregation while this batch was arriving")
+            yield
 
 
 class Registry:

@@ -182,7 +182,6 @@ CLUSTER_RULES = [
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
     },
-    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
 ]
 
 

@@ -32,3 +32,19 @@ def test_operator_refuses_missing_database(capsys, monkeypatch):
     monkeypatch.delenv("KUBEPROF_DATABASE_URL", raising=False)
     assert cli.main(["operator"]) == 2
     assert "--database-url is required" in capsys.readouterr().err
+
+
+def test_operator_ingest_limits_from_flags_and_env(capsys, monkeypatch):
+    import argparse
+
+    from kubeprof.operator import ingest_flags
+    from kubeprof.protocol.limits import IngestLimits
+
+    monkeypatch.setenv("KUBEPROF_INGEST_MAX_ROWS", "5000")
+    p = argparse.ArgumentParser()
+    ingest_flags.add(p)
+    got = ingest_flags.limits(p.parse_args(["--ingest-max-string-chars", "300"]))
+    assert got == IngestLimits(max_rows=5000, max_string_chars=300)
+    monkeypatch.delenv("KUBEPROF_INGEST_MAX_ROWS")
+    assert cli.main(["operator", "--database-url", "sqlite://", "--ingest-max-rows", "0"]) == 2
+    assert "--ingest-max-rows must be a positive number, got 0" in capsys.readouterr().err

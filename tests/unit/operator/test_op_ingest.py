@@ -11,7 +11,7 @@ from sqlalchemy.exc import OperationalError
 from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
 from kubeprof.operator.db import BatchWriter, ensure_session
-from kubeprof.operator.ingest import IngestApi
+from kubeprof.operator.ingest import SERVER_OPTIONS, IngestApi
 from kubeprof.operator.phases import Phase
 from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.targets import Target
@@ -35,19 +35,16 @@ def setup(tmp_path):
         reg.put(SessionEntry("ns", name, f"uid-{name}-000", sid, token, Phase.RUNNING, 42.0,
                              [Target("uid-p", "pod", "ns", "n1")]))
 
-    async def exists(ns, name):
-        return name == "loading"
-
-    yield store, reg, BatchWriter(store.engine), exists
+    yield store, reg, BatchWriter(store.engine), None
     store.close()
 
 
-def _run(setup, fn):
-    store, reg, writer, exists = setup
-    api = IngestApi(reg, writer, exists, writers=1)
+def _run(setup, fn, **kw):
+    store, reg, writer, _ = setup
+    api = IngestApi(reg, writer, writers=1, **{"startup_grace_s": 0, **kw})
 
     async def go():
-        async with TestClient(TestServer(api.app())) as client:
+        async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
             return await fn(client, store, reg, writer)
 
     try:
@@ -90,12 +87,21 @@ def test_credentials(setup):
         other = await _post(client, "b", "tok-a", body)  # a's token on b's session
         none = await client.post("/v1/sessions/ns/b/batches", data=body)
         unknown = await _post(client, "zzz", "tok-a", body)
-        loading = await _post(client, "loading", "tok-a", body)
         targets = await client.get("/v1/sessions/ns/b/targets?node=n1",
                                    headers={"Authorization": "Bearer tok-a"})
-        return other.status, none.status, unknown.status, loading.status, targets.status
+        return (other.status, none.status, unknown.status, targets.status,
+                await other.json() == {**await unknown.json(),
+                                       "message": (await other.json())["message"]})
 
-    assert _run(setup, fn) == (403, 401, 404, 503, 403)
+    # An unknown session answers exactly like a wrong token (no API lookup, no oracle).
+    assert _run(setup, fn) == (403, 401, 403, 403, True)
+
+
+def test_unloaded_sessions_wait_while_the_operator_starts(setup):
+    async def fn(client, *_):
+        return (await _post(client, "zzz", "whatever", b"{}")).status
+
+    assert _run(setup, fn, startup_grace_s=60) == 503
 
 
 def test_targets_and_closed_session(setup):
@@ -103,7 +109,7 @@ def test_targets_and_closed_session(setup):
         hdr = {"Authorization": "Bearer tok-a"}
         t = await (await client.get("/v1/sessions/ns/a/targets?node=n1", headers=hdr)).json()
         t2 = await (await client.get("/v1/sessions/ns/a/targets?node=n9", headers=hdr)).json()
-        reg.get("ns", "a").closed = True
+        reg.get("ns", "a").close(timeout_s=0)
         late = await _post(client, "a", "tok-a", encode(BATCH, batch_id="late", node="n1"))
         bad = await client.post("/v1/sessions/ns/b/batches", data=b"\x1f\x8bgarbage",
                                 headers={"Authorization": "Bearer tok-b"})
@@ -113,7 +119,7 @@ def test_targets_and_closed_session(setup):
     t, t2, late, bad, metrics = _run(setup, fn)
     assert t["pods"] == [{"uid": "uid-p", "name": "pod", "namespace": "ns"}]
     assert t["endTime"] == 42.0 and t["phase"] == "Running" and t2["pods"] == []
-    assert (late, bad) == (410, 400)
+    assert (late, bad) == (409, 400)
     assert 'kubeprof_ingest_rejections_total{reason="bad_body"} 1.0' in metrics
     assert 'kubeprof_sessions{phase="Running"} 2.0' in metrics
 

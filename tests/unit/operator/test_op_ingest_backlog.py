@@ -10,7 +10,7 @@ from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.operator.db import Stored
 from kubeprof.operator.ingest import IngestApi
 from kubeprof.operator.phases import Phase
-from kubeprof.operator.registry import Registry, SessionEntry
+from kubeprof.operator.registry import Registry, SessionEntry, Target
 from kubeprof.protocol.codec import encode
 
 BATCH = Batch(samples=(CpuSample(1, 5, 5, "py", 0, (Frame("f", FrameKind.PYTHON, "t.py", 1),)),))
@@ -22,7 +22,7 @@ class SlowWriter:
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def store(self, *_args) -> Stored:
+    def store(self, *_args, **_kw) -> Stored:
         self.release.wait(30)
         return Stored(False, 1)
 
@@ -34,13 +34,10 @@ def _pending(text: str) -> float:
 
 def test_pending_batches_gauge_tracks_the_writer_backlog():
     reg = Registry()
-    reg.put(SessionEntry("ns", "a", "uid-a", 1, "tok", Phase.RUNNING, 42.0, []))
+    reg.put(SessionEntry("ns", "a", "uid-a", 1, "tok", Phase.RUNNING, 42.0,
+                         [Target("uid-p", "pod", "ns", "n")]))
     writer = SlowWriter()
-
-    async def exists(_ns, _name):
-        return False
-
-    api = IngestApi(reg, writer, exists, writers=1)  # type: ignore[arg-type]
+    api = IngestApi(reg, writer, writers=1, startup_grace_s=0)  # type: ignore[arg-type]
 
     async def go():
         async with TestClient(TestServer(api.app())) as client:
@@ -56,7 +53,7 @@ def test_pending_batches_gauge_tracks_the_writer_backlog():
                 for i in range(3)
             ]
             during = 0.0
-            for _ in range(200):  # until all three are decoded and queued or writing
+            for _ in range(200):  # until all three wait for or hold a decode+write thread
                 during = _pending(await (await client.get("/metrics")).text())
                 if during - before >= 3:
                     break

@@ -2,6 +2,9 @@
 
 Runs in its own thread so collection never waits for the network. The oldest batch goes
 first; a batch leaves the spool only when the ingest says it is stored (or a duplicate).
+A batch the ingest refuses as invalid (400/413/415/422), or a spool entry that is not a
+batch at all, is quarantined and counted, and the next one goes: one bad batch never
+blocks the ones behind it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.agent.cluster.spool import Spool
 
 log = logging.getLogger("kubeprof.agent")
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass
@@ -70,6 +74,14 @@ class Shipper:
                 body = item.path.read_bytes()
             except FileNotFoundError:
                 continue
+            except OSError as exc:  # a directory, no permission: not ours to send
+                self.spool.quarantine(item.path, f"unreadable ({exc.strerror})")
+                self.stats.rejected += 1
+                continue
+            if body[:2] != GZIP_MAGIC:  # not something this agent wrote
+                self.spool.quarantine(item.path, "is not a gzip batch")
+                self.stats.rejected += 1
+                continue
             ans = self.client.post_batch(body, item.batch_id)
             if ans.outcome is Outcome.STORED:
                 self.spool.done(item)
@@ -81,8 +93,8 @@ class Shipper:
             if ans.outcome is Outcome.REJECTED:
                 dest = self.spool.reject(item)
                 self.stats.rejected += 1
-                log.error("ingest rejected batch %s (HTTP %s: %s); kept in %s",
-                          item.batch_id, ans.status, ans.detail, dest)
+                log.error("ingest rejected batch %s (HTTP %s: %s); kept in %s, sending "
+                          "the next", item.batch_id, ans.status, ans.detail[:300], dest)
                 continue
             if ans.outcome is Outcome.FORBIDDEN:
                 self.forbidden = True

@@ -4,16 +4,30 @@ Writing first means nothing collected is lost when the ingest API or its databas
 or when the agent itself is restarted: the next agent on the node ships what is left. A
 batch keeps its id (in the file name) across retries and restarts, which is what lets the
 ingest store it exactly once.
+
+The spool never stops the agent: anything in the folder that is not a batch this code
+wrote (a foreign file, a directory, a bad name, a body the ingest refuses) is moved to
+`quarantine/` and counted, and a full disk drops the oldest batches (counted, reported in
+the next batch's `agent_spool_dropped` counter) instead of raising.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import re
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 SUFFIX = ".batch.gz"
+QUARANTINE = "quarantine"
+_NAME = re.compile(r"(\d{12})-([!-~]{1,128})" + re.escape(SUFFIX))
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+log = logging.getLogger("kubeprof.agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +46,8 @@ class Spooled:
 
 
 class Spool:
-    """Files `<seq>-<batch id>.batch.gz` in `folder`, oldest first; `rejected/` for poison."""
+    """Files `<seq>-<batch id>.batch.gz` in `folder`, oldest first; `quarantine/` for the
+    rest (at most a quarter of max_bytes, oldest removed first)."""
 
     def __init__(self, folder: Path, *, max_bytes: int = 1 << 30) -> None:
         self.folder = Path(folder)
@@ -40,45 +55,107 @@ class Spool:
         # Root only: the host folder (a kubelet hostPath, created 0755) holds profile data.
         self.folder.chmod(0o700)
         self.max_bytes = max_bytes
-        self.dropped = 0  # batches deleted because the spool was full (counted, reported)
-        existing = self.pending()
-        self._seq = (int(existing[-1].path.name.split("-", 1)[0]) + 1) if existing else 0
+        self.dropped = 0  # batches deleted because the spool or the disk was full
+        self.quarantined = 0  # entries moved aside (refused by the ingest, or not batches)
+        self.problem = ""  # the last disk problem, for the agent's log and summary
+        for tmp in self.folder.glob(".*.tmp"):  # a write cut short by a crash
+            tmp.unlink(missing_ok=True)
+        existing = self.pending()  # names checked: each starts with 12 digits
+        self._seq = int(existing[-1].path.name[:12]) + 1 if existing else 0
 
-    def put(self, body: bytes, batch_id: str | None = None) -> Spooled:
-        """Write one encoded batch atomically (tmp file + rename); returns its entry."""
+    def put(self, body: bytes, batch_id: str | None = None) -> Spooled | None:
+        """Write one encoded batch atomically (tmp file + rename); None when the disk is
+        full even after dropping every older batch (the batch is dropped and counted)."""
         bid = batch_id or uuid.uuid4().hex
         name = f"{self._seq:012d}-{bid}{SUFFIX}"
         self._seq += 1
-        tmp = self.folder / f".{name}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        final = self.folder / name
-        os.replace(tmp, final)
+        while True:
+            try:
+                final = self._write(name, body)
+                break
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    raise
+                if not self._drop_oldest(f"disk full ({exc.strerror})"):
+                    self.dropped += 1  # nothing older left to make room: lose this one
+                    return None
         self._enforce_limit()
         return Spooled(final, bid)
 
+    def _write(self, name: str, body: bytes) -> Path:
+        tmp = self.folder / f".{name}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(body)
+                fh.flush()
+                os.fsync(fh.fileno())
+            final = self.folder / name
+            os.replace(tmp, final)
+            return final
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _drop_oldest(self, why: str) -> bool:
+        items = self.pending()
+        if not items:
+            return False
+        items[0].path.unlink(missing_ok=True)
+        self.dropped += 1
+        if self.problem != why:
+            log.warning("spool %s: %s; dropping the oldest batches (%d so far)",
+                        self.folder, why, self.dropped)
+        self.problem = why
+        return True
+
     def pending(self) -> list[Spooled]:
-        """Spooled batches, oldest first."""
+        """Spooled batches, oldest first; anything else named like a batch is quarantined."""
         out = []
         for p in sorted(self.folder.glob(f"*{SUFFIX}")):
-            seq_id = p.name.removesuffix(SUFFIX)
-            if "-" in seq_id:
-                out.append(Spooled(p, seq_id.split("-", 1)[1]))
+            m = _NAME.fullmatch(p.name)
+            if m is None or p.is_symlink() or not p.is_file():
+                self.quarantine(p, "not a batch file of this spool")
+                continue
+            out.append(Spooled(p, m.group(2)))
         return out
 
     def done(self, item: Spooled) -> None:
         """The batch is stored: forget it."""
         item.path.unlink(missing_ok=True)
 
-    def reject(self, item: Spooled) -> Path:
+    def reject(self, item: Spooled) -> Path | None:
         """The ingest refused this batch for good: keep it aside for a human, out of the queue."""
-        target = self.folder / "rejected"
-        target.mkdir(exist_ok=True)
-        dest = target / item.path.name
-        os.replace(item.path, dest)
+        return self.quarantine(item.path, "refused by the ingest")
+
+    def quarantine(self, path: Path, why: str) -> Path | None:
+        """Move `path` out of the queue into quarantine/ (deleted if even that fails)."""
+        target, name = self.folder / QUARANTINE, path.name
+        dest: Path | None
+        try:
+            target.mkdir(exist_ok=True)
+            if os.path.lexists(target / name):
+                name += f".{uuid.uuid4().hex[:8]}"
+            os.replace(path, target / name)
+            dest = target / name
+        except OSError as exc:
+            log.warning("cannot quarantine %s (%s); removing it", path, exc.strerror)
+            _remove(path)
+            dest = None
+        self.quarantined += 1
+        log.warning("spool: %s %s; moved to %s", path.name, why, dest or "nowhere (removed)")
+        self._trim_quarantine()
         return dest
+
+    def _trim_quarantine(self) -> None:
+        folder = self.folder / QUARANTINE
+        try:
+            entries = sorted(folder.iterdir(), key=lambda p: p.lstat().st_mtime)
+            sizes = [p.lstat().st_size for p in entries]
+        except OSError:
+            return
+        total = sum(sizes)
+        while entries and total > self.max_bytes // 4:
+            total -= sizes.pop(0)
+            _remove(entries.pop(0))
 
     def total_bytes(self) -> int:
         return sum(s.size for s in self.pending())
@@ -92,3 +169,13 @@ class Spool:
             total -= oldest.size
             oldest.path.unlink(missing_ok=True)
             self.dropped += 1
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
