@@ -23,6 +23,7 @@ from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.driver import is_empty, merge
 from kubeprof.model import Batch
 from kubeprof.protocol import codec
+from kubeprof.protocol.split import split
 
 if TYPE_CHECKING:  # the node agent needs no database driver
     from kubeprof.storage import Store
@@ -109,10 +110,12 @@ class SpoolSink:
             batch = replace(batch, counters={**batch.counters, "agent_spool_dropped": dropped})
         if is_empty(batch):
             return
-        batch_id = f"{self.node[:60]}-{uuid.uuid4().hex}"
-        self.spool.put(codec.encode(self.enrich(batch), batch_id=batch_id, node=self.node),
-                       batch_id)
-        self.batches += 1
+        # A launch-bound GPU workload can collect more in one poll than the ingest takes in
+        # one batch: spool it in pieces rather than have it refused and quarantined.
+        for piece in split(self.enrich(batch)):
+            batch_id = f"{self.node[:60]}-{uuid.uuid4().hex}"
+            self.spool.put(codec.encode(piece, batch_id=batch_id, node=self.node), batch_id)
+            self.batches += 1
         self.shipper.kick()
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.sinks import SpoolSink, StoreSink
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuActivity, ProcessInfo
 from kubeprof.protocol import codec
 
 STACK = (Frame("main", FrameKind.PYTHON, "/x.py", 1),)
@@ -107,3 +107,25 @@ def test_spool_sink_reports_batches_the_full_spool_dropped(tmp_path: Path):
     sink.write(_b(1))  # only what was dropped since the last report
     second = codec.decode(spool.pending()[-1].path.read_bytes())[2]
     assert second.counters == {"agent_spool_dropped": 1} and len(second.samples) == 1
+
+
+def test_spool_sink_splits_a_poll_larger_than_the_ingest_takes(tmp_path: Path):
+    """A launch-bound GPU poll bigger than one ingest batch: every piece decodes within the
+    ingest's default limits, and every record arrives exactly once (nothing quarantined)."""
+    deep = tuple(Frame(f"f{i}", FrameKind.PYTHON, "/x.py", i) for i in range(120))
+    kernels = tuple(
+        GpuActivity("kernel", f"k{i % 7}", i * 10, i * 10 + 5, 0, 7, i, stack=deep)
+        for i in range(60_000)
+    )
+    big = Batch(samples=_b(25_000).samples, gpu_activities=kernels,
+                processes=(ProcessInfo(7, 1, "py", "py x.py"),), counters={"gpu_dropped": 0})
+    sink, _client = _spool_sink(tmp_path)
+    sink.write(big)
+    pieces = [codec.decode(f.path.read_bytes())[2] for f in sink.spool.pending()]
+    assert len(pieces) == sink.batches > 1
+    assert sum(len(p.gpu_activities) for p in pieces) == 60_000
+    assert [a.correlation_id for p in pieces for a in p.gpu_activities] == list(range(60_000))
+    assert sum(len(p.samples) for p in pieces) == 25_000
+    assert pieces[0].processes == big.processes and pieces[0].counters == big.counters
+    assert all(not p.processes and not p.counters for p in pieces[1:])
+    assert all(a.stack == deep for p in pieces for a in p.gpu_activities)
