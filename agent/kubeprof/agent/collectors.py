@@ -51,12 +51,13 @@ def _gpu(opts: CollectorOptions) -> Built:
     """The receiver for CUPTI tracers injected into a command started with its `env`."""
     if not opts.gpu_socket:
         raise ValueError("the GPU receiver needs a socket path (CollectorOptions.gpu_socket)")
-    from kubeprof.agent.gpu.inject import tracer_env
+    from kubeprof.agent.gpu.inject import tracer_env, xla_dump_dir
     from kubeprof.agent.gpu.receiver import GpuReceiver
 
-    rx = GpuReceiver(opts.gpu_socket)
+    xla = xla_dump_dir(opts.gpu_socket)
+    rx = GpuReceiver(opts.gpu_socket, xla_dump_dir=xla.path, remove_xla_dump=xla.ours)
     rx.start()
-    return Built(rx, tracer_env(opts.gpu_socket))
+    return Built(rx, tracer_env(opts.gpu_socket, xla_dump_dir=xla.path))
 
 
 def _nvml(opts: CollectorOptions) -> Built:

@@ -23,6 +23,10 @@ FOREIGN_PREFIX = "[launched by a native thread"
 # The receiver's frame for a PyTorch backward kernel charged to the forward op that made its
 # autograd node: ``backward of Linear.forward (linear.py:134)``, under that op's stack.
 BACKWARD_PREFIX = "backward of "
+# The receiver's frame for a JAX/XLA kernel charged to the HLO op it computes, under the
+# Python stack that traced the op (from the optimised module XLA dumped):
+# ``[XLA jit_train_step: jit(train_step)/jvp()/dot_general]``.
+XLA_PREFIX = "[XLA "
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,7 @@ class Attribution:
     attributed_count: int
     via_main_ns: int = 0  # of attributed_ns: launched by a native thread, main thread's stack
     via_backward_ns: int = 0  # of attributed_ns: backward kernels, their forward op's stack
+    via_xla_ns: int = 0  # of attributed_ns: XLA kernels, their HLO op's tracing stack
 
     @property
     def share(self) -> float:
@@ -49,6 +54,11 @@ class Attribution:
     def via_backward_share(self) -> float:
         """Share of GPU time of backward kernels charged to their forward op's line."""
         return self.via_backward_ns / self.total_ns if self.total_ns else 0.0
+
+    @property
+    def via_xla_share(self) -> float:
+        """Share of GPU time of XLA kernels charged to the Python line of their HLO op."""
+        return self.via_xla_ns / self.total_ns if self.total_ns else 0.0
 
     @property
     def own_line_share(self) -> float:
@@ -66,7 +76,7 @@ def attribution(
     activities: Iterable[GpuActivity], kinds: frozenset[str] = frozenset({"kernel"})
 ) -> Attribution:
     """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
-    tot = att = n = na = via = bwd = 0
+    tot = att = n = na = via = bwd = xla = 0
     for a in activities:
         if a.kind in kinds:
             d = a.end_ns - a.start_ns
@@ -80,7 +90,9 @@ def attribution(
                     via += d
                 elif marker.startswith(BACKWARD_PREFIX):
                     bwd += d
-    return Attribution(tot, att, n, na, via, bwd)
+                elif marker.startswith(XLA_PREFIX):
+                    xla += d
+    return Attribution(tot, att, n, na, via, bwd, xla)
 
 
 def _marker(stack: Stack) -> str:

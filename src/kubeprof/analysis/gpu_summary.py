@@ -62,6 +62,7 @@ class GpuSummary:
     metrics: tuple[MetricSummary, ...] = ()
     counters: dict[str, int] = field(default_factory=dict)
     attributed_via_backward_ns: int = 0  # backward kernels charged to their forward op's line
+    attributed_via_xla_ns: int = 0  # XLA kernels charged to their HLO op's Python line
 
 
 def gpu_summary(
@@ -107,6 +108,7 @@ def gpu_summary(
         metrics=summarise_metrics(metrics),
         counters=dict(counters or {}),
         attributed_via_backward_ns=att.via_backward_ns,
+        attributed_via_xla_ns=att.via_xla_ns,
     )
 
 

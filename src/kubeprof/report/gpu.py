@@ -111,6 +111,11 @@ def render_gpu_text(
             f"  of which {_pct(s.attributed_via_backward_ns / max(1, s.kernel_ns))} backward "
             "kernels charged to their forward op's line (`backward of ...`)"
         )
+    if s.kernels and s.attributed_via_xla_ns:
+        out.append(
+            f"  of which {_pct(s.attributed_via_xla_ns / max(1, s.kernel_ns))} XLA kernels "
+            "charged to the Python line of their JAX op (`[XLA ...]`, from the dumped HLO)"
+        )
     if s.kernels and s.attributed_via_main_ns:
         out.append(
             f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "

@@ -217,6 +217,9 @@ def _gpu(s: GpuSummary | None) -> dict[str, Any] | None:
         "attributed_via_backward_share": s.attributed_via_backward_ns / s.kernel_ns
         if traced and s.kernel_ns
         else None,
+        "attributed_via_xla_share": s.attributed_via_xla_ns / s.kernel_ns
+        if traced and s.kernel_ns
+        else None,
         "session_idle_ratio": s.session.idle_ratio if traced else None,
         "memcpy_ns": s.memcpy_ns,
         "memcpy_bytes": s.memcpy_bytes,

@@ -110,11 +110,14 @@ class Replayed:
     targets: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
-def replay(path: str | Path) -> Replayed:
-    """Feed a capture through the real receiver decode and join code (no socket)."""
+def replay(path: str | Path, *, xla_dump_dir: str | Path | None = None) -> Replayed:
+    """Feed a capture through the real receiver decode and join code (no socket);
+    ``xla_dump_dir``: the HLO modules the traced JAX process dumped while recorded."""
     from kubeprof.agent.gpu.receiver import GpuReceiver
 
-    rx = GpuReceiver("", capture_path="")  # "": never capture the replay itself
+    rx = GpuReceiver(  # "": never capture the replay itself
+        "", capture_path="", xla_dump_dir=str(xla_dump_dir) if xla_dump_dir else None
+    )
     acts: list[Any] = []
     metrics: list[Any] = []
     counters: dict[str, int] = {}

@@ -29,10 +29,31 @@ import contextlib
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ENV_SOCKET = "KUBEPROF_GPU_SOCKET"
+# Where traced JAX processes dump their optimised HLO modules: unset, a folder beside the
+# socket removed after the recording; "0", no dump (XLA kernels keep the main thread's
+# stack); a path, that folder, kept (e.g. to record a fixture).
+ENV_XLA_DUMP = "KUBEPROF_GPU_XLA_DUMP"
+
+
+@dataclass(frozen=True)
+class XlaDump:
+    path: str | None  # None: no dump
+    ours: bool  # made for this recording: removed after it
+
+
+def xla_dump_dir(socket_path: str, env: dict[str, str] | None = None) -> XlaDump:
+    """The HLO dump folder for a recording whose receiver listens on `socket_path`."""
+    value = (os.environ if env is None else env).get(ENV_XLA_DUMP, "")
+    if value == "0":
+        return XlaDump(None, False)
+    if value:
+        return XlaDump(value, False)
+    return XlaDump(f"{socket_path}.xla", True)
 _tracer: Any = None
 
 
@@ -50,7 +71,11 @@ def package_roots() -> list[str]:
 
 
 def tracer_env(
-    socket_path: str, *, base: dict[str, str] | None = None, **options: str
+    socket_path: str,
+    *,
+    base: dict[str, str] | None = None,
+    xla_dump_dir: str | None = None,
+    **options: str,
 ) -> dict[str, str]:
     """Environment variables that load the tracer into a Python child process.
 
@@ -61,6 +86,11 @@ def tracer_env(
     if env.get("PYTHONPATH"):
         parts.append(env["PYTHONPATH"])
     out = {"PYTHONPATH": os.pathsep.join(parts), ENV_SOCKET: socket_path}
+    if xla_dump_dir:
+        # JAX/XLA dumps each optimised module (with its ops' Python stacks) when compiled;
+        # the receiver reads them to charge XLA's kernels to their ops (xla_hlo).
+        flags = f"--xla_dump_to={xla_dump_dir} --xla_dump_hlo_as_text"
+        out["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {flags}" if env.get("XLA_FLAGS") else flags
     for key, value in options.items():
         out[f"KUBEPROF_GPU_{key.upper()}"] = str(value)
     return out

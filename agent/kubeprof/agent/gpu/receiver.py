@@ -16,6 +16,7 @@ import contextlib
 import os
 import select
 import selectors
+import shutil
 import socket
 import stat
 import threading
@@ -26,6 +27,7 @@ from typing import Any
 from kubeprof.agent.gpu.capture import ENV_CAPTURE, CaptureWriter
 from kubeprof.agent.gpu.demangle import demangle_many
 from kubeprof.agent.gpu.wire import FrameDecoder, FrameError
+from kubeprof.agent.gpu.xla_hlo import XlaIndex, XlaOp, is_library_kernel, xla_stack
 from kubeprof.model import Batch, Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
 
 MAX_LAUNCHES = 1_000_000  # remembered launches per process; oldest forgotten first
@@ -78,6 +80,8 @@ class _Conn:
     fwd_corrs: dict[int, list[int]] = field(default_factory=dict)
     bwd_seq: dict[int, int] = field(default_factory=dict)
     bwd_stacks: dict[tuple[int, int], Stack] = field(default_factory=dict)
+    # stream -> where its last XLA kernel stands in its module's schedule (xla_hlo)
+    xla_last: dict[int, tuple[str, int]] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)  # target's cumulative counters
     said_bye: bool = False
     closed: bool = False
@@ -95,9 +99,17 @@ class GpuReceiver:
     """Listen on ``socket_path``; ``poll()`` and finally ``stop()`` return Batches."""
 
     def __init__(
-        self, socket_path: str, *, mode: int = 0o600, capture_path: str | None = None
+        self,
+        socket_path: str,
+        *,
+        mode: int = 0o600,
+        capture_path: str | None = None,
+        xla_dump_dir: str | None = None,
+        remove_xla_dump: bool = False,
     ) -> None:
-        """``capture_path`` (default: $KUBEPROF_GPU_CAPTURE) records every byte read."""
+        """``capture_path`` (default: $KUBEPROF_GPU_CAPTURE) records every byte read;
+        ``xla_dump_dir`` is where traced JAX processes dump their optimised HLO modules
+        (see xla_hlo), so XLA's kernels are charged to the Python line of their op."""
         self.socket_path = socket_path
         self.mode = mode
         self.messages: list[str] = []  # one-line notes from tracers and about them
@@ -116,6 +128,9 @@ class GpuReceiver:
         if capture_path is None:
             capture_path = os.environ.get(ENV_CAPTURE) or None
         self.capture = CaptureWriter(capture_path) if capture_path else None
+        self.xla = XlaIndex(xla_dump_dir) if xla_dump_dir else None
+        self._remove_xla_dump = remove_xla_dump  # a folder of ours: gone after stop()
+        self._xla_stacks: dict[tuple[XlaOp, Frame | None], Stack] = {}
 
     def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -248,7 +263,10 @@ class GpuReceiver:
                 os.unlink(self.socket_path)
         if self.capture is not None:
             self.capture.close()
-        return self.poll()
+        batch = self.poll()
+        if self.xla is not None and self._remove_xla_dump:
+            shutil.rmtree(self.xla.folder, ignore_errors=True)
+        return batch
 
     def tracer_status(self) -> dict[str, str]:
         """Session meta on the in-process tracers: ``gpu_tracer`` "on" when one started in
@@ -467,6 +485,8 @@ class GpuReceiver:
             conn.ctx_device[ctx] = device
             raw = self._string(conn, name)
             stack = self._stack(conn, corr)
+            if self.xla is not None:
+                stack = self._xla_stack(conn, stream, raw, stack)
             if not stack:
                 unattributed += 1
             out.append(
@@ -489,6 +509,30 @@ class GpuReceiver:
             )
         self._count("gpu_kernels", len(rows))
         self._count("gpu_unattributed_kernels", unattributed)
+
+    def _xla_stack(self, conn: _Conn, stream: int, kernel: str, stack: Stack) -> Stack:
+        """An XLA kernel's stack from its HLO op: the step of the stream's module schedule
+        it is by name, or (a library kernel) the custom call after the stream's last step."""
+        assert self.xla is not None
+        last = conn.xla_last.get(stream)
+        pos = self.xla.place(kernel, last)
+        if pos is None and last is not None and is_library_kernel(kernel):
+            pos = self.xla.after(last)
+            if pos is not None:
+                self._count("gpu_xla_library_kernels")
+        if pos is None:
+            return stack
+        conn.xla_last[stream] = pos
+        op = self.xla.op(pos)
+        if op is None or not op.stack:
+            return stack
+        api = stack[-1] if stack and stack[-1].kind is FrameKind.CUDA_API else None
+        key = (op, api)
+        out = self._xla_stacks.get(key)
+        if out is None:
+            out = self._xla_stacks[key] = xla_stack(op, api)
+        self._count("gpu_xla_attributed_kernels")
+        return out
 
     def _copies(
         self, conn: _Conn, records: dict[str, Any], out: list[GpuActivity], off: int
