@@ -1,0 +1,139 @@
+"""The injection patch (kubeprof.operator.webhook): what an opted-in pod comes back with."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from kubeprof.operator.webhook import (
+    ANNOTATION,
+    INIT_NAME,
+    InjectConfig,
+    ReviewError,
+    build_patch,
+    review_response,
+)
+
+CFG = InjectConfig(image="reg/kubeprof-agent:1")
+
+
+def apply(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 'add' (the only op the webhook emits), strict about missing parents."""
+    out = copy.deepcopy(doc)
+    for op in ops:
+        assert op["op"] == "add"
+        *parents, last = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]
+        ]
+        node: Any = out
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if isinstance(node, list):
+            if last == "-":
+                node.append(op["value"])
+            else:
+                node.insert(int(last), op["value"])
+        else:
+            node[last] = op["value"]
+    return out
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    base = {"containers": [{"name": "main", "image": "python:3.12"}]}
+    base.update(spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"app": "x"}},
+        "spec": base,
+    }
+
+
+def env_of(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+def test_bare_pod_gets_init_container_env_and_volumes() -> None:
+    out = apply(pod(), build_patch(pod(), CFG))
+    init = out["spec"]["initContainers"][0]
+    assert init["name"] == INIT_NAME and init["image"] == CFG.image
+    vols = {v["name"]: v for v in out["spec"]["volumes"]}
+    assert vols["kubeprof-tracer"] == {"name": "kubeprof-tracer", "emptyDir": {}}
+    assert vols["kubeprof-gpu-socket"]["hostPath"]["path"] == "/run/kubeprof"
+    main = out["spec"]["containers"][0]
+    env = env_of(main)
+    assert env["PYTHONPATH"].split(":")[0] == CFG.site_dir
+    assert env["KUBEPROF_GPU_SOCKET"] == "/run/kubeprof/gpu.sock"
+    assert env["KUBEPROF_GPU_DORMANT"] == "1"
+    mounts = {m["name"]: m for m in main["volumeMounts"]}
+    assert mounts["kubeprof-tracer"]["readOnly"] is True
+    assert out["metadata"]["annotations"][ANNOTATION] == "dormant"
+
+
+def test_existing_lists_are_appended_to_and_user_values_kept() -> None:
+    p = pod(
+        initContainers=[{"name": "setup", "image": "busybox"}],
+        volumes=[{"name": "data", "emptyDir": {}}],
+        containers=[
+            {
+                "name": "a",
+                "image": "i",
+                "env": [{"name": "PYTHONPATH", "value": "/app"}, {"name": "X", "value": "1"}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            },
+            {"name": "b", "image": "i"},
+        ],
+    )
+    p["metadata"]["annotations"] = {"keep": "me"}
+    out = apply(p, build_patch(p, CFG))
+    assert [c["name"] for c in out["spec"]["initContainers"]] == [INIT_NAME, "setup"]
+    assert [v["name"] for v in out["spec"]["volumes"]] == [
+        "data",
+        "kubeprof-tracer",
+        "kubeprof-gpu-socket",
+    ]
+    a, b = out["spec"]["containers"]
+    assert env_of(a)["PYTHONPATH"] == f"{CFG.site_dir}:{CFG.mount_path}/lib:/app"
+    assert env_of(a)["X"] == "1"
+    assert [m["name"] for m in a["volumeMounts"]] == [
+        "data",
+        "kubeprof-tracer",
+        "kubeprof-gpu-socket",
+    ]
+    assert env_of(b)["KUBEPROF_GPU_SOCKET"] == CFG.socket
+    assert out["metadata"]["annotations"]["keep"] == "me"
+
+
+def test_opted_out_and_already_injected_pods_get_no_patch() -> None:
+    p = pod()
+    p["metadata"]["labels"]["kubeprof.dev/inject"] = "false"
+    assert build_patch(p, CFG) == []
+    once = apply(pod(), build_patch(pod(), CFG))
+    assert build_patch(once, CFG) == []
+
+
+def test_review_answers_allowed_with_a_patch_for_pod_creates() -> None:
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u1", "kind": {"kind": "Pod"}, "operation": "CREATE", "object": pod()},
+    }
+    resp = review_response(review, CFG)["response"]
+    assert resp["uid"] == "u1" and resp["allowed"] is True
+    assert resp["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(resp["patch"])) == build_patch(pod(), CFG)
+    review["request"]["operation"] = "UPDATE"
+    assert "patch" not in review_response(review, CFG)["response"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({}, "body.request"), ([], "body.request"), ({"request": {}}, "body.request.uid")],
+)
+def test_malformed_review_names_the_field(body: Any, field: str) -> None:
+    with pytest.raises(ReviewError, match=field.replace(".", r"\.")):
+        review_response(body, CFG)
