@@ -197,6 +197,8 @@ def test_webhook_injects_opted_in_pods_only_and_never_blocks(
         assert env["A"] == "1"
         assert env["PYTHONPATH"].startswith(CFG.site_dir + ":")
         assert env["KUBEPROF_GPU_SOCKET"] == CFG.socket and env["KUBEPROF_GPU_DORMANT"] == "1"
+        uid = next(e for e in main["env"] if e["name"] == "KUBEPROF_POD_UID")
+        assert uid["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
         assert {"kubeprof-tracer", "kubeprof-gpu-socket"} <= {
             m["name"] for m in main["volumeMounts"]
         }

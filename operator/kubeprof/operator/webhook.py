@@ -87,9 +87,11 @@ def _env_for(container: dict[str, Any], cfg: InjectConfig) -> list[dict[str, Any
     """The container's env with the tracer's variables; a set PYTHONPATH is kept after ours."""
     env = [dict(e) for e in container.get("env") or []]
     names = {e.get("name") for e in env}
-    extra = [
+    extra: list[dict[str, Any]] = [
         {"name": "KUBEPROF_GPU_SOCKET", "value": cfg.socket},
         {"name": "KUBEPROF_GPU_DORMANT", "value": "1"},
+        # names the folder of the process's control socket, so the node agent finds it
+        {"name": "KUBEPROF_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]
     ours = f"{cfg.site_dir}:{cfg.mount_path}/lib"
     for e in env:
