@@ -50,9 +50,9 @@ for name in ("kubeprof", "cupti"):
     if spec is None or not spec.submodule_search_locations:
         print(f"kubeprof-tracer: {name} not in the agent image; skipped", flush=True)
         continue
-    src = pathlib.Path(list(spec.submodule_search_locations)[0])
-    shutil.copytree(src, dest / name, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for src in spec.submodule_search_locations:  # a namespace package has several
+        shutil.copytree(src, dest / name, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
 print(f"kubeprof-tracer: copied into {dest}", flush=True)
 """
 

@@ -137,3 +137,41 @@ def test_review_answers_allowed_with_a_patch_for_pod_creates() -> None:
 def test_malformed_review_names_the_field(body: Any, field: str) -> None:
     with pytest.raises(ReviewError, match=field.replace(".", r"\.")):
         review_response(body, CFG)
+
+
+def test_init_container_copy_is_enough_for_a_python_without_kubeprof(tmp_path) -> None:
+    """Run the init container's command, then a Python that has no kubeprof installed
+    (Debian's /usr/bin/python3) with exactly the patched container env: the tracer loads
+    at interpreter start, dormant, and listens on its control socket."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    bare = shutil.which("python3", path="/usr/bin")
+    if (
+        bare is None
+        or subprocess.run([bare, "-c", "import kubeprof"], capture_output=True).returncode == 0
+    ):
+        pytest.skip("needs a python3 without kubeprof installed at /usr/bin")
+    cfg = InjectConfig(
+        image="i",
+        mount_path=str(tmp_path / "kp"),
+        socket_mount_path=str(tmp_path / "run"),
+        python=sys.executable,
+    )
+    out = apply(pod(), build_patch(pod(), cfg))
+    init = out["spec"]["initContainers"][0]
+    subprocess.run(init["command"], check=True, capture_output=True)
+    env = {"PATH": os.environ["PATH"]}
+    for e in out["spec"]["containers"][0]["env"]:
+        env[e["name"]] = e.get("value") or "uid-x"  # valueFrom: the kubelet fills the uid
+    code = (
+        "import pathlib, sys\n"
+        "import kubeprof.agent.gpu.tracer, kubeprof.agent.gpu.wire  # what 'on' imports\n"
+        f"d = pathlib.Path({str(tmp_path / 'run' / 'ctl' / 'uid-x')!r})\n"
+        "print(sorted(p.name for p in d.iterdir()), 'kubeprof' in sys.modules)\n"
+    )
+    r = subprocess.run([bare, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("]")[0].count(".sock") == 1 and r.stdout.strip().endswith("True")
