@@ -175,3 +175,13 @@ def test_init_container_copy_is_enough_for_a_python_without_kubeprof(tmp_path) -
     r = subprocess.run([bare, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("]")[0].count(".sock") == 1 and r.stdout.strip().endswith("True")
+
+
+def test_operator_flags_a_cert_without_its_key() -> None:
+    from kubeprof.operator.main import _start_webhook, build_config, build_parser
+
+    args = build_parser().parse_args(["--webhook-tls-cert", "/tls/tls.crt"])
+    with pytest.raises(SystemExit, match="--webhook-tls-key"):
+        _start_webhook(args, build_config(args))
+    off = build_parser().parse_args([])
+    assert _start_webhook(off, build_config(off)) is None  # no cert: no webhook
