@@ -119,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "connections from the pod's loopback, i.e. kubectl port-forward), any "
                         "(behind an Ingress with your own auth) or off (env KUBEPROF_UI_ACCESS, "
                         "default %(default)s)")
+    p.add_argument("--webhook-listen", default=_env("KUBEPROF_WEBHOOK_LISTEN", "0.0.0.0:9443"),
+                   help="HOST:PORT of the tracer-injection webhook, served over TLS only when "
+                        "--webhook-tls-cert is set (env KUBEPROF_WEBHOOK_LISTEN, default "
+                        "%(default)s)")
+    p.add_argument("--webhook-tls-cert", default=_env("KUBEPROF_WEBHOOK_TLS_CERT"),
+                   help="PEM serving certificate of the injection webhook; unset: no webhook "
+                        "(env KUBEPROF_WEBHOOK_TLS_CERT)")
+    p.add_argument("--webhook-tls-key", default=_env("KUBEPROF_WEBHOOK_TLS_KEY"),
+                   help="PEM key of --webhook-tls-cert (env KUBEPROF_WEBHOOK_TLS_KEY)")
+    p.add_argument("--webhook-socket-host-path",
+                   default=_env("KUBEPROF_WEBHOOK_SOCKET_HOST_PATH", "/run/kubeprof"),
+                   help="node folder holding the agent's GPU tracer socket, mounted into "
+                        "injected pods (env KUBEPROF_WEBHOOK_SOCKET_HOST_PATH, default "
+                        "%(default)s)")
     ingest_flags.add(p)
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
@@ -210,10 +224,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     kopf_registry = kopf.OperatorRegistry()
     handlers.register(kopf_registry, config)
     kopf.configure(verbose=args.verbose)
+    webhook = _start_webhook(args, config)
     try:
         kopf.run(registry=kopf_registry, standalone=True, memo=memo,
                  clusterwide=not config.namespaces, namespaces=config.namespaces)
     finally:
+        if webhook is not None:
+            webhook.stop()
         api.pool.shutdown(wait=False)
         store.close()
     return 0
+
+
+def _start_webhook(args: argparse.Namespace, config: OperatorConfig) -> Any:
+    """The tracer-injection webhook's TLS server when a cert is given, else None."""
+    if not args.webhook_tls_cert:
+        return None
+    from kubeprof.operator.webhook import InjectConfig, WebhookServer
+
+    host, _, port = args.webhook_listen.rpartition(":")
+    if not port.isdigit() or not args.webhook_tls_key:
+        raise SystemExit("kubeprof operator: error: the webhook wants --webhook-listen "
+                         "HOST:PORT and both --webhook-tls-cert and --webhook-tls-key")
+    cfg = InjectConfig(image=config.agent_image,
+                       image_pull_policy=config.agent_image_pull_policy,
+                       socket_host_path=args.webhook_socket_host_path)
+    return WebhookServer(cfg, host or "0.0.0.0", int(port), args.webhook_tls_cert,
+                         args.webhook_tls_key).start()

@@ -22,6 +22,7 @@ from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
+from kubeprof.agent.cluster.tracers import TracerSwitchboard
 from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import SpoolSink
 from kubeprof.model import Batch, ProcessInfo
@@ -57,6 +58,7 @@ class NodeAgent:
     stop_event: threading.Event = field(default_factory=threading.Event)
     targets: set[str] = field(default_factory=set)
     phase: str = Phase.PENDING.value
+    tracers: TracerSwitchboard | None = None  # dormant GPU tracers of injected pods
     _next_scan: float = 0.0  # monotonic time of the next rescan
 
     def __post_init__(self) -> None:
@@ -112,6 +114,8 @@ class NodeAgent:
         if not self.config.static_targets:
             self.refresh_targets()
         new = self.attach_new()
+        if self.tracers is not None and self.phase in ACTIVE:
+            self.tracers.sync(self.targets)
         self._next_scan = time.monotonic() + self.config.rescan_interval_s
         return Batch(processes=tuple(new))
 
@@ -120,11 +124,18 @@ class NodeAgent:
         return (self.stop_event.is_set() or (end is not None and self.clock() >= end)
                 or self.phase not in ACTIVE)
 
+    def _stop_now(self) -> bool:
+        """should_stop, switching the tracers off first so their last records still arrive."""
+        stop = self.should_stop()
+        if stop and self.tracers is not None:
+            self.tracers.all_off()
+        return stop
+
     # -- the run ----------------------------------------------------------------------------
     def run(self) -> int:
         """Collect until the session ends; returns 0, or 3 when data stayed unsent."""
         self.sink.start()
-        self.driver.run(self.should_stop, on_pass=self.rescan, wait=self.stop_event.wait)
+        self.driver.run(self._stop_now, on_pass=self.rescan, wait=self.stop_event.wait)
         st = self.shipper.stats
         log.info("agent done: %d batches spooled, %d sent (%d duplicates, %d rows), %d "
                  "retries, %d rejected, %d left in %s", self.batches, st.sent, st.duplicates,

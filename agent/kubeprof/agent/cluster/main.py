@@ -84,6 +84,10 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     p.add_argument("--pod-uid", action="append", default=[],
                    help="profile this pod UID without asking the API for targets "
                         "(repeatable; for use outside a session DaemonSet)")
+    p.add_argument("--gpu-socket", default=os.environ.get("KUBEPROF_AGENT_GPU_SOCKET", ""),
+                   help="receive CUDA kernels from the dormant tracers the injection webhook "
+                        "put into pods: listen on this socket and switch the target pods' "
+                        "tracers on for the session (env KUBEPROF_AGENT_GPU_SOCKET; default off)")
     p.add_argument("--log-level", default=s.log_level,
                    help=f"DEBUG, INFO, WARNING (env {e('log_level')}, default %(default)s)")
     return p
@@ -133,10 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     spool = Spool(args.spool_dir / f"{args.namespace}_{args.session}",
                   max_bytes=args.spool_max_mb << 20)
     names = [n.strip() for n in args.collectors.split(",") if n.strip()]
+    if args.gpu_socket and "gpu" not in names:
+        names.append("gpu")
     started = collectors.start(
-        names, collectors.CollectorOptions(hz=args.hz, nvml_interval_s=args.nvml_interval))
+        names, collectors.CollectorOptions(hz=args.hz, nvml_interval_s=args.nvml_interval,
+                                           gpu_socket=args.gpu_socket or None))
     running, failed = started.running, started.failed
     agent = NodeAgent(config, client, spool, running, Discovery(args.proc_root))
+    if args.gpu_socket and "gpu" in running:
+        from kubeprof.agent.cluster.tracers import TracerSwitchboard
+
+        agent.tracers = TracerSwitchboard(args.gpu_socket)
     for note in started.notes:
         logging.getLogger("kubeprof.agent").warning("%s", note)
     if failed:

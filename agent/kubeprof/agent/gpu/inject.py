@@ -17,6 +17,8 @@ in its pod spec or container image, plus kubeprof and cupti-python importable th
     KUBEPROF_GPU_FLUSH_MS=500                     # CUPTI buffer flush period
     KUBEPROF_GPU_KEY_DEPTH=8  KUBEPROF_GPU_REVALIDATE=64  KUBEPROF_GPU_FOREIGN=main|none
     KUBEPROF_GPU_QUIET=1                          # no stderr lines from the tracer
+    KUBEPROF_GPU_DORMANT=1                        # wait for the node agent's "on" (control.py)
+    KUBEPROF_POD_UID=<pod uid>                    # names the control socket's folder
 
 ``python -c 'from kubeprof.agent.gpu.inject import site_dir; print(site_dir())'`` prints the
 first folder. An existing ``sitecustomize`` further down ``sys.path`` still runs (chained).
@@ -102,6 +104,9 @@ def bootstrap() -> Any:
     path = os.environ.get(ENV_SOCKET)
     if not path or _tracer is not None:
         return _tracer
+    if os.environ.get("KUBEPROF_GPU_DORMANT") == "1":
+        _tracer = _bootstrap_dormant(path)
+        return _tracer
     try:
         from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig, TracerError
         from kubeprof.agent.gpu.wire import Sender
@@ -133,6 +138,67 @@ def bootstrap() -> Any:
     _flush_on_sigterm(tracer)
     _tracer = tracer
     return tracer
+
+
+def start_live(path: str) -> Any:
+    """A started CuptiTracer streaming to ``path``; raises with a one-line reason."""
+    from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig
+    from kubeprof.agent.gpu.wire import Sender
+
+    sender = Sender(path)
+    sender.hello.update({"argv": " ".join(sys.argv)[:4096], "ppid": os.getppid()})
+    config = TracerConfig.from_env()
+    sender.max_queued = config.max_queued
+    tracer = CuptiTracer(sender, config)
+    try:
+        tracer.start()
+    except Exception as exc:
+        _report_failure(sender, str(exc))
+        raise
+    sender.start()
+    _enable_nvtx(tracer)
+    return tracer
+
+
+def _bootstrap_dormant(path: str) -> Any:
+    """An injected pod's process: a DormantTracer behind its control socket, or None.
+
+    Nothing CUDA-related is imported here; the reason it cannot ever trace is printed once.
+    """
+    from kubeprof.agent.gpu import control
+
+    dormant = control.DormantTracer(lambda: start_live(path), _say)
+    why = control.python_unsupported()
+    if why:
+        dormant.unsupported = why
+        _say(f"GPU tracing unavailable: {why}")
+    sock = control.control_dir(path, os.environ.get(control.ENV_POD_UID, ""))
+    server = control.ControlServer(sock / f"{os.getpid()}.sock", dormant)
+    try:
+        server.start()
+    except OSError as exc:  # read-only or missing socket folder: stay untraced
+        _say(
+            f"GPU tracing unavailable: cannot create the control socket {server.path} "
+            f"({exc.strerror or exc}); is the socket folder mounted writable?"
+        )
+        return None
+
+    def at_exit() -> None:
+        dormant.off()
+        server.close()
+
+    atexit.register(at_exit)
+    os.register_at_fork(after_in_child=lambda: _forget_dormant(dormant, server))
+    return dormant
+
+
+def _forget_dormant(dormant: Any, server: Any) -> None:
+    """A forked child neither owns the parent's control socket nor its tracer."""
+    global _tracer
+    server._sock = None
+    dormant.tracer = None
+    dormant.unsupported = "forked child of a traced process"
+    _tracer = None
 
 
 def _report_failure(sender: Any, text: str) -> None:
