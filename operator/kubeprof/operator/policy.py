@@ -38,7 +38,7 @@ class Policy:
     profile_for: str  # the session's duration, as written
     period_s: float  # at most one session per pod per period
     max_concurrent: int  # sessions of this policy not finished, at most
-    keep_finished: int  # finished sessions of this policy kept; older ones deleted
+    keep_finished: int  # finished sessions kept; older ones deleted once past period_s
     profilers: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -114,9 +114,10 @@ def decide(policy: Policy, now: float, idle: Mapping[str, float],
             continue
         profile.append(pod)
         state[pod] = now  # another full T of idle before this pod is considered again
+    # A session inside its pod's period carries the rate limit: never delete it early.
     finished = sorted((s for s in sessions if s.finished), key=lambda s: (s.created, s.name))
     extra = len(finished) - policy.keep_finished
-    delete = [s.name for s in finished[:extra]] if extra > 0 else []
+    delete = [s.name for s in finished[:max(extra, 0)] if now - s.created >= policy.period_s]
     return Decision(state, profile, held, delete)
 
 

@@ -115,14 +115,14 @@ def evaluate(kube: Kube, urls: Sequence[str], body: Any, now: float) -> dict[str
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-    total = int((body.get("status") or {}).get("sessionsCreated") or 0) + len(created)
-
-    return {
+    existing = [m for m in made if m.name not in decision.delete]
+    newest = max(existing, key=lambda m: (m.created, m.name), default=None)
+    return {  # derived from the API's sessions, never counted up from a (possibly stale) body
         "aboveSince": {p: _iso(t) for p, t in decision.above_since.items()},
         "held": decision.held,
         "lastEvaluated": _iso(now),
-        "lastSessions": created or (body.get("status") or {}).get("lastSessions") or [],
-        "sessionsCreated": total,
+        "lastSession": created[-1] if created else (newest.name if newest else ""),
+        "sessions": len(existing) + len(created),
         "podsWithFigures": len(idle),
         "error": "",
     }

@@ -67,10 +67,19 @@ def test_missing_figure_restarts_the_clock() -> None:
     assert d.above_since == {}
 
 
-def test_retention_deletes_oldest_finished_beyond_keep() -> None:
-    made = [MadeSession("old", "x", 1, True), MadeSession("new", "x", 2, True),
+def test_retention_deletes_oldest_finished_beyond_keep_once_past_period() -> None:
+    made = [MadeSession("old", "x", 1, True), MadeSession("new", "z", 2, True),
             MadeSession("run", "y", 3, False)]
-    assert decide(P, 10, {}, {}, made).delete == ["old"]
+    assert decide(P, 10, {}, {}, made).delete == []  # both still carry their rate limit
+    assert decide(P, 1000, {}, {}, made).delete == ["old"]
+
+
+def test_retention_never_lifts_the_rate_limit() -> None:
+    keep0 = parse_policy({"podSelector": {"matchLabels": {"a": "b"}}, "for": "0s",
+                          "perPodPeriod": "10m", "keepFinishedSessions": 0})
+    made = [MadeSession("s", "x", 1000, True)]
+    d = decide(keep0, 1100, {"x": 0.9}, {"x": 0}, made)
+    assert d.delete == [] and d.profile == [] and d.held == {"x": "rate-limited"}
 
 
 @pytest.mark.parametrize("spec,field", [
