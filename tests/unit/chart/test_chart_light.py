@@ -44,3 +44,14 @@ def test_enabled_renders_daemonset_service_and_exact_rights(helm_built) -> None:
         "http://kp-kubeprof-light.kubeprof-system.svc:9400/metrics")
     sessions = chart.find(docs, "ClusterRole", "kp-kubeprof-sessions")["rules"]
     assert [r for r in sessions if r in POLICY_RULES] == POLICY_RULES
+
+
+def test_service_monitor_scrapes_light_agents_when_both_enabled(helm_built) -> None:
+    docs = chart.render({"lightAgent": {"enabled": True},
+                         "metrics": {"serviceMonitor": {"enabled": True}}})
+    sm = chart.find(docs, "ServiceMonitor", "kp-kubeprof-light")
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
+    sel = sm["spec"]["selector"]["matchLabels"]
+    svc = chart.find(docs, "Service", "kp-kubeprof-light")
+    assert sel == {k: svc["metadata"]["labels"][k] for k in sel}
