@@ -143,7 +143,8 @@ def register(registry: kopf.OperatorRegistry, urls: Sequence[str], interval_s: f
         for key, value in status.items():
             if old.get(key) != value:
                 patch.status[key] = value
-        if "aboveSince" in old:  # drop pods whose idle fell: a merge patch nulls them out
-            gone = {p: None for p in old["aboveSince"] if p not in status["aboveSince"]}
+        now_above = status.get("aboveSince") or {}
+        if old.get("aboveSince"):  # drop pods whose idle fell: a merge patch nulls them out
+            gone = {p: None for p in old["aboveSince"] if p not in now_above}
             if gone:
-                patch.status["aboveSince"] = {**status["aboveSince"], **gone}
+                patch.status["aboveSince"] = {**now_above, **gone}
