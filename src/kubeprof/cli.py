@@ -216,6 +216,10 @@ def _record(args: argparse.Namespace) -> int:
 def _run_component(name: str, argv: list[str]) -> int:
     if name == "operator":
         from kubeprof.operator.main import main as component_main
+    elif argv[:1] == ["--light"]:  # the always-on NVML-only agent (kubeprof.agent.light)
+        from kubeprof.agent.light.main import main as component_main
+
+        argv = argv[1:]
     else:
         from kubeprof.agent.cluster.main import main as component_main
     return int(component_main(argv) or 0)

@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "injected pods (env KUBEPROF_WEBHOOK_SOCKET_HOST_PATH, default "
                         "%(default)s)")
     ingest_flags.add(p)
+    p.add_argument("--light-agents", default=_env("KUBEPROF_LIGHT_AGENTS"),
+                   help="comma-separated /metrics URLs of the light agents (a headless "
+                        "Service's URL reaches every address it resolves to); enables "
+                        "ProfilingPolicy (env KUBEPROF_LIGHT_AGENTS)")
+    p.add_argument("--policy-interval", type=float,
+                   default=float(_env("KUBEPROF_POLICY_INTERVAL_S", "30")),
+                   help="seconds between ProfilingPolicy evaluations (env "
+                        "KUBEPROF_POLICY_INTERVAL_S, default %(default)s)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
     p.add_argument("--verbose", action="store_true",
@@ -223,6 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
     kopf_registry = kopf.OperatorRegistry()
     handlers.register(kopf_registry, config)
+    if args.light_agents:
+        from kubeprof.operator import policy_timer
+
+        urls = [u.strip() for u in args.light_agents.split(",") if u.strip()]
+        policy_timer.register(kopf_registry, urls, args.policy_interval)
     kopf.configure(verbose=args.verbose)
     webhook = _start_webhook(args, config)
     try:
