@@ -56,6 +56,8 @@ def xla_dump_dir(socket_path: str, env: dict[str, str] | None = None) -> XlaDump
     if value:
         return XlaDump(value, False)
     return XlaDump(f"{socket_path}.xla", True)
+
+
 _tracer: Any = None
 
 
