@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import os
-import sys
 import types
 
 import pytest
 from fake_cupti import FakeCupti
 
 from kubeprof.agent.gpu import capture as capture_mod
-from kubeprof.agent.gpu import tracer as tracer_mod
 from kubeprof.agent.gpu.capture import CaptureError, read_capture, replay
 from kubeprof.agent.gpu.receiver import GpuReceiver, memcpy_name
 from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig
@@ -19,19 +16,6 @@ from kubeprof.agent.gpu.wire import Sender
 from kubeprof.model import FrameKind, GpuActivity
 
 KINDS = ("kernel", "memcpy", "sync")
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    fk = FakeCupti()
-    pkg = types.ModuleType("cupti")
-    pkg.cupti = fk.module()
-    monkeypatch.setitem(sys.modules, "cupti", pkg)
-    monkeypatch.setitem(sys.modules, "cupti.cupti", pkg.cupti)
-    monkeypatch.setattr(tracer_mod, "preflight", lambda: None)
-    monkeypatch.setattr(tracer_mod, "_version_check", lambda c: {"libcupti": ""})
-    monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
-    return fk
 
 
 def _trace(tmp_path, play, *, capture: str | None = None) -> tuple[list[GpuActivity], object]:

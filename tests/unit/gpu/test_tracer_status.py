@@ -9,7 +9,6 @@ import sys
 import types
 
 import pytest
-from fake_cupti import FakeCupti
 
 from kubeprof.agent.gpu import inject
 from kubeprof.agent.gpu import tracer as tracer_mod
@@ -75,15 +74,7 @@ def test_receiver_status_carries_the_tracers_error(cupti_without_elftools, tmp_p
     assert f"pid {os.getpid()}" in status["gpu_tracer_reason"]
 
 
-def test_receiver_status_on_when_a_tracer_started(monkeypatch, tmp_path):
-    fk = FakeCupti()
-    pkg = types.ModuleType("cupti")
-    pkg.cupti = fk.module()
-    monkeypatch.setitem(sys.modules, "cupti", pkg)
-    monkeypatch.setitem(sys.modules, "cupti.cupti", pkg.cupti)
-    monkeypatch.setattr(tracer_mod, "preflight", lambda: None)
-    monkeypatch.setattr(tracer_mod, "_version_check", lambda c: {"libcupti": ""})
-    monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
+def test_receiver_status_on_when_a_tracer_started(fake, tmp_path):  # fake: conftest's cupti
     path = str(tmp_path / "gpu.sock")
     rx = GpuReceiver(path)
     rx.start()
