@@ -79,3 +79,64 @@ int fake_api_native(int domain, uint32_t cbid, int site, uint32_t corr, const ch
         return -1;
     return pthread_join(t, NULL);
 }
+
+/* Activity buffers: records appended as the real library lays them out, handed over on
+ * flush through the registered callbacks (the hook allocates and frees the buffer). */
+typedef void (*BufRequested)(uint8_t **, size_t *, size_t *);
+typedef void (*BufCompleted)(void *, uint32_t, uint8_t *, size_t, size_t);
+static BufRequested requested;
+static BufCompleted completed;
+static uint8_t *buf;
+static size_t buf_size, used;
+
+int cuptiActivityRegisterCallbacks(BufRequested r, BufCompleted c) {
+    requested = r;
+    completed = c;
+    return 0;
+}
+
+static size_t record_size(int kind) {
+    switch (kind) {
+    case 3:
+    case 10:
+        return 248; /* CUpti_ActivityKernel13 */
+    case 1:
+        return 112; /* Memcpy7 */
+    case 2:
+        return 104; /* Memset5 */
+    default:
+        return 56; /* Synchronization2, Marker2 */
+    }
+}
+
+int cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **rec) {
+    uint8_t *next = *rec == NULL ? buffer : (uint8_t *)*rec + record_size(*(int *)*rec);
+    if (next >= buffer + valid)
+        return 12; /* CUPTI_ERROR_MAX_LIMIT_REACHED */
+    *rec = next;
+    return 0;
+}
+
+int fake_record(const void *bytes, size_t n) {
+    if (buf == NULL) {
+        size_t max = 0;
+        if (requested == NULL)
+            return -1;
+        requested(&buf, &buf_size, &max);
+        used = 0;
+    }
+    if (used + n > buf_size)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        buf[used + i] = ((const uint8_t *)bytes)[i];
+    used += n;
+    return 0;
+}
+
+void fake_flush(void) {
+    if (buf != NULL && completed != NULL) {
+        uint8_t *b = buf;
+        buf = NULL;
+        completed(NULL, 0, b, buf_size, used);
+    }
+}

@@ -1,15 +1,19 @@
-/* The per-launch hot path of the GPU tracer, in C: CUPTI's callback subscriber.
+/* The per-launch hot path of the GPU tracer, in C: CUPTI's callback subscriber and its
+ * activity buffers.
  *
  * Through cupti-python every traced API call runs a Python callback, four per PyTorch launch
  * (runtime enter/exit, the nested driver enter/exit), each taking the GIL and building
- * Python objects: about 9 us a launch on the H200. Here the exits and nested driver calls
- * cost a thread-local read, and a launch costs one GIL acquisition plus a walk of the
- * innermost `key_depth` frames (code object + last instruction), looked up in a call-site
- * table; only a new site, a revalidation (every `revalidate_every`-th hit) or a site seen with
- * two stacks calls back into Python (StackTable.walk). Launches from threads without Python
+ * Python objects, and every activity record becomes a Python object converted field by
+ * field. Here the exits and nested driver calls cost a thread-local read, and a launch one
+ * GIL acquisition plus a walk of its frames: the whole chain of (code object, last
+ * instruction) pairs, up to StackTable's max_depth, is the key of a call-site table. That key
+ * is exact (the same pairs give the same lines), so there is nothing to revalidate; only a
+ * new site calls back into Python (StackTable.walk). Launches from threads without Python
  * frames (autograd's engine, XLA's runtime threads) call the Python `slow` path, which owns
- * the backward and main-thread fallbacks. The semantics are tracer.py's pure-Python callback;
- * that one is used whenever this module is absent.
+ * the backward and main-thread fallbacks. Launch, autograd and activity rows are packed as
+ * int64 in C, in the wire's layout (wire.SCHEMAS), and the sender takes them as bytes
+ * (take()). The semantics are tracer.py's pure-Python callback and converter; those are
+ * used whenever this module is absent.
  *
  * libcupti is not linked: its three callback functions are looked up in the copy that
  * cupti-python already loaded (dlopen RTLD_NOLOAD), so one libcupti serves both, and
@@ -44,17 +48,24 @@ static CUptiResult (*p_unsubscribe)(CUpti_SubscriberHandle);
 static CUptiResult (*p_enable)(uint32_t, CUpti_SubscriberHandle, int, uint32_t);
 
 #define MAX_CBID 4096
-#define MAX_KEY 16
-#define AMBIGUOUS (-1)
+#define MAX_KEY 256 /* frames: StackTable's max_depth, so a key covers what a walk records */
 #define NONE_SEQ (-1)
+
+/* ---- packed rows, one growable int64 array per record kind (wire.SCHEMAS order) ---- */
+enum { R_KERNEL, R_MEMCPY, R_MEMSET, R_SYNC, R_MARKER, R_AUTOGRAD, R_LAUNCH, R_KINDS };
+static const char *ROW_NAMES[R_KINDS] = {"kernel", "memcpy", "memset", "sync",
+                                         "marker", "autograd", "launch"};
+static const int ROW_WIDTH[R_KINDS] = {17, 9, 6, 6, 5, 4, 4};
+typedef struct {
+    int64_t *data;
+    size_t n, cap; /* rows */
+} Rows;
+static Rows g_rows[R_KINDS]; /* guarded by the GIL */
 
 /* ---- state: written with the GIL held (or before subscribing) ---- */
 static CUpti_SubscriberHandle g_sub;
 static volatile int g_on;
-static int g_key_depth = 8;
-static uint32_t g_revalidate = 64;
 static Py_ssize_t g_max_queued = 1000000;
-static PyObject *g_queue, *g_queue_append, *g_aqueue_append;
 static PyObject *g_walk, *g_slow, *g_intern, *g_resolve;
 static uint64_t (*g_peek)(void);
 static int g_peek_state; /* 0 unresolved, 1 resolved, -1 unavailable / not wanted */
@@ -62,7 +73,8 @@ static unsigned char g_alias[MAX_CBID];
 static int64_t g_api[3][MAX_CBID];
 static uint32_t (*g_cbids)[2];
 static Py_ssize_t g_ncbids;
-static uint64_t s_hits, s_walks, s_reval, s_ambiguous, s_dropped, s_errors, s_slow, s_launches;
+static uint64_t s_hits, s_walks, s_dropped, s_errors, s_slow, s_launches, s_records;
+static uint64_t s_cupti_dropped;
 
 /* ---- per thread: the runtime call a driver callback is nested in ---- */
 static __thread int tl_in_rt;
@@ -75,8 +87,7 @@ typedef struct {
     uint64_t hash; /* 0 = empty */
     int n;
     int64_t sid;
-    uint32_t hits;
-    uintptr_t key[2 * MAX_KEY];
+    uintptr_t *key;
 } Site;
 static Site *g_sites;
 static size_t g_cap, g_used;
@@ -109,6 +120,36 @@ static int sites_grow(void) {
 
 static void sites_clear(void);
 
+/* Room for one more row of `kind`; NULL (and counted) past max_queued or out of memory. */
+static int64_t *row(int kind) {
+    Rows *r = &g_rows[kind];
+    if ((Py_ssize_t)r->n >= g_max_queued) {
+        s_dropped++;
+        return NULL;
+    }
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 4096;
+        int64_t *d = PyMem_Realloc(r->data, cap * ROW_WIDTH[kind] * sizeof(int64_t));
+        if (d == NULL) {
+            s_dropped++;
+            return NULL;
+        }
+        r->data = d;
+        r->cap = cap;
+    }
+    return r->data + (r->n++) * ROW_WIDTH[kind];
+}
+
+static void put4(int kind, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t *p = row(kind);
+    if (p != NULL) {
+        p[0] = a;
+        p[1] = b;
+        p[2] = c;
+        p[3] = d;
+    }
+}
+
 static void count_error(void) {
     s_errors++;
     PyErr_Clear();
@@ -132,12 +173,12 @@ static int64_t walk(PyFrameObject *f) {
 
 /* Stack id for the stack ending at `f` (borrowed). */
 static int64_t site_sid(PyFrameObject *f) {
-    uintptr_t key[2 * MAX_KEY];
+    static uintptr_t key[2 * MAX_KEY]; /* GIL held */
     int n = 0;
     uint64_t h = 1469598103934665603ULL;
     PyFrameObject *cur = f;
     Py_INCREF(cur);
-    for (int d = 0; d < g_key_depth && cur != NULL; d++) {
+    for (int d = 0; d < MAX_KEY && cur != NULL; d++) {
         PyCodeObject *co = PyFrame_GetCode(cur);
         key[n] = (uintptr_t)co;
         key[n + 1] = (uintptr_t)PyFrame_GetLasti(cur);
@@ -157,24 +198,16 @@ static int64_t site_sid(PyFrameObject *f) {
     Site *s = site_find(h, key, n);
     if (s->hash == 0) {
         int64_t sid = walk(f);
+        uintptr_t *copy = PyMem_Malloc(n * sizeof(uintptr_t));
+        if (copy == NULL)
+            return sid;
+        memcpy(copy, key, n * sizeof(uintptr_t));
         s->hash = h;
         s->n = n;
-        memcpy(s->key, key, n * sizeof(uintptr_t));
+        s->key = copy;
         s->sid = sid;
-        s->hits = 0;
         g_used++;
         return sid;
-    }
-    if (s->sid == AMBIGUOUS)
-        return walk(f);
-    if (++s->hits % g_revalidate == 0) {
-        s_reval++;
-        int64_t fresh = walk(f);
-        if (fresh != s->sid) {
-            s->sid = AMBIGUOUS;
-            s_ambiguous++;
-        }
-        return fresh;
     }
     s_hits++;
     return s->sid;
@@ -206,29 +239,6 @@ static int64_t api_id(int domain, uint32_t cbid, const char *name) {
     return id;
 }
 
-static void append4(PyObject *append, int64_t a, int64_t b, int64_t c, int64_t d) {
-    PyObject *t = Py_BuildValue("(LLLL)", (long long)a, (long long)b, (long long)c, (long long)d);
-    if (t == NULL) {
-        count_error();
-        return;
-    }
-    PyObject *r = PyObject_CallOneArg(append, t);
-    Py_DECREF(t);
-    if (r == NULL)
-        count_error();
-    else
-        Py_DECREF(r);
-}
-
-static int queue_full(void) {
-    Py_ssize_t n = PyObject_Size(g_queue);
-    if (n < 0) {
-        count_error();
-        return 1;
-    }
-    return n >= g_max_queued;
-}
-
 static void forward_seq(uint32_t corr, int64_t tid) {
     if (g_peek_state == 0) { /* until torch is imported: ask Python to resolve the read */
         PyObject *r = PyObject_CallNoArgs(g_resolve);
@@ -256,7 +266,7 @@ static void forward_seq(uint32_t corr, int64_t tid) {
     if (!tl_has_peek || tl_last_peek != peek) {
         tl_has_peek = 1;
         tl_last_peek = peek;
-        append4(g_aqueue_append, corr, (int64_t)peek, tid, 0);
+        put4(R_AUTOGRAD, corr, (int64_t)peek, tid, 0);
     }
 }
 
@@ -293,11 +303,7 @@ static void launch(int domain, uint32_t cbid, const CbData *d) {
         tl_api = api;
         tl_seq = NONE_SEQ;
     }
-    if (queue_full()) {
-        s_dropped++;
-        return;
-    }
-    append4(g_queue_append, corr, sid, api, tid);
+    put4(R_LAUNCH, corr, sid, api, tid);
 }
 
 static void on_api(void *ud, int domain, uint32_t cbid, const void *p) {
@@ -318,11 +324,11 @@ static void on_api(void *ud, int domain, uint32_t cbid, const void *p) {
         if (!Py_IsInitialized())
             return;
         PyGILState_STATE g = PyGILState_Ensure();
-        if (g_on && !queue_full()) {
+        if (g_on) {
             int64_t tid = (int64_t)PyThread_get_thread_ident();
             if (tl_seq != NONE_SEQ)
-                append4(g_aqueue_append, d->correlationId, tl_seq, tid, 1);
-            append4(g_queue_append, d->correlationId, tl_sid, tl_api, tid);
+                put4(R_AUTOGRAD, d->correlationId, tl_seq, tid, 1);
+            put4(R_LAUNCH, d->correlationId, tl_sid, tl_api, tid);
         }
         PyGILState_Release(g);
         return;
@@ -335,37 +341,173 @@ static void on_api(void *ud, int domain, uint32_t cbid, const void *p) {
     PyGILState_Release(g);
 }
 
+/* ---- activity buffers: CUPTI records -> packed rows ---- */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire is little-endian int64; packed rows are copied as they lie in memory"
+#endif
+typedef void (*BufRequested)(uint8_t **, size_t *, size_t *);
+typedef void (*BufCompleted)(void *, uint32_t, uint8_t *, size_t, size_t);
+static CUptiResult (*p_act_register)(BufRequested, BufCompleted);
+static CUptiResult (*p_act_next)(uint8_t *, size_t, void **);
+static CUptiResult (*p_act_dropped)(void *, uint32_t, size_t *);
+
+/* Field offsets, identical in CUpti_ActivityKernel9..13, Memcpy5..7, Memset4..5,
+ * Synchronization(2), Marker2 (cupti_activity.h of CUDA 12.x-13.4; the records' later
+ * versions only append fields). */
+#define AT(r, o, T) ((int64_t) * (const T *)((const char *)(r) + (o)))
+#define U8(r, o) AT(r, o, uint8_t)
+#define U16(r, o) AT(r, o, uint16_t)
+#define U32(r, o) AT(r, o, uint32_t)
+#define I32(r, o) AT(r, o, int32_t)
+#define U64(r, o) AT(r, o, uint64_t)
+#define PTR(r, o) (*(const char *const *)((const char *)(r) + (o)))
+enum {
+    KIND_MEMCPY = 1,
+    KIND_MEMSET = 2,
+    KIND_KERNEL = 3,
+    KIND_CONCURRENT_KERNEL = 10,
+    KIND_MARKER = 12,
+    KIND_SYNCHRONIZATION = 38
+};
+
+/* Kernel and marker names -> string ids (sender.intern), cached by pointer and checked
+ * against a copy: CUPTI keeps a function's name at one address, but that is not promised. */
+typedef struct {
+    const char *ptr;
+    char *copy;
+    int64_t id;
+} Name;
+static Name g_names[4096];
+
+static int64_t name_id(const char *p) {
+    if (p == NULL)
+        return 0;
+    Name *n = &g_names[((uintptr_t)p >> 3) & 4095];
+    if (n->ptr == p && n->copy != NULL && strcmp(n->copy, p) == 0)
+        return n->id;
+    int64_t id = 0;
+    PyObject *text = PyUnicode_DecodeUTF8(p, (Py_ssize_t)strlen(p), "replace");
+    PyObject *r = text ? PyObject_CallOneArg(g_intern, text) : NULL;
+    Py_XDECREF(text);
+    if (r == NULL || ((id = PyLong_AsLongLong(r)) == -1 && PyErr_Occurred())) {
+        Py_XDECREF(r);
+        count_error();
+        return 0;
+    }
+    Py_DECREF(r);
+    char *copy = PyMem_Malloc(strlen(p) + 1);
+    if (copy != NULL) {
+        strcpy(copy, p);
+        PyMem_Free(n->copy);
+        n->ptr = p;
+        n->copy = copy;
+        n->id = id;
+    }
+    return id;
+}
+
+static void convert(const void *r) {
+    int64_t *p;
+    s_records++;
+    switch (*(const int32_t *)r) {
+    case KIND_KERNEL:
+    case KIND_CONCURRENT_KERNEL:
+        if ((p = row(R_KERNEL)) == NULL)
+            return;
+        p[0] = U64(r, 16), p[1] = U64(r, 24), p[2] = U32(r, 40), p[3] = U32(r, 92);
+        p[4] = U32(r, 48), p[5] = I32(r, 52), p[6] = I32(r, 56), p[7] = I32(r, 60);
+        p[8] = I32(r, 64), p[9] = I32(r, 68), p[10] = I32(r, 72), p[11] = U16(r, 6);
+        p[12] = I32(r, 76), p[13] = I32(r, 80), p[14] = U32(r, 156), p[15] = U32(r, 44);
+        p[16] = name_id(PTR(r, 104));
+        return;
+    case KIND_MEMCPY:
+        if ((p = row(R_MEMCPY)) == NULL)
+            return;
+        p[0] = U64(r, 16), p[1] = U64(r, 24), p[2] = U32(r, 32), p[3] = U32(r, 44);
+        p[4] = U32(r, 40), p[5] = U64(r, 8), p[6] = U8(r, 4), p[7] = U8(r, 5), p[8] = U8(r, 6);
+        return;
+    case KIND_MEMSET:
+        if ((p = row(R_MEMSET)) == NULL)
+            return;
+        p[0] = U64(r, 16), p[1] = U64(r, 24), p[2] = U32(r, 32), p[3] = U32(r, 44);
+        p[4] = U32(r, 40), p[5] = U64(r, 8);
+        return;
+    case KIND_SYNCHRONIZATION:
+        if ((p = row(R_SYNC)) == NULL)
+            return;
+        p[0] = U64(r, 8), p[1] = U64(r, 16), p[2] = U32(r, 28), p[3] = U32(r, 24);
+        p[4] = U32(r, 32), p[5] = I32(r, 4);
+        return;
+    case KIND_MARKER: {
+        int64_t name = name_id(PTR(r, 40));
+        if ((p = row(R_MARKER)) == NULL)
+            return;
+        p[0] = U64(r, 8), p[1] = U32(r, 16), p[2] = I32(r, 4), p[3] = name, p[4] = U32(r, 28);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+static void buf_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *size = 8 << 20;
+    *buffer = aligned_alloc(8, *size);
+    *max_records = 0;
+}
+
+static void buf_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size,
+                          size_t valid) {
+    (void)size;
+    if (valid > 0 && Py_IsInitialized()) {
+        PyGILState_STATE g = PyGILState_Ensure(); /* once per buffer, not per record */
+        void *rec = NULL;
+        while (p_act_next(buffer, valid, &rec) == 0)
+            convert(rec);
+        size_t dropped = 0;
+        if (p_act_dropped != NULL && p_act_dropped(ctx, stream, &dropped) == 0)
+            s_cupti_dropped += dropped;
+        PyGILState_Release(g);
+    }
+    free(buffer);
+}
+
 /* ---- module functions ---- */
-static void *sym(void *lib, const char *name) {
-    void *p = dlsym(lib, name);
+static void *g_lib;
+
+static void *sym(const char *name) {
+    void *p = dlsym(g_lib, name);
     if (p == NULL)
         PyErr_Format(PyExc_OSError, "%s not found in libcupti", name);
     return p;
 }
 
+static void rows_clear(void) {
+    for (int k = 0; k < R_KINDS; k++) {
+        PyMem_Free(g_rows[k].data);
+        g_rows[k].data = NULL;
+        g_rows[k].n = g_rows[k].cap = 0;
+    }
+}
+
 static PyObject *install(PyObject *self, PyObject *args, PyObject *kw) {
-    static char *names[] = {"libcupti", "cbids", "alias", "queue", "autograd_queue", "walk",
-                            "slow", "intern", "resolve_peek", "key_depth", "revalidate_every",
-                            "max_queued", NULL};
+    static char *names[] = {"libcupti", "cbids", "alias", "walk", "slow", "intern",
+                            "resolve_peek", "max_queued", NULL};
     const char *path;
-    PyObject *cbids, *alias, *queue, *aqueue, *walk_fn, *slow, *intern, *resolve;
-    int key_depth, revalidate;
+    PyObject *cbids, *alias, *walk_fn, *slow, *intern, *resolve;
     Py_ssize_t max_queued;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOOOOOOOOiin", names, &path, &cbids, &alias,
-                                     &queue, &aqueue, &walk_fn, &slow, &intern, &resolve,
-                                     &key_depth, &revalidate, &max_queued))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOOOOOOn", names, &path, &cbids, &alias,
+                                     &walk_fn, &slow, &intern, &resolve, &max_queued))
         return NULL;
     if (g_sub != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "already installed");
         return NULL;
     }
-    void *lib = dlopen(path, RTLD_NOLOAD | RTLD_LAZY);
-    if (lib == NULL)
+    if (g_lib == NULL && (g_lib = dlopen(path, RTLD_NOLOAD | RTLD_LAZY)) == NULL)
         return PyErr_Format(PyExc_OSError, "libcupti is not loaded: %s", dlerror());
-    if (!(p_subscribe = sym(lib, "cuptiSubscribe")) ||
-        !(p_unsubscribe = sym(lib, "cuptiUnsubscribe")) ||
-        !(p_enable = sym(lib, "cuptiEnableCallback")))
+    if (!(p_subscribe = sym("cuptiSubscribe")) || !(p_unsubscribe = sym("cuptiUnsubscribe")) ||
+        !(p_enable = sym("cuptiEnableCallback")))
         return NULL;
     PyObject *seq = PySequence_Fast(cbids, "cbids must be a sequence of (domain, cbid)");
     if (seq == NULL)
@@ -401,47 +543,76 @@ static PyObject *install(PyObject *self, PyObject *args, PyObject *kw) {
         PyMem_Free(ids);
         return NULL;
     }
-    PyObject *qa = PyObject_GetAttrString(queue, "append");
-    PyObject *aqa = qa ? PyObject_GetAttrString(aqueue, "append") : NULL;
-    if (aqa == NULL) {
-        Py_XDECREF(qa);
-        PyMem_Free(ids);
-        return NULL;
-    }
     CUpti_SubscriberHandle sub = NULL;
     CUptiResult rc = p_subscribe(&sub, on_api, NULL);
     if (rc != 0) {
-        Py_DECREF(qa);
-        Py_DECREF(aqa);
         PyMem_Free(ids);
         return PyLong_FromLong(rc);
     }
     g_sub = sub;
     g_cbids = ids;
     g_ncbids = n;
-    Py_INCREF(queue);
-    g_queue = queue;
-    g_queue_append = qa;
-    g_aqueue_append = aqa;
     Py_INCREF(walk_fn);
     g_walk = walk_fn;
     Py_INCREF(slow);
     g_slow = slow;
     Py_INCREF(intern);
-    g_intern = intern;
+    Py_XSETREF(g_intern, intern); /* kept after uninstall: late activity buffers intern */
     Py_INCREF(resolve);
     g_resolve = resolve;
     g_peek_state = resolve == Py_None ? -1 : 0;
-    sites_clear(); /* ids of another StackTable's stacks must not leak into this one */
-    s_hits = s_walks = s_reval = s_ambiguous = s_dropped = s_errors = s_slow = s_launches = 0;
     g_peek = NULL;
-    g_key_depth = key_depth < 1 ? 1 : key_depth > MAX_KEY ? MAX_KEY : key_depth;
-    g_revalidate = revalidate < 1 ? 1 : (uint32_t)revalidate;
+    s_hits = s_walks = s_dropped = s_errors = s_slow = s_launches = s_records = 0;
+    s_cupti_dropped = 0;
+    sites_clear(); /* ids of another StackTable's stacks must not leak into this one */
+    rows_clear();  /* nor rows left from a tracer whose sender is gone */
+    for (int k = 0; k < 4096; k++) {
+        PyMem_Free(g_names[k].copy);
+        g_names[k].ptr = NULL;
+        g_names[k].copy = NULL;
+    }
     g_max_queued = max_queued;
     for (int dd = 0; dd < 3; dd++)
         for (int c = 0; c < MAX_CBID; c++)
             g_api[dd][c] = -1;
     return PyLong_FromLong(0);
+}
+
+static PyObject *activity(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (g_lib == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "install() first");
+        return NULL;
+    }
+    if (!(p_act_register = sym("cuptiActivityRegisterCallbacks")) ||
+        !(p_act_next = sym("cuptiActivityGetNextRecord")))
+        return NULL;
+    p_act_dropped = dlsym(g_lib, "cuptiActivityGetNumDroppedRecords");
+    return PyLong_FromLong(p_act_register(buf_requested, buf_completed));
+}
+
+static PyObject *take(PyObject *self, PyObject *args) {
+    const char *kind;
+    Py_ssize_t max_rows;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "sn", &kind, &max_rows))
+        return NULL;
+    for (int k = 0; k < R_KINDS; k++) {
+        if (strcmp(kind, ROW_NAMES[k]) != 0)
+            continue;
+        Rows *r = &g_rows[k];
+        size_t n = r->n < (size_t)(max_rows < 0 ? 0 : max_rows) ? r->n : (size_t)max_rows;
+        size_t width = ROW_WIDTH[k] * sizeof(int64_t);
+        PyObject *b = PyBytes_FromStringAndSize((const char *)r->data, (Py_ssize_t)(n * width));
+        if (b == NULL)
+            return NULL;
+        if (n < r->n)
+            memmove(r->data, (char *)r->data + n * width, (r->n - n) * width);
+        r->n -= n;
+        return Py_BuildValue("(Nn)", b, (Py_ssize_t)n);
+    }
+    return Py_BuildValue("(yn)", "", (Py_ssize_t)0);
 }
 
 static PyObject *enable(PyObject *self, PyObject *arg) {
@@ -480,25 +651,16 @@ static PyObject *uninstall(PyObject *self, PyObject *unused) {
     PyMem_Free(g_cbids);
     g_cbids = NULL;
     g_ncbids = 0;
-    Py_CLEAR(g_queue);
-    Py_CLEAR(g_queue_append);
-    Py_CLEAR(g_aqueue_append);
     Py_CLEAR(g_walk);
     Py_CLEAR(g_slow);
-    Py_CLEAR(g_intern);
     Py_CLEAR(g_resolve);
     sites_clear();
-    Py_RETURN_NONE;
-}
-
-static PyObject *quiet(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-    g_on = 0; /* a forked child: no CUPTI call, just stop recording */
-    Py_RETURN_NONE;
+    Py_RETURN_NONE; /* rows stay until taken: the sender's final drain comes after this */
 }
 
 static void sites_clear(void) {
+    for (size_t i = 0; i < g_cap; i++)
+        PyMem_Free(g_sites[i].key);
     PyMem_Free(g_sites);
     g_sites = NULL;
     g_cap = g_used = 0;
@@ -511,27 +673,31 @@ static PyObject *reset(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *quiet(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    g_on = 0; /* a forked child: no CUPTI call, just stop recording */
+    rows_clear();
+    Py_RETURN_NONE;
+}
+
 static PyObject *stats(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsn}", "hits", s_hits, "walks", s_walks,
-                         "revalidations", s_reval, "ambiguous_sites", s_ambiguous, "dropped",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsn}", "hits", s_hits, "walks", s_walks, "dropped",
                          s_dropped, "errors", s_errors, "slow", s_slow, "launches", s_launches,
-                         "sites", (Py_ssize_t)g_used);
+                         "records", s_records, "cupti_dropped", s_cupti_dropped, "sites",
+                         (Py_ssize_t)g_used);
 }
 
 /* For tests without a GPU: the stack id `frame` gets through the call-site table. */
 static PyObject *site_for(PyObject *self, PyObject *args) {
     PyObject *frame, *walk_fn;
-    int key_depth, revalidate;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!Oii", &PyFrame_Type, &frame, &walk_fn, &key_depth,
-                          &revalidate))
+    if (!PyArg_ParseTuple(args, "O!O", &PyFrame_Type, &frame, &walk_fn))
         return NULL;
     PyObject *saved = g_walk;
     g_walk = walk_fn;
-    g_key_depth = key_depth < 1 ? 1 : key_depth > MAX_KEY ? MAX_KEY : key_depth;
-    g_revalidate = revalidate < 1 ? 1 : (uint32_t)revalidate;
     uint64_t errors = s_errors;
     int64_t sid = site_sid((PyFrameObject *)frame);
     g_walk = saved;
@@ -540,15 +706,38 @@ static PyObject *site_for(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(sid);
 }
 
+/* For tests without a GPU: feed one activity record (bytes laid out as CUPTI's). */
+static PyObject *convert_record(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    PyObject *intern;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*O", &b, &intern))
+        return NULL;
+    PyObject *saved = g_intern;
+    g_intern = intern;
+    uint64_t errors = s_errors;
+    if (b.len >= 8)
+        convert(b.buf);
+    g_intern = saved;
+    PyBuffer_Release(&b);
+    if (s_errors != errors)
+        return PyErr_Format(PyExc_RuntimeError, "intern failed");
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_VARARGS | METH_KEYWORDS,
      "Subscribe to CUPTI callbacks; returns the CUptiResult (0 = subscribed)."},
+    {"activity", activity, METH_NOARGS,
+     "Take CUPTI's activity buffers (records -> packed rows); returns the CUptiResult."},
+    {"take", take, METH_VARARGS, "take(kind, max_rows) -> (packed int64 rows, count)."},
     {"enable", enable, METH_O, "Enable (True) or disable the callbacks; returns failed ids."},
-    {"uninstall", uninstall, METH_NOARGS, "Unsubscribe and drop every reference."},
+    {"uninstall", uninstall, METH_NOARGS, "Unsubscribe; rows not yet taken stay."},
     {"stats", stats, METH_NOARGS, "Counters of the hot path."},
+    {"site_for", site_for, METH_VARARGS, "Call-site table lookup for a frame (tests)."},
+    {"convert_record", convert_record, METH_VARARGS, "Convert one record's bytes (tests)."},
     {"reset", reset, METH_NOARGS, "Forget every call site (tests)."},
     {"quiet", quiet, METH_NOARGS, "Stop recording without calling CUPTI (after fork)."},
-    {"site_for", site_for, METH_VARARGS, "Call-site table lookup for a frame (tests)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -295,21 +295,15 @@ class CuptiTracer:
             if name.startswith(_DRIVER_ALIAS_PREFIXES)
         ]
         seqs = self.autograd
-        queue = self.sender.queues["launch"]
-        full = self.config.stacks == "full"
         try:
             rc = hook.install(
                 libcupti=self.info.get("libcupti") or _loaded_libcupti(),
                 cbids=self._cbids,
                 alias=alias,
-                queue=queue,
-                autograd_queue=self.sender.queues["autograd"],
                 walk=self.stacks.walk,
                 slow=self._make_slow_launch(),
                 intern=self.sender.intern,
                 resolve_peek=seqs.peek_address if seqs is not None else None,
-                key_depth=self.config.key_depth,
-                revalidate_every=1 if full else self.config.revalidate_every,
                 max_queued=self.sender.max_queued,
             )
         except (OSError, RuntimeError, TypeError) as exc:
@@ -322,6 +316,7 @@ class CuptiTracer:
             raise TracerError(f"CUPTI subscribe failed: {_cupti_error(cupti, _Status(rc))}")
         self._hook = hook
         self._subscriber = True
+        self.sender.packed = hook  # launch, autograd and activity rows, packed in C
 
     def _make_slow_launch(self) -> Any:
         """The C hook's path for threads with no Python frames (-> (stack, api, seq))."""
@@ -387,7 +382,17 @@ class CuptiTracer:
         }
         if on:
             if not self._activity_kinds:
-                cupti.activity_register_callbacks(_buffer_requested, self._buffer_completed)
+                if self._hook is not None:  # records -> packed rows in C, no Python objects
+                    try:
+                        rc = self._hook.activity()
+                    except (OSError, RuntimeError) as exc:
+                        raise TracerError(f"C activity buffers: {_one_line(exc)}") from None
+                    if rc:
+                        raise TracerError(
+                            f"CUPTI activity callbacks refused: {_cupti_error(cupti, _Status(rc))}"
+                        )
+                else:
+                    cupti.activity_register_callbacks(_buffer_requested, self._buffer_completed)
             self._activity_kinds = []
             for kind in self.config.kinds:
                 for k in wanted[kind]:
@@ -489,10 +494,11 @@ class CuptiTracer:
         stats = dict(self.stacks.stats)
         if self._hook is not None:
             hs = self._hook.stats()
-            # the C table's hits and revalidations; its walks are StackTable's (counted there)
-            for k in ("hits", "revalidations", "ambiguous_sites"):
-                stats[k] = stats.get(k, 0) + hs[k]
+            # the C table's hits; its walks are StackTable's (counted there). Its keys are
+            # whole stacks: no revalidation, no ambiguous site
+            stats["hits"] = stats.get("hits", 0) + hs["hits"]
             dropped = hs["dropped"] - self._hook_stats.get("dropped", 0)
+            dropped += hs["cupti_dropped"] - self._hook_stats.get("cupti_dropped", 0)
             self.sender.counters["dropped"] += dropped
             self.sender.counters["hook_errors"] = hs["errors"]
             self._hook_stats = hs
