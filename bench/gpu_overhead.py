@@ -431,14 +431,16 @@ def main() -> None:
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--out", default="")
     p.add_argument(
-        "--breakdown", action="store_true", help="per-kind / per-callback costs, both hooks"
+        "--breakdown", action="store_true", help="per-kind / per-callback costs, per hook"
     )
+    p.add_argument("--hooks", default="c,python", help="launch hooks for --breakdown")
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.reps, args.matmul_n)), flush=True)
         return
     rows, raw = [], []
-    modes = ["breakdown_c", "breakdown_python"] if args.breakdown else args.modes.split(",")
+    hooks = args.hooks.split(",")
+    modes = [f"breakdown_{h}" for h in hooks] if args.breakdown else args.modes.split(",")
     for mode in modes:
         r = run_mode(mode, args.reps, args.matmul_n)
         raw.append(r)

@@ -10,7 +10,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kubeprof-hook-out}; W=${W:-/tmp/kubeprof-hook-work}; mkdir -p "$W" "$OUT"
 BUDGET_S=${BUDGET_S:-520}
-REPS=${REPS:-6}; BREPS=${BREPS:-5}
+REPS=${REPS:-6}; BREPS=${BREPS:-5}; HOOKS=${HOOKS:-c,python}; TRUTH=${TRUTH:-item tiny}
 MODES=${MODES:-kubeprof,kineto_stack,kineto,kubeprof_pyhook,kubeprof_activity}
 log=$W/log.txt
 say() { echo "[$(date -u +%T) +${SECONDS}s] $*" | tee -a "$log"; }
@@ -27,20 +27,20 @@ python3 -c "import kubeprof.agent.gpu._launchhook as h; print('hook', h.__file__
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
 
 say "breakdown --reps $BREPS"
-timeout 200 python3 bench/gpu_overhead.py --breakdown --reps "$BREPS" --out "$W/breakdown.json" \
+timeout 200 python3 bench/gpu_overhead.py --breakdown --hooks "$HOOKS" --reps "$BREPS" --out "$W/breakdown.json" \
   >"$W/breakdown.txt" 2>&1; say "  rc=$?"; cat "$W/breakdown.txt" >>"$log"; pack
 
-if left 200; then
+if left 150; then
   say "overhead --modes $MODES --reps $REPS"
-  timeout $((BUDGET_S - SECONDS - 100)) python3 bench/gpu_overhead.py --modes "$MODES" \
+  timeout $((BUDGET_S - SECONDS - 70)) python3 bench/gpu_overhead.py --modes "$MODES" \
     --reps "$REPS" --out "$W/overhead.json" >"$W/overhead.txt" 2>&1
   say "  rc=$?"; tail -n 9 "$W/overhead.txt" | tee -a "$log"; pack
 fi
 
-if left 90; then
+if left 60; then
   say "truth fixtures with the C hook"
   OUT=$W/truth W=/tmp/kubeprof-truthwork BUDGET_S=$((BUDGET_S - SECONDS - 15)) SKIP_BENCH=1 \
-    bash tests/gpu/truth_run.sh item tiny >"$W/truth_run.txt" 2>&1
+    bash tests/gpu/truth_run.sh $TRUTH >"$W/truth_run.txt" 2>&1
   say "  rc=$?"
 fi
 pack
