@@ -197,11 +197,22 @@ static int64_t site_sid(PyFrameObject *f) {
         return walk(f);
     Site *s = site_find(h, key, n);
     if (s->hash == 0) {
-        int64_t sid = walk(f);
+        /* the walk runs Python (a finalizer may even launch and re-enter here, reusing
+         * `key` and growing the table): keep our own copy, find the slot again after */
         uintptr_t *copy = PyMem_Malloc(n * sizeof(uintptr_t));
         if (copy == NULL)
-            return sid;
+            return walk(f);
         memcpy(copy, key, n * sizeof(uintptr_t));
+        int64_t sid = walk(f);
+        if (g_sites == NULL || (g_used * 2 >= g_cap && sites_grow() < 0)) {
+            PyMem_Free(copy);
+            return sid;
+        }
+        s = site_find(h, copy, n);
+        if (s->hash != 0) { /* inserted meanwhile by a re-entrant launch */
+            PyMem_Free(copy);
+            return sid;
+        }
         s->hash = h;
         s->n = n;
         s->key = copy;
@@ -411,15 +422,19 @@ static void convert(const void *r) {
     s_records++;
     switch (*(const int32_t *)r) {
     case KIND_KERNEL:
-    case KIND_CONCURRENT_KERNEL:
+    case KIND_CONCURRENT_KERNEL: {
+        /* the name first: interning runs Python, which may let another thread append rows
+         * (and move them) before we write into ours */
+        int64_t name = name_id(PTR(r, 104));
         if ((p = row(R_KERNEL)) == NULL)
             return;
         p[0] = U64(r, 16), p[1] = U64(r, 24), p[2] = U32(r, 40), p[3] = U32(r, 92);
         p[4] = U32(r, 48), p[5] = I32(r, 52), p[6] = I32(r, 56), p[7] = I32(r, 60);
         p[8] = I32(r, 64), p[9] = I32(r, 68), p[10] = I32(r, 72), p[11] = U16(r, 6);
         p[12] = I32(r, 76), p[13] = I32(r, 80), p[14] = U32(r, 156), p[15] = U32(r, 44);
-        p[16] = name_id(PTR(r, 104));
+        p[16] = name;
         return;
+    }
     case KIND_MEMCPY:
         if ((p = row(R_MEMCPY)) == NULL)
             return;
