@@ -1,4 +1,4 @@
-"""GPU tracing overhead on a launch-bound and a compute-bound PyTorch loop.
+"""GPU tracing overhead: launch-bound, compute-bound, training and batch-1 decode loops.
 
 Each mode runs in its own process; inside it, baseline and profiled repetitions alternate
 (ABAB, BABA, ...) so drift between processes (±20 % on the H200) cancels out. The profiled
@@ -6,11 +6,20 @@ repetition is timed inside the profiler's session (start/stop costs excluded, fo
 and torch.profiler alike).
 
     python bench/gpu_overhead.py --reps 10 --out results.json     # parent: all modes
-    modes: kubeprof (call-site stacks, the default; backward kernels charged to their forward
-           op through autograd sequence numbers), kubeprof_nobackward (the same without:
+    python bench/gpu_overhead.py --breakdown --out breakdown.json # per-kind / per-callback
+    modes: kubeprof (call-site stacks, the default; the C launch hook when built; backward
+           kernels charged to their forward op through autograd sequence numbers),
+           kubeprof_pyhook (the same with the pure-Python launch callback),
+           kubeprof_nobackward (the same without:
            backward kernels under the main thread's stack), kubeprof_full (walk every launch),
            kubeprof_nostack (callbacks, no stack), kubeprof_activity (records only),
            kineto (torch.profiler CPU+CUDA), kineto_stack (with_stack=True)
+
+The decode loop is an autoregressive batch-1 generation with a small transformer (6 blocks,
+d=512, KV cache, greedy, no CUDA graphs): ~100 short kernels a token, reported as tokens/s.
+``--breakdown`` runs, in one process per launch hook (C, Python), the launch-bound loop
+under each activity kind alone and with the callbacks alone (and, for the Python hook, one
+callback domain at a time), interleaved with the untraced loop.
 """
 
 from __future__ import annotations
@@ -29,8 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 OPS = 20_000  # launch-bound ops per repetition
 MATMULS = 50
 TRAIN_STEPS = 100  # launch-bound training steps (small MLP, forward + backward) per repetition
+DECODE_TOKENS = 128  # tokens generated per repetition (batch 1, after a 16-token prompt)
 MODES = {
     "kubeprof": {"KUBEPROF_GPU_STACKS": "callsite"},
+    "kubeprof_pyhook": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_HOOK": "python"},
     "kubeprof_nobackward": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_BACKWARD": "0"},
     "kubeprof_full": {"KUBEPROF_GPU_STACKS": "full"},
     "kubeprof_nostack": {"KUBEPROF_GPU_STACKS": "off"},
@@ -46,6 +57,71 @@ NO_MULTICAST = {
 
 
 # ---------------------------------------------------------------- child
+def decoder(torch: object) -> object:
+    """A small GPT-style decoder with a KV cache; returns ``generate(n_tokens)``."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    torch_ = torch  # type: ignore[assignment]
+    d, heads, layers, vocab, ctx = 512, 8, 6, 8192, 512
+    dev, dt = "cuda", torch_.bfloat16  # type: ignore[attr-defined]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x: object, kc: object, vc: object, pos: int) -> object:
+            b, t, _ = x.shape  # type: ignore[attr-defined]
+            q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            kc[:, :, pos : pos + t] = k  # type: ignore[index]
+            vc[:, :, pos : pos + t] = v  # type: ignore[index]
+            att = F.scaled_dot_product_attention(
+                q,
+                kc[:, :, : pos + t],
+                vc[:, :, : pos + t],
+                is_causal=t > 1,  # type: ignore[index]
+            )
+            x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+    class Gpt(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+        def forward(self, ids: object, caches: list, pos: int) -> object:
+            x = self.emb(ids)
+            for blk, (kc, vc) in zip(self.blocks, caches, strict=True):
+                x = blk(x, kc, vc, pos)
+            return self.head(self.ln(x[:, -1:]))
+
+    model = Gpt().to(dev, dt).eval()
+    shape = (1, heads, ctx, d // heads)
+    caches = [
+        (torch_.empty(shape, device=dev, dtype=dt), torch_.empty(shape, device=dev, dtype=dt))  # type: ignore[attr-defined]
+        for _ in range(layers)
+    ]
+    prompt = torch_.randint(0, vocab, (1, 16), device=dev)  # type: ignore[attr-defined]
+
+    def generate(n: int) -> None:
+        with torch_.inference_mode():  # type: ignore[attr-defined]
+            logits = model(prompt, caches, 0)
+            pos = prompt.shape[1]
+            for _ in range(n):
+                tok = logits[:, -1].argmax(-1, keepdim=True)
+                logits = model(tok, caches, pos)
+                pos += 1
+        torch_.cuda.synchronize()  # type: ignore[attr-defined]
+
+    return generate
+
+
 def child(mode: str, reps: int, matmul_n: int) -> dict:
     import torch
 
@@ -75,8 +151,14 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
             mlp(xb).square().mean().backward()
         torch.cuda.synchronize()
 
+    generate = decoder(torch)
+
+    def decode() -> None:
+        """Batch-1 autoregressive decode: ~100 short kernels per token."""
+        generate(DECODE_TOKENS)  # type: ignore[operator]
+
     tracer = None
-    if mode.startswith("kubeprof"):
+    if mode.startswith("kubeprof") or mode == "breakdown":
         from kubeprof.agent.gpu import inject
 
         tracer = inject._tracer
@@ -87,6 +169,7 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         "launch_bound": [],
         "compute_bound": [],
         "train_bound": [],
+        "decode": [],
     }
 
     def profiled(fn: object) -> float:
@@ -126,9 +209,13 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         plain(launch_bound)
         plain(compute_bound)
         plain(train_bound)
+        plain(decode)
         profiled(launch_bound)
         profiled(compute_bound)
         profiled(train_bound)
+        profiled(decode)
+    if mode == "breakdown":
+        return breakdown(tracer, reps, launch_bound, plain, profiled)
     res: dict[str, list[float]] = {
         "base_launch": [],
         "prof_launch": [],
@@ -136,6 +223,8 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         "prof_compute": [],
         "base_train": [],
         "prof_train": [],
+        "base_decode": [],
+        "prof_decode": [],
     }
     for r in range(reps):
         order = ("base", "prof") if r % 2 == 0 else ("prof", "base")
@@ -144,16 +233,77 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
             res[f"{which}_launch"].append(run(launch_bound))
             res[f"{which}_compute"].append(run(compute_bound))
             res[f"{which}_train"].append(run(train_bound))
+            res[f"{which}_decode"].append(run(decode))
     if tracer is not None:
         tracer.resume()
     profiled_reps = reps + 2
     return {
         "mode": mode,
+        "hook": ("c" if tracer._hook is not None else "python") if tracer is not None else None,
         **res,
         "stop_s": stop_costs,
         "expected_launch_kernels": profiled_reps * OPS,
         "expected_matmul_launches": profiled_reps * MATMULS,
         "tflops": 2 * matmul_n**3 * MATMULS / statistics.median(res["base_compute"]) / 1e12,
+    }
+
+
+def breakdown(tracer: object, reps: int, loop: object, plain: object, profiled: object) -> dict:
+    """The launch-bound loop under each activity kind alone, callbacks alone, ...; the
+    tracer is reconfigured while paused, variants interleaved with the untraced loop."""
+    from dataclasses import replace
+
+    tr: object = tracer
+    base_cfg = tr.config  # type: ignore[attr-defined]
+    all_cbids = list(tr._cbids)  # type: ignore[attr-defined]
+    python_hook = tr._hook is None  # type: ignore[attr-defined]
+    nothing: tuple[str, ...] = ()
+    variants: dict[str, tuple[dict, int]] = {
+        "activity kernel": ({"callbacks": False, "kinds": ("kernel",)}, 0),
+        "activity memcpy": ({"callbacks": False, "kinds": ("memcpy",)}, 0),
+        "activity memset": ({"callbacks": False, "kinds": ("memset",)}, 0),
+        "activity sync": ({"callbacks": False, "kinds": ("sync",)}, 0),
+        "activity nvtx": ({"callbacks": False, "kinds": ("nvtx",)}, 0),
+        "activity all 5 kinds": ({"callbacks": False}, 0),
+        "callbacks, no activity": ({"kinds": nothing}, 0),
+        "callbacks, no stack, no activity": ({"kinds": nothing, "stacks": "off"}, 0),
+        "callbacks + kernel": ({"kinds": ("kernel",)}, 0),
+        "default (callbacks + 5 kinds)": ({}, 0),
+    }
+    if python_hook:
+        variants["callbacks runtime domain only, no activity"] = ({"kinds": nothing}, 2)
+        variants["callbacks driver domain only, no activity"] = ({"kinds": nothing}, 1)
+    res: dict[str, list[float]] = {"base": [], **{k: [] for k in variants}}
+    tr.pause()  # type: ignore[attr-defined]
+    names = list(variants)
+    for r in range(reps):
+        res["base"].append(plain(loop))  # type: ignore[operator]
+        for name in names if r % 2 == 0 else reversed(names):
+            changes, domain = variants[name]
+            tr.config = replace(base_cfg, **changes)  # type: ignore[attr-defined]
+            tr.stacks.mode = tr.config.stacks  # type: ignore[attr-defined]
+            if python_hook:
+                tr._cbids = [c for c in all_cbids if not domain or c[0] == domain]  # type: ignore[attr-defined]
+            res[name].append(profiled(loop))  # type: ignore[operator]
+        res["base"].append(plain(loop))  # type: ignore[operator]
+    tr.config = base_cfg  # type: ignore[attr-defined]
+    tr.stacks.mode = base_cfg.stacks  # type: ignore[attr-defined]
+    tr._cbids = all_cbids  # type: ignore[attr-defined]
+    base = statistics.median(res["base"])
+    return {
+        "mode": "breakdown",
+        "hook": "python" if python_hook else "c",
+        "base_s": base,
+        "rows": {
+            k: {
+                "median_s": statistics.median(v),
+                "slowdown": statistics.median(v) / base,
+                "added_us_per_op": (statistics.median(v) - base) / OPS * 1e6,
+            }
+            for k, v in res.items()
+            if k != "base"
+        },
+        "raw": res,
     }
 
 
@@ -181,12 +331,15 @@ def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
         ),
     }
     rx = None
-    if mode.startswith("kubeprof"):
+    if mode.startswith("breakdown"):  # breakdown_c / breakdown_python: one launch hook each
+        argv[3] = "breakdown"
+        env["KUBEPROF_GPU_HOOK"] = mode.split("_", 1)[1]
+    if mode.startswith(("kubeprof", "breakdown")):
         sock = os.path.join(tempfile.mkdtemp(prefix="kpbench-"), "gpu.sock")
         rx = GpuReceiver(sock)
         rx.start()
         env.update(tracer_env(sock, base=env))
-        env.update(MODES[mode])
+        env.update(MODES.get(mode, {}))
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -241,8 +394,13 @@ def summarise(r: dict) -> dict:
         for k in ("base_launch", "prof_launch", "base_compute", "prof_compute")
     }
     train = {k: statistics.median(r[k]) for k in ("base_train", "prof_train") if r.get(k)}
+    dec = {k: statistics.median(r[k]) for k in ("base_decode", "prof_decode") if r.get(k)}
     return {
         "mode": r["mode"],
+        "hook": r.get("hook"),
+        "decode_tokens_per_s_base": DECODE_TOKENS / dec["base_decode"] if dec else None,
+        "decode_tokens_per_s_traced": DECODE_TOKENS / dec["prof_decode"] if dec else None,
+        "decode_loss_pct": 100 * (1 - dec["base_decode"] / dec["prof_decode"]) if dec else None,
         "launch_base_s": med["base_launch"],
         "launch_prof_s": med["prof_launch"],
         "launch_slowdown": med["prof_launch"] / med["base_launch"],
@@ -272,32 +430,48 @@ def main() -> None:
     p.add_argument("--matmul-n", type=int, default=8192)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--out", default="")
+    p.add_argument(
+        "--breakdown", action="store_true", help="per-kind / per-callback costs, per hook"
+    )
+    p.add_argument("--hooks", default="c,python", help="launch hooks for --breakdown")
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.reps, args.matmul_n)), flush=True)
         return
     rows, raw = [], []
-    for mode in args.modes.split(","):
+    hooks = args.hooks.split(",")
+    modes = [f"breakdown_{h}" for h in hooks] if args.breakdown else args.modes.split(",")
+    for mode in modes:
         r = run_mode(mode, args.reps, args.matmul_n)
         raw.append(r)
         if "error" in r:
             print(f"{mode}: FAILED\n{r['error']}", flush=True)
+            continue
+        if r["mode"] == "breakdown":
+            print(f"\n{mode} (hook {r['hook']}), base {r['base_s']:.3f} s / {OPS:,} ops")
+            print("| variant | slowdown | added µs/op |\n| --- | ---: | ---: |")
+            for name, row in r["rows"].items():
+                print(f"| {name} | {row['slowdown']:.2f}× | {row['added_us_per_op']:.2f} |")
             continue
         s = summarise(r)
         rows.append(s)
         print(json.dumps(s), flush=True)
     print(
         "\n| mode | launch-bound slowdown | added µs/op | compute-bound slowdown "
-        "| training-step slowdown | kernels seen / launched |"
+        "| training-step slowdown | decode tokens/s untraced → traced (loss) "
+        "| kernels seen / launched |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for s in rows:
         seen = "-"
         if s["kernels"]:
             seen = f"{s['elementwise_kernels']:,} / {s['launch_kernels_expected']:,}"
         print(
             f"| {s['mode']} | {s['launch_slowdown']:.2f}× | {s['added_us_per_op']:.2f} "
-            f"| {s['compute_slowdown']:.3f}× | {s['train_slowdown'] or 0:.2f}× | {seen} |"
+            f"| {s['compute_slowdown']:.3f}× | {s['train_slowdown'] or 0:.2f}× "
+            f"| {s['decode_tokens_per_s_base'] or 0:.0f} → "
+            f"{s['decode_tokens_per_s_traced'] or 0:.0f}"
+            f" ({s['decode_loss_pct'] or 0:.1f} %) | {seen} |"
         )
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": rows, "raw": raw}, indent=1))

@@ -29,6 +29,8 @@ def fake(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti.cupti", pkg.cupti)
     monkeypatch.setattr(tracer_mod, "preflight", lambda: None)
     monkeypatch.setattr(tracer_mod, "_version_check", lambda c: {"libcupti": ""})
+    # the Python launch callback; test_launchhook.py drives the C one through a fake libcupti
+    monkeypatch.setattr(tracer_mod, "load_hook", lambda mode: None)
     monkeypatch.setattr(os, "register_at_fork", lambda **kw: None)
     return fk
 

@@ -10,7 +10,8 @@ launches the backward pass, the main thread the forward pass and the optimizer).
 - ``train_torch``: recorded before backward attribution: backward kernels are shown under
   the main thread's stack, at ``loss.backward()``, and counted as that fallback;
 - ``train_torch_autograd``: backward kernels charged to the forward op that made their
-  autograd node, as ``backward of Linear.forward (linear.py:134)`` under that op's stack.
+  autograd node, as ``backward of Linear.forward (linear.py:134)`` under that op's stack;
+- ``hook_c/train_torch``: the same with the C launch hook (issue 14): same assertions.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kubeprof.model import FrameKind, GpuActivity
 REPO = Path(__file__).resolve().parents[3]
 TRUTH = REPO / "tests" / "fixtures" / "gpu" / "truth"
 WORKLOAD = REPO / "examples" / "train_torch.py"
+C_HOOK = "hook_c/train_torch"  # recorded with the C launch hook, backward attribution on
 STEPS, LAYERS = 12, 8  # --steps 12 (the recorded command), TinyGpt's default layers
 FORWARD_GEMMS = STEPS * (4 * LAYERS + 1)  # qkv, proj, up, down per block + the head
 
@@ -97,7 +99,7 @@ def _flash(a: GpuActivity, direction: str) -> bool:
     return "sdpa" in a.demangled and f"flash_{direction}" in a.demangled
 
 
-@pytest.mark.parametrize("name", ["train_torch", "train_torch_autograd"])
+@pytest.mark.parametrize("name", ["train_torch", "train_torch_autograd", C_HOOK])
 def test_forward_gemms_are_under_linear_forward_at_each_layer_call(name):
     fwd, _ = _threads(name)
     gemms = [k for k in fwd if _gemm(k)]
@@ -113,7 +115,7 @@ def test_forward_gemms_are_under_linear_forward_at_each_layer_call(name):
     }
 
 
-@pytest.mark.parametrize("name", ["train_torch", "train_torch_autograd"])
+@pytest.mark.parametrize("name", ["train_torch", "train_torch_autograd", C_HOOK])
 def test_flash_attention_forward_is_under_attention_forward(name):
     fwd, _ = _threads(name)
     flash = [k for k in fwd if _flash(k, "fprop")]
@@ -123,7 +125,7 @@ def test_flash_attention_forward_is_under_attention_forward(name):
     assert {_workload_frames(k)[-1][1] for k in flash} <= {SDPA, SDPA + 1, SDPA + 2}
 
 
-@pytest.mark.parametrize("name", ["train_torch", "train_torch_autograd"])
+@pytest.mark.parametrize("name", ["train_torch", "train_torch_autograd", C_HOOK])
 def test_optimizer_kernels_are_under_the_optimizer_step(name):
     fwd, _ = _threads(name)
     adam = [k for k in fwd if "multi_tensor_apply" in k.demangled]
@@ -148,8 +150,9 @@ def test_backward_before_autograd_attribution_is_the_main_thread_fallback():
     assert att.via_main_share == pytest.approx(0.61, abs=0.02)  # as the H200 recorded
 
 
-def test_backward_gemms_land_under_backward_of_their_forward_linear():
-    fwd, bwd = _threads("train_torch_autograd")
+@pytest.mark.parametrize("name", ["train_torch_autograd", C_HOOK])
+def test_backward_gemms_land_under_backward_of_their_forward_linear(name):
+    fwd, bwd = _threads(name)
     gemms = [k for k in bwd if _gemm(k)]
     # each forward GEMM has two in backward (input and weight gradients)
     assert len(gemms) == 2 * FORWARD_GEMMS
@@ -159,8 +162,9 @@ def test_backward_gemms_land_under_backward_of_their_forward_linear():
     assert bwd_sites == Counter({site: 2 * n for site, n in fwd_sites.items()})
 
 
-def test_flash_attention_backward_lands_under_backward_of_attention_forward():
-    _, bwd = _threads("train_torch_autograd")
+@pytest.mark.parametrize("name", ["train_torch_autograd", C_HOOK])
+def test_flash_attention_backward_lands_under_backward_of_attention_forward(name):
+    _, bwd = _threads(name)
     flash = [k for k in bwd if _flash(k, "bprop")]
     assert len(flash) == STEPS * LAYERS
     for k in flash:
@@ -169,8 +173,9 @@ def test_flash_attention_backward_lands_under_backward_of_attention_forward():
         assert k.stack[-2].name == f"backward of Attention.forward (train_torch.py:{site[1]})"
 
 
-def test_backward_kernels_are_charged_to_a_forward_op_or_kept_as_unmatched():
-    fwd, bwd = _threads("train_torch_autograd")
+@pytest.mark.parametrize("name", ["train_torch_autograd", C_HOOK])
+def test_backward_kernels_are_charged_to_a_forward_op_or_kept_as_unmatched(name):
+    fwd, bwd = _threads(name)
     markers = Counter(k.stack[-2].name.split(" (")[0] for k in bwd)
     assert FOREIGN_MARKER not in markers  # no backward kernel left to the fallback
     assert set(markers) <= {

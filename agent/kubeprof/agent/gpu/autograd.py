@@ -68,6 +68,16 @@ class AutogradSeq:
         except Exception:  # noqa: BLE001 - must never break the workload
             return NONE
 
+    def peek_address(self) -> int:
+        """Address of ``at::sequence_number::peek`` for the C launch hook to call directly:
+        0 while torch is not imported yet, -1 when it cannot be had (``error`` says why)."""
+        if self._peek is None and (self._resolved or not self._resolve()):
+            return -1 if self._resolved else 0
+        try:
+            return int(ctypes.cast(self._peek, ctypes.c_void_p).value or -1)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - must never break the workload
+            return -1
+
     def backward(self) -> int:
         """Sequence number of the autograd node running on this thread, if any."""
         get = self._node

@@ -94,6 +94,13 @@ class StackTable:
         self.stats["hits"] += 1
         return sid
 
+    def walk(self, frame: FrameType) -> int:
+        """Stack id of the whole stack ending at ``frame``: the C launch hook's call-site
+        table calls this on a new site, a revalidation or an ambiguous site."""
+        if self.mode == "off":
+            return 0
+        return self._walk(frame, "")
+
     def _walk(self, frame: FrameType, marker: str) -> int:
         """Intern the whole stack (leaf first) and return its id."""
         self.stats["walks"] += 1

@@ -11,6 +11,11 @@ fires a nested driver callback with a different correlation id; the kernel recor
 runtime one, so nested driver callbacks are skipped (a per-thread "inside a runtime call" flag
 set on runtime enter, cleared on runtime exit).
 
+The callback itself is C when ``_launchhook`` is built (``scripts/build_launchhook.sh``, run
+by ``make setup``): exits and nested driver calls then cost no Python at all, and a launch
+one GIL acquisition and a call-site lookup. Without it, ``on_api`` below does the same in
+Python (``KUBEPROF_GPU_HOOK=auto``, the default, picks C when importable).
+
 Every failure here is reported as one line and turns tracing off; the workload runs on.
 """
 
@@ -74,6 +79,7 @@ _DRIVER_ALIAS_PREFIXES = (
 )
 
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset", "sync", "nvtx")
+HOOK_MODES = ("auto", "c", "python")
 FOREIGN_MARKER = "[launched by a native thread; main thread shown]"
 
 
@@ -94,6 +100,7 @@ class TracerConfig:
     max_queued: int = 1_000_000  # records per kind held in the target before dropping
     callbacks: bool = True  # False: activity records only, no launch stacks (the cost floor)
     backward: bool = True  # PyTorch: send autograd sequence numbers (backward -> forward op)
+    hook: str = "auto"  # launch callback: auto (C if built), c (required), python
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> TracerConfig:
@@ -113,7 +120,30 @@ class TracerConfig:
             max_queued=int(e.get("KUBEPROF_GPU_MAX_QUEUED", d.max_queued)),
             callbacks=e.get("KUBEPROF_GPU_CALLBACKS", "1") != "0",
             backward=e.get("KUBEPROF_GPU_BACKWARD", "1") != "0",
+            hook=_hook_mode(e.get("KUBEPROF_GPU_HOOK", d.hook)),
         )
+
+
+def _hook_mode(value: str) -> str:
+    if value not in HOOK_MODES:
+        raise TracerError(f"unknown KUBEPROF_GPU_HOOK {value!r} (known: {', '.join(HOOK_MODES)})")
+    return value
+
+
+def load_hook(mode: str) -> Any:
+    """The C launch hook module, or None for the Python callback (``mode`` from the config)."""
+    if mode == "python":
+        return None
+    try:
+        from kubeprof.agent.gpu import _launchhook  # type: ignore[attr-defined]
+    except ImportError as exc:
+        if mode == "c":
+            raise TracerError(
+                f"KUBEPROF_GPU_HOOK=c but the C launch hook is not built ({_one_line(exc)}): "
+                "run scripts/build_launchhook.sh, or set KUBEPROF_GPU_HOOK=auto"
+            ) from None
+        return None
+    return _launchhook
 
 
 def preflight() -> None:
@@ -171,6 +201,8 @@ class CuptiTracer:
         )
         self._cupti: Any = None
         self._subscriber: Any = None
+        self._hook: Any = None  # the C launch hook module when it owns the subscriber
+        self._hook_stats: dict[str, int] = {}
         self._cbids: list[tuple[int, int]] = []
         self._activity_kinds: list[int] = []
         self._offset = 0  # host CLOCK_MONOTONIC minus CUPTI timestamp, ns
@@ -195,7 +227,11 @@ class CuptiTracer:
         except Exception as exc:  # noqa: BLE001 - must never break the workload
             raise TracerError(f"libcupti cannot be loaded: {_one_line(exc)}") from None
         self.info = _version_check(cupti)
-        self._subscribe()
+        hook = load_hook(self.config.hook)
+        if hook is not None:
+            self._subscribe_c(hook)
+        else:
+            self._subscribe()
         try:
             self._measure_offset()
             self._enable_callbacks(True)
@@ -208,7 +244,12 @@ class CuptiTracer:
         self.pm = PmSampler.from_env(self.sender)
         self.sender.tick_hooks.append(self._tick)
         self.sender.hello.update(
-            {"versions": self.info, "config": self.config.__dict__, "clock_offset_ns": self._offset}
+            {
+                "versions": self.info,
+                "config": self.config.__dict__,
+                "clock_offset_ns": self._offset,
+                "hook": "c" if self._hook is not None else "python",
+            }
         )
         os.register_at_fork(after_in_child=self._after_fork)
         self._active = True
@@ -243,26 +284,86 @@ class CuptiTracer:
                 ) from None
             raise TracerError(f"CUPTI subscribe failed: {_cupti_error(cupti, exc)}") from None
 
+    def _subscribe_c(self, hook: Any) -> None:
+        """Let the C hook own the subscriber; same records as ``_make_callback``'s."""
+        cupti = self._cupti
+        if not self._cbids:
+            self._cbids = _callback_ids(cupti)
+        alias = [
+            int(member)
+            for name, member in cupti.DriverApiTraceCbid.__members__.items()
+            if name.startswith(_DRIVER_ALIAS_PREFIXES)
+        ]
+        seqs = self.autograd
+        try:
+            rc = hook.install(
+                libcupti=self.info.get("libcupti") or _loaded_libcupti(),
+                cbids=self._cbids,
+                alias=alias,
+                walk=self.stacks.walk,
+                slow=self._make_slow_launch(),
+                intern=self.sender.intern,
+                resolve_peek=seqs.peek_address if seqs is not None else None,
+                max_queued=self.sender.max_queued,
+            )
+        except (OSError, RuntimeError, TypeError) as exc:
+            raise TracerError(f"C launch hook cannot start: {_one_line(exc)}") from None
+        if rc == int(cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED):
+            raise TracerError(
+                "CUPTI is already in use by another profiler (Nsight Systems, torch.profiler, ...)"
+            )
+        if rc != 0:
+            raise TracerError(f"CUPTI subscribe failed: {_cupti_error(cupti, _Status(rc))}")
+        self._hook = hook
+        self._subscriber = True
+        self.sender.packed = hook  # launch, autograd and activity rows, packed in C
+
+    def _make_slow_launch(self) -> Any:
+        """The C hook's path for threads with no Python frames (-> (stack, api, seq))."""
+        get_ident = threading.get_ident
+        capture = self.stacks.capture
+        queue = self.sender.queues["launch"]
+        aqueue = self.sender.queues["autograd"]
+        max_queued = self.sender.max_queued
+        counters = self.sender.counters
+        intern = self.sender.intern
+        bwd_seq = self.autograd.backward if self.autograd is not None else None
+        foreign_main = self.config.foreign == "main"
+
+        def slow(_domain: int, cbid: int, corr: int, fname: str) -> tuple[int, int, int]:
+            tid = get_ident()
+            seq = NONE
+            if bwd_seq is not None and (seq := bwd_seq()) != NONE:
+                sid = 0  # the receiver gives it the stack of the forward op (autograd.py)
+                aqueue.append((corr, seq, tid, 1))
+            elif foreign_main:
+                sid = capture(main_thread_frame(), marker=FOREIGN_MARKER)
+            else:
+                sid = 0
+            api = intern(fname or str(cbid))
+            if len(queue) >= max_queued:
+                counters["dropped"] += 1
+            else:
+                queue.append((corr, sid, api, tid))
+            return sid, api, seq
+
+        return slow
+
     def _enable_callbacks(self, on: bool) -> None:
         cupti = self._cupti
         if not self.config.callbacks:
             return
         if not self._cbids:
-            rt, drv = cupti.CallbackDomain.RUNTIME_API, cupti.CallbackDomain.DRIVER_API
-            for name, member in cupti.RuntimeApiTraceCbid.__members__.items():
-                bare = name.split("__", 1)[-1] if name.startswith("_RuntimeApiTraceCbid") else name
-                if bare.startswith(_RUNTIME_PREFIXES):
-                    self._cbids.append((int(rt), int(member)))
-            for name, member in cupti.DriverApiTraceCbid.__members__.items():
-                if name.startswith(_DRIVER_PREFIXES) or name in _DRIVER_EXACT:
-                    self._cbids.append((int(drv), int(member)))
-            self._cbids = sorted(set(self._cbids))
+            self._cbids = _callback_ids(cupti)
         failed = []
-        for domain, cbid in self._cbids:
-            try:
-                cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
-            except cupti.cuptiError:  # an id this libcupti does not know: skip it
-                failed.append((domain, cbid))
+        if self._hook is not None:
+            failed = [tuple(f) for f in self._hook.enable(on)]
+        else:
+            for domain, cbid in self._cbids:
+                try:
+                    cupti.enable_callback(1 if on else 0, self._subscriber, domain, cbid)
+                except cupti.cuptiError:  # an id this libcupti does not know: skip it
+                    failed.append((domain, cbid))
         if failed:
             self._cbids = [c for c in self._cbids if c not in failed]
             self.sender.hello["skipped_cbids"] = len(failed)
@@ -281,7 +382,17 @@ class CuptiTracer:
         }
         if on:
             if not self._activity_kinds:
-                cupti.activity_register_callbacks(_buffer_requested, self._buffer_completed)
+                if self._hook is not None:  # records -> packed rows in C, no Python objects
+                    try:
+                        rc = self._hook.activity()
+                    except (OSError, RuntimeError) as exc:
+                        raise TracerError(f"C activity buffers: {_one_line(exc)}") from None
+                    if rc:
+                        raise TracerError(
+                            f"CUPTI activity callbacks refused: {_cupti_error(cupti, _Status(rc))}"
+                        )
+                else:
+                    cupti.activity_register_callbacks(_buffer_requested, self._buffer_completed)
             self._activity_kinds = []
             for kind in self.config.kinds:
                 for k in wanted[kind]:
@@ -337,7 +448,13 @@ class CuptiTracer:
         if cupti is None:
             return
         self._enable_activities(False)
-        if self._subscriber is not None:
+        if self._hook is not None:
+            with contextlib.suppress(Exception):
+                self._hook_stats = self._hook.stats()
+                self._hook.uninstall()
+            self._hook = None
+            self._subscriber = None
+        elif self._subscriber is not None:
             with contextlib.suppress(Exception):
                 cupti.unsubscribe(self._subscriber)
             self._subscriber = None
@@ -346,6 +463,8 @@ class CuptiTracer:
         """A forked child (DataLoader worker) must not share our socket or state."""
         self._stopped = True
         self._active = False
+        if self._hook is not None:
+            self._hook.quiet()
         self.sender.path = ""
         self.sender._sock = None
         for q in self.sender.queues.values():
@@ -372,7 +491,18 @@ class CuptiTracer:
             if self.autograd is not None and self.autograd.error and not self._autograd_warned:
                 self._autograd_warned = True
                 self.sender.pending_messages.append(("warning", self.autograd.error))
-        self.sender.counters.update({f"stack_{k}": v for k, v in self.stacks.stats.items()})
+        stats = dict(self.stacks.stats)
+        if self._hook is not None:
+            hs = self._hook.stats()
+            # the C table's hits; its walks are StackTable's (counted there). Its keys are
+            # whole stacks: no revalidation, no ambiguous site
+            stats["hits"] = stats.get("hits", 0) + hs["hits"]
+            dropped = hs["dropped"] - self._hook_stats.get("dropped", 0)
+            dropped += hs["cupti_dropped"] - self._hook_stats.get("cupti_dropped", 0)
+            self.sender.counters["dropped"] += dropped
+            self.sender.counters["hook_errors"] = hs["errors"]
+            self._hook_stats = hs
+        self.sender.counters.update({f"stack_{k}": v for k, v in stats.items()})
 
     # ---- callbacks (hot paths) ----
     def _make_callback(self) -> Any:
@@ -536,6 +666,28 @@ _MEMCPY_FIELDS = attrgetter(
 )
 _MEMSET_FIELDS = attrgetter("start", "end", "device_id", "correlation_id", "stream_id", "bytes")
 _SYNC_FIELDS = attrgetter("start", "end", "context_id", "correlation_id", "stream_id", "type")
+
+
+def _callback_ids(cupti: Any) -> list[tuple[int, int]]:
+    """(domain, cbid) of every API call that gets a Python stack (the prefixes above)."""
+    ids = []
+    rt, drv = cupti.CallbackDomain.RUNTIME_API, cupti.CallbackDomain.DRIVER_API
+    for name, member in cupti.RuntimeApiTraceCbid.__members__.items():
+        bare = name.split("__", 1)[-1] if name.startswith("_RuntimeApiTraceCbid") else name
+        if bare.startswith(_RUNTIME_PREFIXES):
+            ids.append((int(rt), int(member)))
+    for name, member in cupti.DriverApiTraceCbid.__members__.items():
+        if name.startswith(_DRIVER_PREFIXES) or name in _DRIVER_EXACT:
+            ids.append((int(drv), int(member)))
+    return sorted(set(ids))
+
+
+class _Status(Exception):
+    """A CUptiResult from the C hook, shaped like cupti-python's error for _cupti_error."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"CUptiResult {status}")
+        self.status = status
 
 
 def _buffer_requested() -> tuple[int, int]:

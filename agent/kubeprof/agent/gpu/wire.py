@@ -90,19 +90,29 @@ DRAIN_ORDER = ("kernel", "memcpy", "memset", "sync", "marker", "pm", "autograd",
 MAX_RECORDS_PER_FRAME = 100_000
 
 
-def encode_frame(header: dict[str, Any], records: dict[str, list[tuple[int, ...]]]) -> bytes:
-    """One frame; ``header["counts"]`` is filled from ``records``."""
+def encode_frame(
+    header: dict[str, Any],
+    records: dict[str, list[tuple[int, ...]]],
+    packed: dict[str, tuple[bytes, int]] | None = None,
+) -> bytes:
+    """One frame; ``header["counts"]`` is filled from ``records`` and ``packed`` (rows
+    already laid out as little-endian int64, by the C launch hook: appended after a kind's
+    tuples)."""
     counts = {}
     parts = []
     for kind in DRAIN_ORDER:
-        rows = records.get(kind)
-        if not rows:
+        rows = records.get(kind) or []
+        blob, n = (packed or {}).get(kind, (b"", 0))
+        if not rows and not n:
             continue
-        counts[kind] = len(rows)
-        arr = array("q", chain.from_iterable(rows))
-        if sys.byteorder != "little":
-            arr.byteswap()
-        parts.append(arr.tobytes())
+        counts[kind] = len(rows) + n
+        if rows:
+            arr = array("q", chain.from_iterable(rows))
+            if sys.byteorder != "little":
+                arr.byteswap()
+            parts.append(arr.tobytes())
+        if n:
+            parts.append(blob)
     header = {**header, "counts": counts}
     head = json.dumps(header, separators=(",", ":")).encode()
     payload = b"".join(parts)
@@ -207,6 +217,8 @@ class Sender:
         self.tick_hooks: list[Any] = []  # called on the sender thread before each drain
         self.pending_messages: list[tuple[str, str]] = []  # (level, text) for the next frame
         self.clock_offset_ns = 0  # set by the tracer; sent in every header
+        # the C launch hook, when it packs rows itself: take(kind, max_rows) -> (bytes, n)
+        self.packed: Any = None
         self.intern("")
 
     # ---- called from the workload's threads (must stay cheap) ----
@@ -264,6 +276,7 @@ class Sender:
                 hook()
             for _ in range(64):  # bounded: a workload refilling faster must not pin us here
                 records: dict[str, list[tuple[int, ...]]] = {}
+                packed: dict[str, tuple[bytes, int]] = {}
                 total = 0
                 for kind in DRAIN_ORDER:
                     q = self.queues[kind]
@@ -274,13 +287,18 @@ class Sender:
                     if rows:
                         records[kind] = rows
                         total += len(rows)
+                    if self.packed is not None:
+                        blob, n = self.packed.take(kind, MAX_RECORDS_PER_FRAME - len(rows))
+                        if n:
+                            packed[kind] = (blob, n)
+                            total += n
                 if not self._ensure_connected(force=final):
                     self.counters["dropped"] += total
                     if not any(self.queues.values()):
                         return
                     continue
                 header = self._header("data")
-                if not self._send(encode_frame(header, records)):
+                if not self._send(encode_frame(header, records, packed)):
                     self.counters["dropped"] += total
                 if total < MAX_RECORDS_PER_FRAME:
                     return
