@@ -49,6 +49,7 @@ from kubeprof.agent.gpu import control  # noqa: E402
 from kubeprof.operator import aggregate  # noqa: E402
 from kubeprof.operator.targets import Target  # noqa: E402
 from kubeprof.operator.webhook import InjectConfig, build_patch  # noqa: E402
+from kubeprof.protocol import codec  # noqa: E402
 from kubeprof.storage import Store  # noqa: E402
 from tests.e2e import ingest_server  # noqa: E402
 from tests.gpu import proof_check  # noqa: E402
@@ -273,7 +274,7 @@ def run_phase(
     pods = [Pod(n, m, inj, work) for n, m, inj in PHASES[name]]
     for p in pods:
         if p.mode == "graph":  # the second capture halfway through the agent's on-time
-            p.extra = ["--recapture-after", str(args.dormant_s + 1.5 + args.on_s / 2)]
+            p.extra = ["--recapture-after", str(args.dormant_s + 3.5 + args.on_s / 2)]
     result: dict[str, Any] = {"phase": name, "pods": {}}
     for p in pods:
         p.prepare(socket_dir, args.image_pythonpath, base_env)
@@ -398,7 +399,13 @@ def run_phase(
                 result["pods"][p.name] = rep
         result["status"] = status
         result["session_gpu_idle"] = [s.gpu_idle, s.gpu_idle_source]
-        result["bodies"] = sum(1 for ph, _ in bodies if ph == name)
+        mine = [body for ph, body in bodies if ph == name]
+        result["bodies"] = len(mine)
+        result["bodies_with_kernels"] = sum(
+            1
+            for body in mine
+            if any(a.kind == "kernel" for a in codec.decode(body)[2].gpu_activities)
+        )
         with gzip.open(work / f"{name}.batches.jsonl.gz", "wb") as f:
             for ph, body in bodies:
                 if ph == name:

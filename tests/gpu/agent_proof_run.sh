@@ -57,8 +57,9 @@ cat "$OUT/env.txt" >>"$log"
 
 DRYFLAG=""; [ -n "${DRY:-}" ] && DRYFLAG=--dry
 say "agent proof (store: $STORE)"
-timeout $((BUDGET_S - SECONDS - 20)) $PY tests/gpu/agent_proof.py --out "$OUT" --work "$W" \
+PYTHONPATH=$SITE timeout $((BUDGET_S - SECONDS - 20)) $PY tests/gpu/agent_proof.py --out "$OUT" --work "$W" \
   --store "$STORE" --image-pythonpath "$SITE" ${PHASES:+--phases "$PHASES"} $DRYFLAG \
+  --on-s "${ON_S:-12}" --dormant-s "${DORMANT_S:-3}" \
   >>"$log" 2>&1
 say "agent proof rc=$?"
 pack
@@ -73,7 +74,7 @@ print('copied tracer alone: cupti', c.get_version(), 'imports ok')" >>"$log" 2>&
   say "  bare-image check rc=$?"
 fi
 
-if [ -z "${DRY:-}" ] && [ -z "${SKIP_BENCH:-}" ] && [ $((BUDGET_S - SECONDS)) -gt 70 ]; then
+if [ -z "${DRY:-}" ] && [ -z "${SKIP_BENCH:-}" ] && [ $((BUDGET_S - SECONDS)) -gt 60 ]; then
   say "overhead: bench/gpu_dormant.py --rounds 3 --reps 3"
   PYTHONPATH=$SITE timeout $((BUDGET_S - SECONDS - 10)) $PY bench/gpu_dormant.py --rounds 3 \
     --reps 3 --out "$OUT/dormant.json" >>"$log" 2>&1
