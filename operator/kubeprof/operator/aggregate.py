@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from kubeprof.analysis import findings as fa
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis import session_summary as ss
+from kubeprof.analysis.pod_idle import pod_idle
 from kubeprof.analysis.session_summary import Summary
 from kubeprof.model import GpuActivity, GpuMetricSample
 from kubeprof.storage import queries as q
@@ -48,7 +49,11 @@ def aggregate(conn: Connection, session_id: int, top_n: int = 5) -> Summary:
         gpus += ss.node_gpus(node, acts, util)
         s.findings += [(node, f) for f in node_findings(acts, metrics)]
     s.findings.sort(key=lambda nf: fa.rank(nf[1]))
-    ss.add_gpu_idle(s, headlines, gpus, q.gpu_users(conn, session_id), pid_pods)
+    users = q.gpu_users(conn, session_id)
+    ss.add_gpu_idle(s, headlines, gpus, users, pid_pods)
+    pods = sorted(set(pid_pods.values()) | s.pods.keys())
+    ss.add_pod_idle(s, {uid: pod_idle(uid, pid_pods, activities, all_metrics, users)
+                        for uid in pods})
     return s
 
 
@@ -102,12 +107,26 @@ def store(conn: Connection, session_id: int, s: Summary) -> None:
               "detail": json.dumps({"top_stack": sc.top_stack})} for node, sc in s.nodes.items()]
     rows += [{"session_id": session_id, "scope": "pod", "key": uid, "samples": sc.samples,
               "gpu_idle_ratio": sc.gpu_idle, "computed_at": now,
-              "detail": json.dumps({"top_stack": sc.top_stack})} for uid, sc in s.pods.items()]
+              "detail": json.dumps({"top_stack": sc.top_stack,
+                                    "gpu_idle_source": sc.gpu_idle_source,
+                                    "gpu_idle_missing": sc.gpu_idle_missing})}
+             for uid, sc in s.pods.items()]
     upsert_session_aggregates(conn, rows)
 
 
 def _pct(x: float | None) -> str:
     return "" if x is None else f"{x:.0%}"
+
+
+def _pod_status(name: str, sc: ss.Scope) -> dict[str, Any]:
+    """One pod in `.status.summary.pods`: its own GPU idle with its source, or why none."""
+    out: dict[str, Any] = {"name": name, "samples": sc.samples, "gpuIdle": _pct(sc.gpu_idle),
+                           "topStack": sc.top_stack}
+    if sc.gpu_idle_source:
+        out["gpuIdleSource"] = sc.gpu_idle_source
+    if sc.gpu_idle_missing:
+        out["gpuIdleMissing"] = sc.gpu_idle_missing[:ss.LABEL_MAX * 2]
+    return out
 
 
 def finding_status(node: str, f: fa.Finding) -> dict[str, str]:
@@ -132,9 +151,7 @@ def status_summary(s: Summary, pod_names: Mapping[str, str], top_n: int = 5,
         "summary": {
             "nodes": [{"name": n, "samples": sc.samples, "gpuIdle": _pct(sc.gpu_idle)}
                       for n, sc in nodes],
-            "pods": [{"name": pod_names.get(uid, uid), "samples": sc.samples,
-                      "gpuIdle": _pct(sc.gpu_idle), "topStack": sc.top_stack}
-                     for uid, sc in pods],
+            "pods": [_pod_status(pod_names.get(uid, uid), sc) for uid, sc in pods],
         },
     }
     return out

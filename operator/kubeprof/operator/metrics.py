@@ -27,6 +27,11 @@ GPU_IDLE = Gauge("kubeprof_gpu_idle_ratio",
                  "Share of time a GPU ran no kernel: over the last window (default 60 s) "
                  "while the session runs, over its steady state once it completed",
                  ["namespace", "session", "node", "gpu", "pod"], registry=REGISTRY)
+POD_GPU_IDLE = Gauge("kubeprof_pod_gpu_idle_ratio",
+                     "A completed session's GPU idle of each pod from its own records: source "
+                     "cupti (its kernels, where its tracer was on) or nvml (fallback); pods "
+                     "without data have no sample", ["namespace", "session", "pod", "source"],
+                     registry=REGISTRY)
 FINDINGS = Gauge("kubeprof_findings", "Findings of a completed session, by kind and severity",
                  ["namespace", "session", "kind", "severity"], registry=REGISTRY)
 SESSIONS = Gauge("kubeprof_sessions", "ProfilingSessions known to the operator, by phase",
@@ -106,6 +111,7 @@ class Bounded:
 
 BOUNDED_GPU_IDLE = Bounded(GPU_IDLE, "kubeprof_gpu_idle_ratio")
 BOUNDED_FINDINGS = Bounded(FINDINGS, "kubeprof_findings")
+BOUNDED_POD_GPU_IDLE = Bounded(POD_GPU_IDLE, "kubeprof_pod_gpu_idle_ratio")
 
 def set_phases(counts: dict[str, int]) -> None:
     for p in Phase:
@@ -123,6 +129,10 @@ def publish_gpu_idle(namespace: str, session: str, s: Summary,
         for uid in g.pods or [""]:
             BOUNDED_GPU_IDLE.put((namespace, session, g.node, str(g.device),
                                   pod_names.get(uid, uid)), g.idle)
+    for uid, sc in s.pods.items():
+        if sc.gpu_idle is not None and sc.gpu_idle_source:
+            BOUNDED_POD_GPU_IDLE.put((namespace, session, pod_names.get(uid, uid),
+                                      sc.gpu_idle_source), sc.gpu_idle)
 
 
 def publish_recent_gpu_idle(namespace: str, session: str,
@@ -155,6 +165,7 @@ def forget_session(namespace: str, session: str) -> None:
     """Drop a deleted session's gauge samples."""
     BOUNDED_GPU_IDLE.forget(namespace, session)
     BOUNDED_FINDINGS.forget(namespace, session)
+    BOUNDED_POD_GPU_IDLE.forget(namespace, session)
 
 
 def render() -> bytes:

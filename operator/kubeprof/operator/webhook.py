@@ -45,7 +45,7 @@ COPY_SCRIPT = """\
 import shutil, sys, pathlib, importlib.util
 dest = pathlib.Path(sys.argv[1]) / "lib"
 dest.mkdir(parents=True, exist_ok=True)
-for name in ("kubeprof", "cupti"):
+for name in ("kubeprof", "cupti", "elftools"):  # cupti-python imports pyelftools
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         print(f"kubeprof-tracer: {name} not in the agent image; skipped", flush=True)

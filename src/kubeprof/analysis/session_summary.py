@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.findings import Finding
+from kubeprof.analysis.pod_idle import PodIdle
 from kubeprof.model import FrameKind, GpuActivity, GpuMetricSample, Stack
 
 LABEL_MAX = 120  # characters of one stack label in .status
@@ -24,6 +25,8 @@ class Scope:
     samples: int = 0
     gpu_idle: float | None = None
     top_stack: str = ""
+    gpu_idle_source: str = ""  # pods: "cupti" (its own kernels) or "nvml"; "" without figure
+    gpu_idle_missing: str = ""  # pods: why there is no figure (never a made-up 0 % / 100 %)
 
 
 @dataclass
@@ -103,8 +106,9 @@ def node_gpus(node: str, activities: Sequence[GpuActivity],
 def add_gpu_idle(s: Summary, headlines: Mapping[str, gpu_idle.IdleFigure | None],
                  gpus: Sequence[GpuIdle], users: Collection[tuple[str, int, int]],
                  pid_pods: Mapping[tuple[str, int], str]) -> None:
-    """Fill GPU idle into `s`: session and nodes from each node's headline, pods from the
-    GPUs they used (`users`: (node, device, pid))."""
+    """Fill GPU idle into `s`: session and nodes from each node's headline; each GPU with
+    the pods that used it (`users`: (node, device, pid)). Pods get their own figures from
+    `add_pod_idle`."""
     by_gpu: dict[tuple[str, int], set[str]] = {}
     for node, dev, pid in users:
         if (node, pid) in pid_pods:
@@ -119,6 +123,14 @@ def add_gpu_idle(s: Summary, headlines: Mapping[str, gpu_idle.IdleFigure | None]
     s.gpu_idle, s.gpu_idle_source = overall.ratio, overall.source
     for node, h in known.items():
         s.nodes.setdefault(node, Scope()).gpu_idle = h.ratio
-    for uid in sorted({u for g in s.gpus for u in g.pods}):
-        gs = [g.idle for g in s.gpus if uid in g.pods]
-        s.pods.setdefault(uid, Scope()).gpu_idle = sum(gs) / len(gs)
+
+
+def add_pod_idle(s: Summary, figures: Mapping[str, PodIdle]) -> None:
+    """Each pod's own GPU idle (`kubeprof.analysis.pod_idle`), with its source or what is
+    missing; pods that used no GPU in a session without GPU data are left as they are."""
+    for uid, f in sorted(figures.items()):
+        if f.ratio is None and uid not in s.pods and not s.gpus:
+            continue
+        scope = s.pods.setdefault(uid, Scope())
+        scope.gpu_idle, scope.gpu_idle_source, scope.gpu_idle_missing = (
+            f.ratio, f.source, f.missing)

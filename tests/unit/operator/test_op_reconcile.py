@@ -144,6 +144,7 @@ def test_full_lifecycle_and_restart(env):
     assert st["topStacks"] == ["30 hot (t.py:9) <- main (t.py:1)"]
     assert st["gpuIdle"] == "70%" and "GPU idle 70%" in st["topFinding"]
     assert st["summary"]["pods"][0] == {"name": "ml/p1", "samples": 30, "gpuIdle": "70%",
+                                        "gpuIdleSource": "nvml",
                                         "topStack": "hot (t.py:9) <- main (t.py:1)"}
     assert "daemonsets/kubeprof-s-agent" not in kube.objects
     assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"

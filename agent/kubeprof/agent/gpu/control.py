@@ -49,6 +49,45 @@ def python_unsupported(version: tuple[int, int] | None = None) -> str:
     return ""
 
 
+FORCE_EVERY = 10  # every 10th periodic flush is forced (see Flusher)
+
+
+class Flusher:
+    """While a switched-on tracer runs: hand CUPTI's partly filled buffers over periodically.
+
+    CUPTI delivers a buffer by itself only once it is full (8 MB: minutes of a sparse
+    workload; on the H200 a whole 10 s session arrived at ``off`` in one batch), so the node
+    agent would see nothing while the session runs. Every flush period this asks for the
+    buffers whose records are all complete; every ``FORCE_EVERY``-th time it forces them (a
+    GPU that never idles has no such buffer), handing over records of kernels still running
+    with no timestamps, which the receiver drops and counts.
+    """
+
+    def __init__(self, tracer: Any, period_s: float, force_every: int = FORCE_EVERY) -> None:
+        self.tracer, self.period_s, self.force_every = tracer, period_s, force_every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubeprof-gpu-flush", daemon=True)
+
+    def start(self) -> Flusher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.wait(self.period_s):
+            n += 1
+            with contextlib.suppress(Exception):  # never into the workload
+                if n % self.force_every == 0:
+                    self.tracer.flush()
+                else:
+                    self.tracer.flush_completed()
+
+
 class DormantTracer:
     """A tracer that exists but does nothing until switched on; never raises into the host.
 
@@ -62,6 +101,7 @@ class DormantTracer:
         self._say = say
         self._lock = threading.Lock()
         self.tracer: Any = None
+        self.flusher: Flusher | None = None
         self.unsupported = ""
         self.switches = 0
 
@@ -84,11 +124,15 @@ class DormantTracer:
                 self._say(f"GPU tracing unavailable: {self.unsupported}")  # once: then sticky
                 return f"error: {self.unsupported}"
             self.switches += 1
+            self.flusher = _start_flusher(self.tracer)
             return "ok on"
 
     def off(self) -> str:
         with self._lock:
             tracer, self.tracer = self.tracer, None
+            flusher, self.flusher = self.flusher, None
+        if flusher is not None:
+            flusher.stop()
         if tracer is not None:
             with contextlib.suppress(Exception):
                 tracer.stop()
@@ -151,6 +195,14 @@ class ControlServer:
             sock.close()
         with contextlib.suppress(OSError):
             self.path.unlink()
+
+
+def _start_flusher(tracer: Any) -> Flusher | None:
+    """A Flusher at the tracer's flush period, for tracers that can flush (CuptiTracer)."""
+    config = getattr(tracer, "config", None)
+    if not hasattr(tracer, "flush_completed") or config is None:
+        return None
+    return Flusher(tracer, max(0.05, config.flush_ms / 1000.0)).start()
 
 
 def switch(path: str | Path, command: str, timeout_s: float = 5.0) -> str:

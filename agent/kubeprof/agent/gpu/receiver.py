@@ -60,6 +60,10 @@ _WAITING_APIS = ("Synchronize", "ElapsedTime")
 _NESTED_IDS = 8  # how far back (in correlation ids) the enclosing call is looked for
 
 
+# wire record kinds whose rows start with (start, end) in CUPTI's clock
+TIMED_KINDS = ("kernel", "memcpy", "memset", "sync")
+
+
 @dataclass
 class _Conn:
     """What one traced process has told us so far."""
@@ -359,10 +363,26 @@ class GpuReceiver:
                 del conn.launches[key]
         self._autograd(conn, records.get("autograd", ()))
         off = int(header.get("clock_offset_ns", 0))
+        records = self._complete(records)
         self._kernels(conn, records.get("kernel", ()), out, off)
         self._copies(conn, records, out, off)
         self._syncs(conn, records.get("sync", ()), out, off)
         self._markers(conn, records.get("marker", ()), out, off)
+
+    def _complete(self, records: dict[str, list[tuple[int, ...]]],
+                  ) -> dict[str, list[tuple[int, ...]]]:
+        """The records minus those CUPTI handed over unfinished (a forced flush while the
+        kernel still ran: start 0, or no end), counted as gpu_incomplete_records. Their
+        timestamps are not times; one such row would have the whole batch refused."""
+        out = dict(records)
+        for kind in TIMED_KINDS:
+            rows = records.get(kind)
+            if rows:
+                good = [r for r in rows if 0 < r[0] <= r[1]]
+                if len(good) < len(rows):
+                    self._count("gpu_incomplete_records", len(rows) - len(good))
+                    out[kind] = good
+        return out
 
     def _update_target_counters(self, conn: _Conn, counters: dict[str, int]) -> None:
         for key in ("dropped", "convert_errors", "sender_errors"):

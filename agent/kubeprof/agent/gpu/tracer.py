@@ -429,6 +429,13 @@ class CuptiTracer:
             with contextlib.suppress(Exception):
                 self._cupti.activity_flush_all(1)
 
+    def flush_completed(self) -> None:
+        """Hand over the buffers whose records are all complete, full or not (flag 0; the
+        dormant tracer's Flusher calls this periodically while switched on)."""
+        if self._cupti is not None and not self._stopped:
+            with contextlib.suppress(Exception):
+                self._cupti.activity_flush_all(0)
+
     def stop(self, timeout_s: float = 3.0) -> None:
         """Flush, unsubscribe and send the rest; idempotent, never raises."""
         if self._stopped:
