@@ -18,7 +18,8 @@ in its pod spec or container image, plus kubeprof and cupti-python importable th
     KUBEPROF_GPU_KEY_DEPTH=8  KUBEPROF_GPU_REVALIDATE=64  KUBEPROF_GPU_FOREIGN=main|none
     KUBEPROF_GPU_QUIET=1                          # no stderr lines from the tracer
     KUBEPROF_GPU_DORMANT=1                        # wait for the node agent's "on" (control.py)
-    KUBEPROF_POD_UID=<pod uid>                    # names the control socket's folder
+    KUBEPROF_GPU_CTL_DIR=/run/kubeprof/ctl        # the pod's folder for control sockets
+    KUBEPROF_POD_UID=<pod uid>                    # without CTL_DIR: names <socket dir>/ctl/<uid>
 
 ``python -c 'from kubeprof.agent.gpu.inject import site_dir; print(site_dir())'`` prints the
 first folder. An existing ``sitecustomize`` further down ``sys.path`` still runs (chained).
@@ -169,13 +170,13 @@ def _bootstrap_dormant(path: str) -> Any:
     """
     from kubeprof.agent.gpu import control
 
-    dormant = control.DormantTracer(lambda: start_live(path), _say)
+    dormant = control.DormantTracer(start_live, _say, path)
     why = control.python_unsupported()
     if why:
         dormant.unsupported = why
         _say(f"GPU tracing unavailable: {why}")
     sock = control.control_dir(path, os.environ.get(control.ENV_POD_UID, ""))
-    server = control.ControlServer(sock / f"{os.getpid()}.sock", dormant)
+    server = control.ControlServer(sock / control.socket_name(), dormant)
     try:
         server.start()
     except OSError as exc:  # read-only or missing socket folder: stay untraced
@@ -186,7 +187,7 @@ def _bootstrap_dormant(path: str) -> Any:
         return None
 
     def at_exit() -> None:
-        dormant.off()
+        dormant.stop_all()
         server.close()
 
     atexit.register(at_exit)
@@ -199,6 +200,7 @@ def _forget_dormant(dormant: Any, server: Any) -> None:
     global _tracer
     server._sock = None
     dormant.tracer = None
+    dormant.holders.clear()
     dormant.unsupported = "forked child of a traced process"
     _tracer = None
 
