@@ -80,7 +80,6 @@ class Pods:
         return info.pod_uid if info else ""
 
 
-
 @pytest.fixture
 def pods() -> Iterator[Pods]:
     root = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))  # short: socket paths <= 108

@@ -125,15 +125,22 @@ class TracerSwitchboard:
     def _send(self, key: Key, path: Path, command: str) -> str | None:
         try:
             return control.switch(path, command, self.timeout_s, self._checker(key[0], key))
-        except PermissionError as exc:  # someone else's process behind this pod's socket
-            if key not in self.refused:
-                self.refused[key] = str(exc)
-                self._changed = True
-                log.warning("GPU tracer socket refused: %s", exc)
+        except control.PeerRefused as exc:  # another pod's process behind this pod's socket
+            self._refuse(key, str(exc))
+            return None
+        except PermissionError as exc:  # its mode bits shut us out (root without DAC_OVERRIDE)
+            self._refuse(key, f"the agent may not connect to control socket {key[1]} "
+                              f"({exc.strerror}); the tracer must make it 0666")
             return None
         except OSError as exc:  # the process exited (stale socket) or is stuck
             log.info("GPU tracer %s unreachable for %r: %s", path, command, exc)
             return None
+
+    def _refuse(self, key: Key, why: str) -> None:
+        if key not in self.refused:
+            self.refused[key] = why
+            self._changed = True
+            log.warning("GPU tracer of pod %s: %s", key[0], why)
 
     def states(self, *, only_changed: bool = False) -> tuple[GpuTracerState, ...]:
         """One record per tracer seen: on, or refused with the reason (for the batch)."""

@@ -239,6 +239,10 @@ class ControlServer:
             self.path.unlink()
 
 
+class PeerRefused(PermissionError):
+    """The process listening on a control socket is not one the agent may talk to."""
+
+
 def peer_pid(sock: socket.socket) -> int:
     """The pid (in our pid namespace) of the process that listens on a connected socket."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -256,7 +260,7 @@ def switch(
     The path is opened with O_PATH first and connected through ``/proc/self/fd/N``, so a
     long ``/proc/<pid>/root/...`` path fits the 108-byte socket-address limit.
     ``check_peer(pid)`` sees the listening process before anything is sent and returns ""
-    or why it must not be talked to (then this raises ``PermissionError``). OSError when no
+    or why it must not be talked to (then this raises ``PeerRefused``). OSError when no
     process listens there (it exited; the caller drops the socket).
     """
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -267,7 +271,7 @@ def switch(
             if check_peer is not None:
                 why = check_peer(peer_pid(s))
                 if why:
-                    raise PermissionError(why)
+                    raise PeerRefused(why)
             s.sendall(command.encode() + b"\n")
             return s.recv(4096).decode("utf-8", "replace").strip()
     finally:
