@@ -160,6 +160,7 @@ def test_refusing_tracer_reaches_the_sessions_status(
 
         # The pod's process: its cgroup, its mounts, the injected env (tracer from here).
         pod_env = {**env, "PYTHONPATH": os.pathsep.join([site_dir(), *package_roots()])}
+        del pod_env["KUBEPROF_GPU_BUNDLE"]  # no init container copy here: this checkout
         proc = h.PodProcess(uid, seconds=60)
         proc.cgroup.mkdir(parents=True, exist_ok=True)
         argv = mounted(

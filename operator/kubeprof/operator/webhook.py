@@ -52,20 +52,29 @@ RX_SUBDIR = "rx"
 CTL_SUBDIR = "ctl"
 PATH = "/mutate-pods"
 
-# Runs in the init container (the agent image's Python): copy what the tracer imports.
+# Runs in the init container (the agent image's Python): copy the tracer bundle
+# (kubeprof.agent.gpu.bundle: lib/, deps/, one py/cp3XY/ per Python 3.10-3.13, made by
+# docker/agent.Dockerfile). It cannot know the pod's Python, so it copies every build; the
+# tracer picks its own at start. Without a bundle (a development image): this Python's
+# kubeprof, and its cupti as the build for this Python only.
 COPY_SCRIPT = """\
-import shutil, sys, pathlib, importlib.util
-dest = pathlib.Path(sys.argv[1]) / "lib"
-dest.mkdir(parents=True, exist_ok=True)
-for name in ("kubeprof", "cupti"):
+import shutil, sys, os, pathlib, importlib.util
+dest = pathlib.Path(sys.argv[1])
+skip = shutil.ignore_patterns("__pycache__")
+bundle = pathlib.Path(os.environ.get("KUBEPROF_TRACER_BUNDLE", "/opt/kubeprof/tracer"))
+if (bundle / "lib" / "kubeprof").is_dir():
+    shutil.copytree(bundle, dest, dirs_exist_ok=True, ignore=skip)
+    print(f"kubeprof-tracer: copied {bundle} into {dest}", flush=True)
+    sys.exit(0)
+tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+for name, into in (("kubeprof", "lib"), ("cupti", f"py/{tag}")):
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         print(f"kubeprof-tracer: {name} not in the agent image; skipped", flush=True)
         continue
     for src in spec.submodule_search_locations:  # a namespace package has several
-        shutil.copytree(src, dest / name, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-print(f"kubeprof-tracer: copied into {dest}", flush=True)
+        shutil.copytree(src, dest / into / name, dirs_exist_ok=True, ignore=skip)
+print(f"kubeprof-tracer: copied this image's kubeprof into {dest}", flush=True)
 """
 
 
@@ -114,6 +123,7 @@ def _env_for(container: dict[str, Any], cfg: InjectConfig) -> list[dict[str, Any
         {"name": "KUBEPROF_GPU_SOCKET", "value": cfg.socket},
         {"name": "KUBEPROF_GPU_DORMANT", "value": "1"},
         {"name": "KUBEPROF_GPU_CTL_DIR", "value": cfg.ctl_dir},
+        {"name": "KUBEPROF_GPU_BUNDLE", "value": cfg.mount_path},  # cupti-python per Python
         # names the folder of the process's control socket, so the node agent finds it
         {"name": "KUBEPROF_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]

@@ -19,6 +19,7 @@ in its pod spec or container image, plus kubeprof and cupti-python importable th
     KUBEPROF_GPU_QUIET=1                          # no stderr lines from the tracer
     KUBEPROF_GPU_DORMANT=1                        # wait for the node agent's "on" (control.py)
     KUBEPROF_GPU_CTL_DIR=/run/kubeprof/ctl        # the pod's folder for control sockets
+    KUBEPROF_GPU_BUNDLE=/kubeprof                 # cupti-python per Python version (bundle.py)
     KUBEPROF_POD_UID=<pod uid>                    # without CTL_DIR: names <socket dir>/ctl/<uid>
 
 ``python -c 'from kubeprof.agent.gpu.inject import site_dir; print(site_dir())'`` prints the
@@ -168,10 +169,11 @@ def _bootstrap_dormant(path: str) -> Any:
 
     Nothing CUDA-related is imported here; the reason it cannot ever trace is printed once.
     """
-    from kubeprof.agent.gpu import control
+    from kubeprof.agent.gpu import bundle, control
 
     dormant = control.DormantTracer(start_live, _say, path)
-    why = control.python_unsupported()
+    # An injected pod: cupti-python for this interpreter from the copied bundle (or why not)
+    why = control.python_unsupported() or bundle.activate()
     if why:
         dormant.unsupported = why
         _say(f"GPU tracing unavailable: {why}")
