@@ -128,6 +128,20 @@ class GpuMetricSample:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuTracerState:
+    """What an injected pod's dormant GPU tracer answered the node agent (cluster only).
+
+    The agent re-sends these whenever one changes; the store keeps the latest per process,
+    and the session's status counts pods traced and refused, with the reasons."""
+
+    pod_uid: str
+    pid: int  # the process listening on the control socket, in the agent's pid namespace
+    socket: str  # the control socket's file name, ``<pid in the pod>-<random>.sock``
+    state: str  # "on" (tracing for this session), "off" (was on, let go), "refused"
+    reason: str = ""  # the tracer's own words when refused (also in the pod's log)
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """What a collector hands to a reporter, and what the agent ships to ingest."""
 
@@ -136,3 +150,4 @@ class Batch:
     gpu_activities: tuple[GpuActivity, ...] = ()
     gpu_metrics: tuple[GpuMetricSample, ...] = ()
     counters: dict[str, int] = field(default_factory=dict)  # e.g. {"gpu_dropped": 3}
+    gpu_tracers: tuple[GpuTracerState, ...] = ()  # injected tracers' answers (node agent)

@@ -191,7 +191,8 @@ def test_webhook_injects_opted_in_pods_only_and_never_blocks(
         assert init["name"] == INIT_NAME and init["image"] == CFG.image
         vols = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert "emptyDir" in vols["kubeprof-tracer"]
-        assert vols["kubeprof-gpu-socket"]["hostPath"]["path"] == CFG.socket_host_path
+        assert vols["kubeprof-gpu-socket"]["hostPath"]["path"] == f"{CFG.socket_host_path}/rx"
+        assert "emptyDir" in vols["kubeprof-gpu-ctl"]  # control sockets: the pod's own folder
         main = pod["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in main["env"]}
         assert env["A"] == "1"
@@ -199,9 +200,9 @@ def test_webhook_injects_opted_in_pods_only_and_never_blocks(
         assert env["KUBEPROF_GPU_SOCKET"] == CFG.socket and env["KUBEPROF_GPU_DORMANT"] == "1"
         uid = next(e for e in main["env"] if e["name"] == "KUBEPROF_POD_UID")
         assert uid["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
-        assert {"kubeprof-tracer", "kubeprof-gpu-socket"} <= {
-            m["name"] for m in main["volumeMounts"]
-        }
+        mounts = {m["name"]: m for m in main["volumeMounts"]}
+        assert {"kubeprof-tracer", "kubeprof-gpu-socket", "kubeprof-gpu-ctl"} <= set(mounts)
+        assert mounts["kubeprof-gpu-socket"]["readOnly"] is True  # no pod can plant a receiver
 
         # Another namespace: stored as sent (no init container, env untouched).
         other = create(k8s_cluster, pod_json("plain", plain))

@@ -25,6 +25,9 @@ class CollectorOptions:
     hz: int = DEFAULT_CPU_HZ  # CPU sampling frequency
     nvml_interval_s: float = 1.0  # NVML sampling period
     gpu_socket: str | None = None  # where the GPU receiver listens for in-process tracers
+    # Its mode: 0600 for `kubeprof record` (same user); the node agent's is 0666, since
+    # workloads run as any uid (it checks each connecting process's pod instead).
+    gpu_socket_mode: int = 0o600
     # Where one-line notes go (the recorder prints them; the agent logs them).
     note: Callable[[str], None] = field(default=lambda msg: log.warning("%s", msg))
 
@@ -55,7 +58,8 @@ def _gpu(opts: CollectorOptions) -> Built:
     from kubeprof.agent.gpu.receiver import GpuReceiver
 
     xla = xla_dump_dir(opts.gpu_socket)
-    rx = GpuReceiver(opts.gpu_socket, xla_dump_dir=xla.path, remove_xla_dump=xla.ours)
+    rx = GpuReceiver(opts.gpu_socket, mode=opts.gpu_socket_mode, xla_dump_dir=xla.path,
+                     remove_xla_dump=xla.ours)
     rx.start()
     return Built(rx, tracer_env(opts.gpu_socket, xla_dump_dir=xla.path))
 

@@ -64,13 +64,14 @@ def merge(batches: Iterable[Batch]) -> Batch:
         gpu_activities=tuple(a for b in parts for a in b.gpu_activities),
         gpu_metrics=tuple(m for b in parts for m in b.gpu_metrics),
         counters=counters,
+        gpu_tracers=tuple(t for b in parts for t in b.gpu_tracers),
     )
 
 
 def is_empty(batch: Batch) -> bool:
     """True when the batch carries no record and no counter."""
     return not (batch.samples or batch.processes or batch.gpu_activities or batch.gpu_metrics
-                or batch.counters)
+                or batch.counters or batch.gpu_tracers)
 
 
 class Driver:

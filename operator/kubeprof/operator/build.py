@@ -24,6 +24,7 @@ from kubeprof.operator.config import (
     OperatorConfig,
 )
 from kubeprof.operator.spec import Profilers, SessionSpec
+from kubeprof.operator.webhook import CTL_SUBDIR, POD_SOCKET_DIR, RX_SUBDIR
 from kubeprof.protocol.settings import (
     DEFAULT_SPOOL_DIR,
     AgentSettings,
@@ -146,6 +147,30 @@ def node_affinity(nodes: Sequence[str]) -> dict[str, Any]:
             for n in sorted(set(nodes))]}}}
 
 
+def gpu_receiver(session: Mapping[str, Any]) -> str:
+    """Where the session's agent receives injected tracers, in its container and in pods:
+    ``/run/kubeprof/rx/<session uid>.sock``. One socket per session, so two sessions on a
+    node never share (or steal) one; the uid keeps it under the 108-byte socket-path limit
+    and is what the agent sends with ``on``/``off`` (gpu/control.py)."""
+    return f"{POD_SOCKET_DIR}/{RX_SUBDIR}/{session['metadata']['uid']}.sock"
+
+
+def gpu_tracer_wiring(session: Mapping[str, Any], spec: SessionSpec,
+                      config: OperatorConfig) -> tuple[list[dict[str, Any]], dict[str, Any],
+                                                       dict[str, Any]] | None:
+    """(env, mount, volume) that let the agent switch the injected tracers of its pods on,
+    or None: no webhook (no folder configured) or the session does not ask for kernels."""
+    gpu = spec.profilers.gpu
+    host = config.agent_gpu_socket_host_path.rstrip("/")
+    if not (host and gpu.enabled and gpu.kernel_tracing):
+        return None
+    env = [{"name": "KUBEPROF_AGENT_GPU_SOCKET", "value": gpu_receiver(session)},
+           # the pods' control-socket folder, reached through /proc/<pid>/root (hostPID)
+           {"name": "KUBEPROF_AGENT_GPU_CTL_DIR", "value": f"{POD_SOCKET_DIR}/{CTL_SUBDIR}"}]
+    mount = {"name": "gpu-rx", "mountPath": f"{POD_SOCKET_DIR}/{RX_SUBDIR}"}
+    return env, mount, _host("gpu-rx", f"{host}/{RX_SUBDIR}", "DirectoryOrCreate")
+
+
 def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
@@ -171,7 +196,7 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
         cpu_hz=cpu.frequency_hz, nvml_interval_s=gpu.metrics_interval_ms / 1000,
         proc_root=Path("/proc"), spool_dir=DEFAULT_SPOOL_DIR,
     ).to_env()
-    container = {
+    container: dict[str, Any] = {
         "name": "agent",
         "image": config.agent_image,
         "imagePullPolicy": config.agent_image_pull_policy,
@@ -219,6 +244,12 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
             {"name": "tmp", "emptyDir": {}},
         ],
     }
+    wiring = gpu_tracer_wiring(session, spec, config)
+    if wiring is not None:
+        gpu_env, gpu_mount, gpu_volume = wiring
+        container["env"] = [*env, *gpu_env]
+        container["volumeMounts"].append(gpu_mount)
+        pod_spec["volumes"].append(gpu_volume)
     if config.agent_service_account:
         pod_spec["serviceAccountName"] = config.agent_service_account
     # Chart values (`agent.*`), passed as operator flags, replace the built-in defaults.

@@ -52,6 +52,11 @@ class OperatorConfig:
     agent_priority_class: str = ""
     # The agent container's whole securityContext, replacing the built-in one (None = built-in).
     agent_security_context: dict[str, Any] | None = None
+    # Node folder of the injected GPU tracers' sockets (the webhook's --webhook-socket-host-path;
+    # set only while the webhook is served). Sessions with kernelTracing mount its rx/ folder
+    # into their agents, which listen there and switch the selected pods' tracers on.
+    # "" = no injection: agents switch no tracer.
+    agent_gpu_socket_host_path: str = ""
     # Seconds between reconcile passes of a session (re-resolve pods, agents, phase).
     reconcile_interval_s: float = 5.0
     # Window of the rolling `kubeprof_gpu_idle_ratio` of a running session ("idle now").

@@ -130,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PEM key of --webhook-tls-cert (env KUBEPROF_WEBHOOK_TLS_KEY)")
     p.add_argument("--webhook-socket-host-path",
                    default=_env("KUBEPROF_WEBHOOK_SOCKET_HOST_PATH", "/run/kubeprof"),
-                   help="node folder holding the agent's GPU tracer socket, mounted into "
-                        "injected pods (env KUBEPROF_WEBHOOK_SOCKET_HOST_PATH, default "
+                   help="node folder of the GPU tracer sockets: its rx/ sub-folder holds one "
+                        "receiver per session (kernelTracing) agent and is mounted read-only "
+                        "into injected pods (env KUBEPROF_WEBHOOK_SOCKET_HOST_PATH, default "
                         "%(default)s)")
     ingest_flags.add(p)
     p.add_argument("--light-agents", default=_env("KUBEPROF_LIGHT_AGENTS"),
@@ -185,7 +186,10 @@ def build_config(args: argparse.Namespace) -> OperatorConfig:
         reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
         gpu_idle_window_s=args.gpu_idle_window,
         ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace),
-        allow_cross_namespace=args.allow_cross_namespace, agent_seccomp=args.agent_seccomp)
+        allow_cross_namespace=args.allow_cross_namespace, agent_seccomp=args.agent_seccomp,
+        # Agents meet the injected tracers in the webhook's folder, only when it is served.
+        agent_gpu_socket_host_path=args.webhook_socket_host_path if args.webhook_tls_cert
+        else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,13 +18,22 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine
 
-from kubeprof.operator import agent_failures, aggregate, build, db, metrics, tenancy
+from kubeprof.operator import (
+    agent_failures,
+    aggregate,
+    build,
+    db,
+    metrics,
+    tenancy,
+    tracer_status,
+)
 from kubeprof.operator.config import LABEL_COMPONENT, TOKEN_KEY, OperatorConfig
 from kubeprof.operator.kube import KubeError
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
 from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.spec import SessionSpec, SpecError, TargetSpec, parse
 from kubeprof.operator.targets import Target, nodes_of, resolve
+from kubeprof.storage import queries
 
 log = logging.getLogger("kubeprof.operator")
 
@@ -217,17 +226,26 @@ def _agent_failure(ctx: Context, body: Mapping[str, Any], ds: Mapping[str, Any] 
         meta["namespace"])
 
 
-def _kernel_tracing(spec: SessionSpec, now_iso: str, previous: list[dict]) -> list[dict]:
-    """A KernelTracing condition for sessions asking for it: the cluster cannot trace yet."""
+def _kernel_tracing(ctx: Context, entry: SessionEntry, spec: SessionSpec, now_iso: str,
+                    previous: list[dict]) -> tuple[list[dict], dict | None]:
+    """The KernelTracing condition for sessions asking for it, and `.status.gpuTracers`
+    (what the pods' injected tracers answered the agents) where the agents switch them."""
     gpu = spec.profilers.gpu
     if not gpu.kernel_tracing:
-        return []
-    if gpu.enabled:
-        message = ("CUDA kernel tracing needs the injected CUPTI tracer, which cluster agents "
-                   "do not have yet; GPU data is NVML metrics only")
-    else:
+        return [], None
+    if not gpu.enabled:
         message = "kernelTracing is ignored: the GPU profiler is disabled"
-    return [condition("KernelTracing", False, "NotAvailable", message, now_iso, previous)]
+    elif not ctx.config.agent_gpu_socket_host_path:
+        message = ("CUDA kernel tracing needs the tracer-injection webhook (chart value "
+                   "webhook.enabled, operator flag --webhook-tls-cert); GPU data is NVML "
+                   "metrics only")
+    else:
+        with ctx.engine.connect() as conn:
+            summary = tracer_status.summarize(queries.gpu_tracers(conn, entry.db_id),
+                                              _pod_names(conn, entry.db_id))
+        ok, reason, message = tracer_status.condition_parts(summary)
+        return [condition("KernelTracing", ok, reason, message, now_iso, previous)], summary
+    return [condition("KernelTracing", False, "NotAvailable", message, now_iso, previous)], None
 
 
 def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -323,6 +341,9 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     entry.phase = step.phase
     now_iso = iso(now)
     conds = status.get("conditions") or []
+    tracing, tracers = _kernel_tracing(ctx, entry, spec, now_iso, conds)
+    if tracers is not None:
+        status["gpuTracers"] = tracers
     status.update(
         phase=step.phase.value, reason=step.reason, message=step.message,
         nodes=len(nodes), pods=len(targets), everMatched=ever,
@@ -340,7 +361,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
             condition("Completed", step.phase is Phase.COMPLETED,
                       step.reason if step.phase in TERMINAL else "InProgress",
                       step.message, now_iso, conds),
-            *_kernel_tracing(spec, now_iso, conds),
+            *tracing,
         ],
     )
     if failure is not None and step.phase not in TERMINAL:

@@ -13,7 +13,12 @@ The patch (``build_patch``, pure) adds, without rebuilding the user's image:
 * that emptyDir, read-only, in every container, with ``PYTHONPATH`` naming the tracer's
   ``sitecustomize`` folder first, so every Python process loads it at interpreter start
   (``kubeprof.agent.gpu.inject``);
-* ``KUBEPROF_GPU_SOCKET`` and the node's socket folder (hostPath) the node agent listens in;
+* the node's receiver folder ``<socket host path>/rx`` (hostPath, **read-only**: a pod can
+  connect to the agents' sockets there but cannot bind or replace one) and a per-pod emptyDir
+  at ``/run/kubeprof/ctl`` for the processes' control sockets. No other pod sees that emptyDir;
+  the node agent reaches it through ``/proc/<pid>/root`` of the pod's own processes and checks
+  the answering process's cgroup (SO_PEERCRED), so one pod can neither switch nor spoof
+  another's tracer, and a non-root workload (any uid) can create its socket there;
 * ``KUBEPROF_GPU_DORMANT=1``: the tracer subscribes to nothing until the node agent switches
   it on for a ProfilingSession.
 
@@ -38,22 +43,38 @@ ANNOTATION = "kubeprof.dev/injected"
 INIT_NAME = "kubeprof-tracer"
 TRACER_VOLUME = "kubeprof-tracer"
 SOCKET_VOLUME = "kubeprof-gpu-socket"
+CTL_VOLUME = "kubeprof-gpu-ctl"
+# Inside pods and agent containers: the receivers (one socket per session, named by the
+# session's uid) and the per-pod control sockets. The agent DaemonSet mounts the same node
+# folder at the same place (build.py).
+POD_SOCKET_DIR = "/run/kubeprof"
+RX_SUBDIR = "rx"
+CTL_SUBDIR = "ctl"
 PATH = "/mutate-pods"
 
-# Runs in the init container (the agent image's Python): copy what the tracer imports.
+# Runs in the init container (the agent image's Python): copy the tracer bundle
+# (kubeprof.agent.gpu.bundle: lib/, deps/, one py/cp3XY/ per Python 3.10-3.13, made by
+# docker/agent.Dockerfile). It cannot know the pod's Python, so it copies every build; the
+# tracer picks its own at start. Without a bundle (a development image): this Python's
+# kubeprof, and its cupti as the build for this Python only.
 COPY_SCRIPT = """\
-import shutil, sys, pathlib, importlib.util
-dest = pathlib.Path(sys.argv[1]) / "lib"
-dest.mkdir(parents=True, exist_ok=True)
-for name in ("kubeprof", "cupti", "elftools"):  # cupti-python imports pyelftools
+import shutil, sys, os, pathlib, importlib.util
+dest = pathlib.Path(sys.argv[1])
+skip = shutil.ignore_patterns("__pycache__")
+bundle = pathlib.Path(os.environ.get("KUBEPROF_TRACER_BUNDLE", "/opt/kubeprof/tracer"))
+if (bundle / "lib" / "kubeprof").is_dir():
+    shutil.copytree(bundle, dest, dirs_exist_ok=True, ignore=skip)
+    print(f"kubeprof-tracer: copied {bundle} into {dest}", flush=True)
+    sys.exit(0)
+tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+for name, into in (("kubeprof", "lib"), ("cupti", f"py/{tag}"), ("elftools", "deps"))  # cupti imports elftools:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         print(f"kubeprof-tracer: {name} not in the agent image; skipped", flush=True)
         continue
     for src in spec.submodule_search_locations:  # a namespace package has several
-        shutil.copytree(src, dest / name, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-print(f"kubeprof-tracer: copied into {dest}", flush=True)
+        shutil.copytree(src, dest / into / name, dirs_exist_ok=True, ignore=skip)
+print(f"kubeprof-tracer: copied this image's kubeprof into {dest}", flush=True)
 """
 
 
@@ -65,7 +86,7 @@ class InjectConfig:
     image_pull_policy: str = "IfNotPresent"
     socket_host_path: str = "/run/kubeprof"  # folder on the node where the agent listens
     mount_path: str = "/kubeprof"  # where the tracer appears in the pod's containers
-    socket_mount_path: str = "/run/kubeprof"
+    socket_mount_path: str = POD_SOCKET_DIR
     python: str = "python3"  # the agent image's interpreter (runs COPY_SCRIPT)
 
     @property
@@ -73,8 +94,19 @@ class InjectConfig:
         return f"{self.mount_path}/lib/kubeprof/agent/gpu/_site"
 
     @property
+    def rx_dir(self) -> str:
+        """Where the node agents' receiver sockets appear in the pod (read-only)."""
+        return f"{self.socket_mount_path}/{RX_SUBDIR}"
+
+    @property
+    def ctl_dir(self) -> str:
+        """The pod's own folder for its processes' control sockets (an emptyDir)."""
+        return f"{self.socket_mount_path}/{CTL_SUBDIR}"
+
+    @property
     def socket(self) -> str:
-        return f"{self.socket_mount_path}/gpu.sock"
+        """KUBEPROF_GPU_SOCKET: its folder is where ``on <session uid>`` looks for receivers."""
+        return f"{self.rx_dir}/gpu.sock"
 
 
 def opted_out(pod: dict[str, Any]) -> bool:
@@ -90,6 +122,8 @@ def _env_for(container: dict[str, Any], cfg: InjectConfig) -> list[dict[str, Any
     extra: list[dict[str, Any]] = [
         {"name": "KUBEPROF_GPU_SOCKET", "value": cfg.socket},
         {"name": "KUBEPROF_GPU_DORMANT", "value": "1"},
+        {"name": "KUBEPROF_GPU_CTL_DIR", "value": cfg.ctl_dir},
+        {"name": "KUBEPROF_GPU_BUNDLE", "value": cfg.mount_path},  # cupti-python per Python
         # names the folder of the process's control socket, so the node agent finds it
         {"name": "KUBEPROF_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]
@@ -144,15 +178,20 @@ def build_patch(pod: dict[str, Any], cfg: InjectConfig) -> list[dict[str, Any]]:
         bool(spec.get("volumes")),
         [
             {"name": TRACER_VOLUME, "emptyDir": {}},
+            {"name": CTL_VOLUME, "emptyDir": {}},  # 0777: any uid in the pod may bind
             {
                 "name": SOCKET_VOLUME,
-                "hostPath": {"path": cfg.socket_host_path, "type": "DirectoryOrCreate"},
+                "hostPath": {
+                    "path": f"{cfg.socket_host_path.rstrip('/')}/{RX_SUBDIR}",
+                    "type": "DirectoryOrCreate",
+                },
             },
         ],
     )
     mounts: list[dict[str, Any]] = [
         {"name": TRACER_VOLUME, "mountPath": cfg.mount_path, "readOnly": True},
-        {"name": SOCKET_VOLUME, "mountPath": cfg.socket_mount_path},
+        {"name": CTL_VOLUME, "mountPath": cfg.ctl_dir},
+        {"name": SOCKET_VOLUME, "mountPath": cfg.rx_dir, "readOnly": True},
     ]
     for i, c in enumerate(spec.get("containers") or []):
         base = f"/spec/containers/{i}"

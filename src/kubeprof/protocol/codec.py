@@ -37,6 +37,7 @@ from kubeprof.model import (
     FrameKind,
     GpuActivity,
     GpuMetricSample,
+    GpuTracerState,
     ProcessInfo,
     Stack,
 )
@@ -81,7 +82,8 @@ _I64 = ("ts_ns", "start_ns", "end_ns", "correlation_id", "stream", "shared_mem",
 _PIDS = ("pid", "tid", "ppid")
 _I32 = ("cpu", "device", "line", "registers")
 _SHORT_TEXT = {"kind": lim.KIND_MAX, "metric": lim.METRIC_MAX, "pod_uid": lim.POD_UID_MAX,
-               "container_id": lim.CONTAINER_ID_MAX}
+               "container_id": lim.CONTAINER_ID_MAX, "state": lim.KIND_MAX,
+               "socket": lim.SOCKET_NAME_MAX, "reason": lim.REASON_MAX}
 
 
 def _wire_type(name: str, annotation: str, limits: IngestLimits, no_nul: bool) -> Any:
@@ -136,6 +138,7 @@ RECORDS = (
     _Record.of(ProcessInfo, "processes"),
     _Record.of(GpuActivity, "gpu_activities"),
     _Record.of(GpuMetricSample, "gpu_metrics"),
+    _Record.of(GpuTracerState, "gpu_tracers"),
 )
 _FRAME = _Record.of(Frame, "frames")
 _BY_KEY = {r.key: r for r in (*RECORDS, _FRAME)}

@@ -49,11 +49,18 @@ def split(batch: Batch, *, max_rows: int = MAX_ROWS, max_values: int = MAX_VALUE
         + len(batch.processes)
         + len(batch.gpu_activities)
         + len(batch.gpu_metrics)
+        + len(batch.gpu_tracers)
     )
     values = sum(_cost(r) for r in batch.samples) + sum(_cost(r) for r in batch.gpu_activities)
     if rows <= max_rows and values + _FIELDS * len(batch.gpu_metrics) <= max_values:
         return [batch]
-    pieces: list[Batch] = [Batch(processes=batch.processes, counters=dict(batch.counters))]
+    pieces: list[Batch] = [
+        Batch(
+            processes=batch.processes,
+            counters=dict(batch.counters),
+            gpu_tracers=batch.gpu_tracers,
+        )
+    ]
     for part in _chunks(batch.samples, max_rows, max_values):
         pieces.append(Batch(samples=part))
     for kernels in _chunks(batch.gpu_activities, max_rows, max_values):
@@ -64,10 +71,15 @@ def split(batch: Batch, *, max_rows: int = MAX_ROWS, max_values: int = MAX_VALUE
     first, rest = pieces[0], pieces[1:]
     if (
         rest
-        and len(first.processes) + _rows(rest[0]) <= max_rows
+        and len(first.processes) + len(first.gpu_tracers) + _rows(rest[0]) <= max_rows
         and _FIELDS * len(first.processes) + _values(rest[0]) <= max_values
     ):
-        merged = replace(rest[0], processes=first.processes, counters=first.counters)
+        merged = replace(
+            rest[0],
+            processes=first.processes,
+            counters=first.counters,
+            gpu_tracers=first.gpu_tracers,
+        )
         return [merged, *rest[1:]]
     return pieces
 

@@ -169,6 +169,21 @@ class CounterRow(Base):
     value: Mapped[int] = mapped_column(default=0)
 
 
+class GpuTracerRow(Base):
+    """The latest answer of each injected GPU tracer a session's agent switched (or tried)."""
+
+    __tablename__ = "gpu_tracers"
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
+    pod_uid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    socket: Mapped[str] = mapped_column(String(128), primary_key=True)
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
 class IngestedBatchRow(Base):
     """Ids of batches already stored, so a retried batch is stored once."""
 

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
-from kubeprof.model import GpuActivity, GpuMetricSample, Stack
+from kubeprof.model import GpuActivity, GpuMetricSample, GpuTracerState, Stack
 from kubeprof.reportdata import Profile, WeightedStack
 from kubeprof.storage import stack_counts as sc
 from kubeprof.storage.intern import load_stacks
@@ -25,6 +25,7 @@ from kubeprof.storage.models import (
     CounterRow,
     GpuActivityRow,
     GpuMetricRow,
+    GpuTracerRow,
     ProcessRow,
     SampleRow,
     SessionRow,
@@ -268,6 +269,16 @@ def counters(conn: Connection, session_id: int) -> dict[str, int]:
     q = (select(CounterRow.name, func.sum(CounterRow.value))
          .where(CounterRow.session_id == session_id).group_by(CounterRow.name))
     return {name: int(v) for name, v in conn.execute(q)}
+
+
+def gpu_tracers(conn: Connection, session_id: int) -> list[GpuTracerState]:
+    """The latest answer of every injected GPU tracer the session's agents reached."""
+    q = (select(GpuTracerRow.pod_uid, GpuTracerRow.pid, GpuTracerRow.socket,
+                GpuTracerRow.state, GpuTracerRow.reason)
+         .where(GpuTracerRow.session_id == session_id)
+         .order_by(GpuTracerRow.pod_uid, GpuTracerRow.node, GpuTracerRow.socket))
+    return [GpuTracerState(r.pod_uid, int(r.pid), r.socket, r.state, r.reason)
+            for r in conn.execute(q)]
 
 
 def load_profile(conn: Connection, session: SessionInfo) -> Profile:

@@ -19,6 +19,7 @@ from kubeprof.storage.models import (
     CounterRow,
     GpuActivityRow,
     GpuMetricRow,
+    GpuTracerRow,
     ProcessRow,
     SampleRow,
     SessionAggregateRow,
@@ -159,7 +160,27 @@ def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Ba
     insert_rows(conn, GpuMetricRow, metrics)
     _upsert_processes(conn, session_id, node, batch)
     _add_counters(conn, session_id, node, batch.counters)
-    return len(samples) + len(activities) + len(metrics) + len(batch.processes)
+    _upsert_tracers(conn, session_id, node, batch)
+    return (len(samples) + len(activities) + len(metrics) + len(batch.processes)
+            + len(batch.gpu_tracers))
+
+
+def _upsert_tracers(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
+    """The latest answer per (pod, control socket) wins: the agent re-sends on change."""
+    if not batch.gpu_tracers:
+        return
+    rows = {
+        (t.pod_uid, t.socket): {"session_id": session_id, "node": node, "pod_uid": t.pod_uid,
+                                "socket": t.socket, "pid": t.pid, "state": t.state,
+                                "reason": t.reason}
+        for t in batch.gpu_tracers
+    }
+    stmt = dialect_insert(conn, GpuTracerRow)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["session_id", "node", "pod_uid", "socket"],
+        set_={k: getattr(stmt.excluded, k) for k in ("pid", "state", "reason")},
+    )
+    conn.execute(stmt, list(rows.values()))
 
 
 def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch) -> None:

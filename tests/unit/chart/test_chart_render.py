@@ -259,6 +259,40 @@ def test_agent_values_reach_the_agent_daemonset(monkeypatch):
     assert config.reconcile_interval_s == 2.0 and config.namespaces == ("ml", "research")
 
 
+def test_webhook_socket_folder_reaches_kernel_tracing_agents(monkeypatch):
+    """webhook.socketHostPath -> the operator's env -> its flags -> the DaemonSet of a
+    kernelTracing session: the node's rx/ folder (the one injected pods mount read-only)
+    and the session's own receiver socket there; without the webhook, neither."""
+    values = {"webhook": {"enabled": True, "caBundle": "Q0E=", "socketHostPath": "/srv/kp"}}
+    session = {
+        "metadata": {"name": "s", "namespace": "ml", "uid": "0b5e"},
+        "spec": {
+            "target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
+            "duration": "1m",
+            "profilers": {"gpu": {"kernelTracing": True}},
+        },
+    }
+    got = {}
+    for name, vals in (("on", values), ("off", {})):
+        with monkeypatch.context() as m:
+            for k, v in _env(chart.find(chart.render(vals), "Deployment")).items():
+                if isinstance(v, str):
+                    m.setenv(k, v)
+            config = build_config(build_parser().parse_args(["--database-url", "sqlite://"]))
+        got[name] = build_daemonset(session, parse(session["spec"]), ["n1"], config, 0.0)["spec"][
+            "template"
+        ]["spec"]
+    vols = {v["name"]: v for v in got["on"]["volumes"]}
+    assert vols["gpu-rx"]["hostPath"] == {"path": "/srv/kp/rx", "type": "DirectoryOrCreate"}
+    env = {e["name"]: e.get("value") for e in got["on"]["containers"][0]["env"]}
+    assert env["KUBEPROF_AGENT_GPU_SOCKET"] == "/run/kubeprof/rx/0b5e.sock"
+    assert env["KUBEPROF_AGENT_GPU_CTL_DIR"] == "/run/kubeprof/ctl"
+    assert "gpu-rx" not in {v["name"] for v in got["off"]["volumes"]}
+    assert "KUBEPROF_AGENT_GPU_SOCKET" not in {
+        e["name"] for e in got["off"]["containers"][0]["env"]
+    }
+
+
 def test_default_agent_values_keep_the_built_in_security_context(monkeypatch):
     deploy = chart.find(chart.render(), "Deployment")
     env = _env(deploy)

@@ -43,7 +43,7 @@ def test_dormant_on_off_on_records_kernels_only_while_on(fake, tmp_path, monkeyp
     dormant = inject.bootstrap()
     assert isinstance(dormant, control.DormantTracer)
     [ctl] = control.pod_sockets(gpu_sock, "uid-1")
-    assert ctl.name == f"{os.getpid()}.sock"
+    assert ctl.name.startswith(f"{os.getpid()}-") and ctl.name.endswith(".sock")
 
     assert fake.callback is None and not fake.activities  # dormant: not even subscribed
     assert control.switch(ctl, "status") == "dormant"
@@ -72,8 +72,8 @@ def test_dormant_on_off_on_records_kernels_only_while_on(fake, tmp_path, monkeyp
 def test_unsupported_is_said_once_and_answered_every_time(capsys):
     calls = []
 
-    def make():
-        calls.append(1)
+    def make(receiver):
+        calls.append(receiver)
         raise TracerError("no GPU: no /dev/nvidia<N> device in this process's view")
 
     d = control.DormantTracer(make, lambda t: sys.stderr.write(f"kubeprof-gpu: {t}\n"))
@@ -131,7 +131,7 @@ def test_real_child_with_the_injected_env_answers_and_runs_on(tmp_path):
             assert child.poll() is None and time.monotonic() < deadline, child.stderr.read()
             time.sleep(0.05)
         [ctl] = control.pod_sockets(gpu_sock, "uid-child")
-        assert ctl.name == f"{child.pid}.sock"
+        assert ctl.name.startswith(f"{child.pid}-")
         assert control.switch(ctl, "status") == "dormant"
         answer = control.switch(ctl, "on")  # this machine: no GPU or no cupti -> a reason
         if answer != "ok on":

@@ -144,3 +144,50 @@ def test_agent_reads_back_what_the_daemonset_sets():
     assert (s.cpu_hz, s.collectors, s.end_time, s.nvml_interval_s) == (49, ("cpu",),
                                                                         1700000000.5, 1.0)
     assert (str(s.proc_root), str(s.spool_dir)) == ("/proc", "/var/lib/kubeprof/spool")
+
+
+def _gpu_ds(kernel_tracing: bool, host: str = "/run/kubeprof", uid: str = "u-1"):
+    from dataclasses import replace
+
+    body = {
+        **SESSION,
+        "metadata": {**SESSION["metadata"], "uid": uid},
+        "spec": {**SESSION["spec"], "profilers": {"gpu": {"kernelTracing": kernel_tracing}}},
+    }
+    cfg = replace(CFG, agent_gpu_socket_host_path=host)
+    return build_daemonset(body, parse(body["spec"]), ["n1"], cfg, end_time=1.0)
+
+
+def test_kernel_tracing_session_agent_listens_in_the_webhooks_folder():
+    """The agent gets the node's rx/ folder (the same one injected pods mount read-only) and
+    its own receiver there, named by the session's uid; nothing else of the socket folder."""
+    from kubeprof.agent.cluster.main import build_parser as agent_parser
+
+    pod = _gpu_ds(True, "/var/run/kp/")["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["gpu-rx"] == {
+        "name": "gpu-rx",
+        "hostPath": {"path": "/var/run/kp/rx", "type": "DirectoryOrCreate"},
+    }
+    assert {"name": "gpu-rx", "mountPath": "/run/kubeprof/rx"} in c["volumeMounts"]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert env["KUBEPROF_AGENT_GPU_SOCKET"] == "/run/kubeprof/rx/u-1.sock"
+    assert env["KUBEPROF_AGENT_GPU_CTL_DIR"] == "/run/kubeprof/ctl"
+    args = agent_parser(env).parse_args([])  # what `kubeprof agent` makes of it
+    assert (args.gpu_socket, args.gpu_ctl_dir) == ("/run/kubeprof/rx/u-1.sock", "/run/kubeprof/ctl")
+    # the agent's privileges are unchanged: /proc/<pid>/root needs only SYS_PTRACE (hostPID)
+    assert (
+        c["securityContext"]
+        == _ds()["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    )
+    # two sessions on one node never share a receiver
+    other = _gpu_ds(True, uid="u-2")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "KUBEPROF_AGENT_GPU_SOCKET", "value": "/run/kubeprof/rx/u-2.sock"} in other
+
+
+@pytest.mark.parametrize(("kernel_tracing", "host"), [(False, "/run/kubeprof"), (True, "")])
+def test_no_tracer_wiring_without_kernel_tracing_or_webhook(kernel_tracing, host):
+    pod = _gpu_ds(kernel_tracing, host)["spec"]["template"]["spec"]
+    assert "gpu-rx" not in {v["name"] for v in pod["volumes"]}
+    assert not [e for e in pod["containers"][0]["env"] if "GPU_SOCKET" in e["name"]]

@@ -368,3 +368,41 @@ def test_agent_pods_are_never_targets(env):
     kube.pods = [_pod("p1", "n1", "uid-p1"), agent]
     st = _pass(ctx, copy.deepcopy(BODY))
     assert (st["pods"], st["nodes"]) == (1, 1)
+
+
+def test_kernel_tracing_status_counts_the_pods_tracers_and_their_reasons(env):
+    """With the webhook on, what the agents shipped (Batch.gpu_tracers) becomes
+    .status.gpuTracers and the KernelTracing condition, the refusal in the tracer's words."""
+    from dataclasses import replace
+
+    from kubeprof.model import GpuTracerState
+
+    ctx, kube, clock, store = env
+    ctx.config = replace(ctx.config, agent_gpu_socket_host_path="/run/kubeprof")
+    body = copy.deepcopy(BODY)
+    body["spec"]["profilers"] = {"gpu": {"kernelTracing": True}}
+    kube.pods = [_pod("p1", "n1", "uid-p1"), _pod("p2", "n2", "uid-p2")]
+    st = _pass(ctx, body)
+    cond = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
+    assert (cond["status"], cond["reason"]) == ("False", "NoTracerFound")
+    assert st["gpuTracers"] == {"traced": 0, "refused": 0, "pods": []}
+    env_ = {e["name"]: e.get("value") for e in kube.objects["daemonsets/kubeprof-s-agent"][
+        "spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env_["KUBEPROF_AGENT_GPU_SOCKET"] == "/run/kubeprof/rx/uid-session-1.sock"
+
+    why = "Python 3.9 is not supported (cupti-python has builds for 3.10-3.13)"
+    sid = ctx.writer_registry.get("ml", "s").db_id
+    w = BatchWriter(store.engine)
+    w.store(sid, "t1", "n1", Batch(gpu_tracers=(GpuTracerState("uid-p1", 7, "1-a.sock", "on"),
+                                                GpuTracerState("uid-p1", 8, "1-b.sock", "on"))))
+    w.store(sid, "t2", "n2", Batch(gpu_tracers=(
+        GpuTracerState("uid-p2", 9, "1-c.sock", "refused", why),)))
+    w.store(sid, "t3", "n1", Batch(gpu_tracers=(GpuTracerState("uid-p1", 8, "1-b.sock", "off"),)))
+    clock[0] += 5
+    st = _pass(ctx, body)
+    assert st["gpuTracers"] == {"traced": 2, "refused": 1, "pods": [
+        {"pod": "ml/p2", "traced": 0, "refused": 1, "reasons": [why]},
+        {"pod": "ml/p1", "traced": 2, "refused": 0}]}
+    cond = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
+    assert (cond["status"], cond["reason"]) == ("True", "PartlyTraced")
+    assert cond["message"] == f"2 process(es) traced; 1 refused, e.g. ml/p2: {why}"

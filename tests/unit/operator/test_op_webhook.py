@@ -63,14 +63,28 @@ def test_bare_pod_gets_init_container_env_and_volumes() -> None:
     assert init["name"] == INIT_NAME and init["image"] == CFG.image
     vols = {v["name"]: v for v in out["spec"]["volumes"]}
     assert vols["kubeprof-tracer"] == {"name": "kubeprof-tracer", "emptyDir": {}}
-    assert vols["kubeprof-gpu-socket"]["hostPath"]["path"] == "/run/kubeprof"
+    # Only the receivers' folder of the node; the control sockets live in the pod's own
+    # emptyDir, which no other pod sees.
+    assert vols["kubeprof-gpu-socket"]["hostPath"]["path"] == "/run/kubeprof/rx"
+    assert vols["kubeprof-gpu-ctl"] == {"name": "kubeprof-gpu-ctl", "emptyDir": {}}
     main = out["spec"]["containers"][0]
     env = env_of(main)
     assert env["PYTHONPATH"].split(":")[0] == CFG.site_dir
-    assert env["KUBEPROF_GPU_SOCKET"] == "/run/kubeprof/gpu.sock"
+    assert env["KUBEPROF_GPU_SOCKET"] == "/run/kubeprof/rx/gpu.sock"
+    assert env["KUBEPROF_GPU_CTL_DIR"] == "/run/kubeprof/ctl"
     assert env["KUBEPROF_GPU_DORMANT"] == "1"
     mounts = {m["name"]: m for m in main["volumeMounts"]}
     assert mounts["kubeprof-tracer"]["readOnly"] is True
+    # read-only: a pod may connect to a receiver but never bind or replace one
+    assert mounts["kubeprof-gpu-socket"] == {
+        "name": "kubeprof-gpu-socket",
+        "mountPath": "/run/kubeprof/rx",
+        "readOnly": True,
+    }
+    assert mounts["kubeprof-gpu-ctl"] == {
+        "name": "kubeprof-gpu-ctl",
+        "mountPath": "/run/kubeprof/ctl",
+    }
     assert out["metadata"]["annotations"][ANNOTATION] == "dormant"
 
 
@@ -94,6 +108,7 @@ def test_existing_lists_are_appended_to_and_user_values_kept() -> None:
     assert [v["name"] for v in out["spec"]["volumes"]] == [
         "data",
         "kubeprof-tracer",
+        "kubeprof-gpu-ctl",
         "kubeprof-gpu-socket",
     ]
     a, b = out["spec"]["containers"]
@@ -102,6 +117,7 @@ def test_existing_lists_are_appended_to_and_user_values_kept() -> None:
     assert [m["name"] for m in a["volumeMounts"]] == [
         "data",
         "kubeprof-tracer",
+        "kubeprof-gpu-ctl",
         "kubeprof-gpu-socket",
     ]
     assert env_of(b)["KUBEPROF_GPU_SOCKET"] == CFG.socket
@@ -169,7 +185,7 @@ def test_init_container_copy_is_enough_for_a_python_without_kubeprof(tmp_path) -
     code = (
         "import pathlib, sys\n"
         "import kubeprof.agent.gpu.tracer, kubeprof.agent.gpu.wire  # what 'on' imports\n"
-        f"d = pathlib.Path({str(tmp_path / 'run' / 'ctl' / 'uid-x')!r})\n"
+        f"d = pathlib.Path({str(tmp_path / 'run' / 'ctl')!r})\n"
         "print(sorted(p.name for p in d.iterdir()), 'kubeprof' in sys.modules)\n"
     )
     r = subprocess.run([bare, "-c", code], env=env, capture_output=True, text=True, timeout=60)

@@ -13,6 +13,7 @@ from kubeprof.model import (
     FrameKind,
     GpuActivity,
     GpuMetricSample,
+    GpuTracerState,
     ProcessInfo,
 )
 from kubeprof.protocol import codec
@@ -30,6 +31,8 @@ def _batch() -> Batch:
                                     (1, 2, 3), (32, 1, 1), 40, 128, 0, STACK),),
         gpu_metrics=(GpuMetricSample(5, 0, "gpu_util_pct", 42.5),),
         counters={"lost": 2},
+        gpu_tracers=(GpuTracerState("uid-1", 10, "7-0a1b2c3d.sock", "refused",
+                                    "Python 3.9 is not supported"),),
     )
 
 
@@ -93,7 +96,7 @@ def test_wrong_version_and_dangling_frame_index_are_named():
 
 
 def test_rows_counts_every_record():
-    assert codec.rows(_batch()) == 50 + 1 + 1 + 1
+    assert codec.rows(_batch()) == 50 + 1 + 1 + 1 + 1
 
 
 def _doc() -> dict:
@@ -117,6 +120,8 @@ def _refused(doc: dict, match: str, **kw) -> codec.CodecError:
     (("processes", 0, 5), "u" * 300, r"processes\[0\]\.pod_uid: Expected `str` of length"),
     (("gpu_activities", 0, 9), [1, 2, 2**31], r"gpu_activities\[0\]\.grid\[2\]"),
     (("frames", 0, 1), "bogus", r"frames\[0\]\.kind: Invalid enum value"),
+    (("gpu_tracers", 0, 3), "s" * 17, r"gpu_tracers\[0\]\.state: Expected `str` of length"),
+    (("gpu_tracers", 0, 4), "r" * 1001, r"gpu_tracers\[0\]\.reason: Expected `str` of length"),
 ])
 def test_out_of_range_values_are_refused_naming_the_field(where, value, field):
     doc = _doc()
@@ -158,7 +163,7 @@ def test_size_limits_are_refused_before_decoding():
                     ).too_large
     assert _refused(doc, "samples: Expected `array` of length <= 10",
                     limits=IngestLimits(max_rows=10)).too_large
-    assert _refused(doc, "53 records; at most 52", limits=IngestLimits(max_rows=52)).too_large
+    assert _refused(doc, "54 records; at most 53", limits=IngestLimits(max_rows=53)).too_large
     doc["frames"][0][0] = "f" * 100
     _refused(doc, r"frames\[0\]\.name: Expected `str` of length <= 50",
              limits=IngestLimits(max_string_chars=50))

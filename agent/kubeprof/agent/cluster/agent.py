@@ -25,7 +25,7 @@ from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.cluster.tracers import TracerSwitchboard
 from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import SpoolSink
-from kubeprof.model import Batch, ProcessInfo
+from kubeprof.model import Batch, GpuTracerState, ProcessInfo
 from kubeprof.protocol.phases import ACTIVE, Phase
 
 log = logging.getLogger("kubeprof.agent")
@@ -96,6 +96,12 @@ class NodeAgent:
             log.info("targets unavailable (%s %s); keeping %d known target pod(s)",
                      ans.status, ans.detail, len(self.targets))
 
+    def is_target_process(self, pid: int) -> bool:
+        """Whether `pid` (ours) runs in one of the session's target pods: the GPU receiver
+        takes records only from those, whoever else can open its socket."""
+        ref = self.discovery.pod_of(pid)
+        return ref is not None and ref.pod_uid in self.targets
+
     def attach_new(self) -> list[ProcessInfo]:
         """Find new target processes and give them to the targeted collectors."""
         new = self.discovery.scan(self.targets)
@@ -114,10 +120,13 @@ class NodeAgent:
         if not self.config.static_targets:
             self.refresh_targets()
         new = self.attach_new()
+        tracers: tuple[GpuTracerState, ...] = ()
         if self.tracers is not None and self.phase in ACTIVE:
-            self.tracers.sync(self.targets)
+            self.discovery.live()  # forget exited processes before looking for sockets
+            self.tracers.sync(self.targets, self.discovery.seen)
+            tracers = self.tracers.states(only_changed=True)
         self._next_scan = time.monotonic() + self.config.rescan_interval_s
-        return Batch(processes=tuple(new))
+        return Batch(processes=tuple(new), gpu_tracers=tracers)
 
     def should_stop(self) -> bool:
         end = self.config.end_time
@@ -131,11 +140,20 @@ class NodeAgent:
             self.tracers.all_off()
         return stop
 
+    def _last_tracer_states(self) -> None:
+        """After the loop: the tracers' final answers (on -> off) reach the session too."""
+        if self.tracers is not None:
+            self.tracers.all_off()
+            states = self.tracers.states(only_changed=True)
+            if states:
+                self.sink.write(Batch(gpu_tracers=states))
+
     # -- the run ----------------------------------------------------------------------------
     def run(self) -> int:
         """Collect until the session ends; returns 0, or 3 when data stayed unsent."""
         self.sink.start()
-        self.driver.run(self._stop_now, on_pass=self.rescan, wait=self.stop_event.wait)
+        self.driver.run(self._stop_now, on_pass=self.rescan, on_stop=self._last_tracer_states,
+                        wait=self.stop_event.wait)
         st = self.shipper.stats
         log.info("agent done: %d batches spooled, %d sent (%d duplicates, %d rows), %d "
                  "retries, %d rejected, %d left in %s", self.batches, st.sent, st.duplicates,

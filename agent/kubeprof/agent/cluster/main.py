@@ -84,10 +84,17 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     p.add_argument("--pod-uid", action="append", default=[],
                    help="profile this pod UID without asking the API for targets "
                         "(repeatable; for use outside a session DaemonSet)")
-    p.add_argument("--gpu-socket", default=os.environ.get("KUBEPROF_AGENT_GPU_SOCKET", ""),
+    env = os.environ if environ is None else environ
+    p.add_argument("--gpu-socket", default=env.get("KUBEPROF_AGENT_GPU_SOCKET", ""),
                    help="receive CUDA kernels from the dormant tracers the injection webhook "
-                        "put into pods: listen on this socket and switch the target pods' "
-                        "tracers on for the session (env KUBEPROF_AGENT_GPU_SOCKET; default off)")
+                        "put into pods: listen on this socket (its name, the session's uid, is "
+                        "what `on`/`off` carry) and switch the target pods' tracers on for the "
+                        "session (env KUBEPROF_AGENT_GPU_SOCKET; default off)")
+    p.add_argument("--gpu-ctl-dir", default=env.get("KUBEPROF_AGENT_GPU_CTL_DIR",
+                                                    "/run/kubeprof/ctl"),
+                   help="the folder, inside target pods, of their tracers' control sockets; "
+                        "reached through /proc/<pid>/root (env KUBEPROF_AGENT_GPU_CTL_DIR, "
+                        "default %(default)s)")
     p.add_argument("--log-level", default=s.log_level,
                    help=f"DEBUG, INFO, WARNING (env {e('log_level')}, default %(default)s)")
     return p
@@ -147,7 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gpu_socket and "gpu" in running:
         from kubeprof.agent.cluster.tracers import TracerSwitchboard
 
-        agent.tracers = TracerSwitchboard(args.gpu_socket)
+        # `on <name>` sends the tracers to <dir of their KUBEPROF_GPU_SOCKET>/<name>.sock,
+        # the folder this socket is in (build.gpu_receiver: the session's uid).
+        agent.tracers = TracerSwitchboard(Path(args.gpu_socket).stem, args.gpu_ctl_dir,
+                                          args.proc_root)
+        running["gpu"].accept_peer = agent.is_target_process  # type: ignore[attr-defined]
     for note in started.notes:
         logging.getLogger("kubeprof.agent").warning("%s", note)
     if failed:

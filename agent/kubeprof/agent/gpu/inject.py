@@ -18,7 +18,9 @@ in its pod spec or container image, plus kubeprof and cupti-python importable th
     KUBEPROF_GPU_KEY_DEPTH=8  KUBEPROF_GPU_REVALIDATE=64  KUBEPROF_GPU_FOREIGN=main|none
     KUBEPROF_GPU_QUIET=1                          # no stderr lines from the tracer
     KUBEPROF_GPU_DORMANT=1                        # wait for the node agent's "on" (control.py)
-    KUBEPROF_POD_UID=<pod uid>                    # names the control socket's folder
+    KUBEPROF_GPU_CTL_DIR=/run/kubeprof/ctl        # the pod's folder for control sockets
+    KUBEPROF_GPU_BUNDLE=/kubeprof                 # cupti-python per Python version (bundle.py)
+    KUBEPROF_POD_UID=<pod uid>                    # without CTL_DIR: names <socket dir>/ctl/<uid>
 
 ``python -c 'from kubeprof.agent.gpu.inject import site_dir; print(site_dir())'`` prints the
 first folder. An existing ``sitecustomize`` further down ``sys.path`` still runs (chained).
@@ -167,15 +169,16 @@ def _bootstrap_dormant(path: str) -> Any:
 
     Nothing CUDA-related is imported here; the reason it cannot ever trace is printed once.
     """
-    from kubeprof.agent.gpu import control
+    from kubeprof.agent.gpu import bundle, control
 
-    dormant = control.DormantTracer(lambda: start_live(path), _say)
-    why = control.python_unsupported()
+    dormant = control.DormantTracer(start_live, _say, path)
+    # An injected pod: cupti-python for this interpreter from the copied bundle (or why not)
+    why = control.python_unsupported() or bundle.activate()
     if why:
         dormant.unsupported = why
         _say(f"GPU tracing unavailable: {why}")
     sock = control.control_dir(path, os.environ.get(control.ENV_POD_UID, ""))
-    server = control.ControlServer(sock / f"{os.getpid()}.sock", dormant)
+    server = control.ControlServer(sock / control.socket_name(), dormant)
     try:
         server.start()
     except OSError as exc:  # read-only or missing socket folder: stay untraced
@@ -186,7 +189,7 @@ def _bootstrap_dormant(path: str) -> Any:
         return None
 
     def at_exit() -> None:
-        dormant.off()
+        dormant.stop_all()
         server.close()
 
     atexit.register(at_exit)
@@ -199,6 +202,7 @@ def _forget_dormant(dormant: Any, server: Any) -> None:
     global _tracer
     server._sock = None
     dormant.tracer = None
+    dormant.holders.clear()
     dormant.unsupported = "forked child of a traced process"
     _tracer = None
 

@@ -19,8 +19,10 @@ import selectors
 import shutil
 import socket
 import stat
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +74,7 @@ class _Conn:
     conn_id: int = 0  # order of acceptance, names the connection in a capture
     decoder: FrameDecoder = field(default_factory=FrameDecoder)
     pid: int = 0
+    peer_pid: int = 0  # the connecting process in our pid namespace (SO_PEERCRED); 0: replay
     strings: list[str] = field(default_factory=list)
     raw_stacks: dict[int, list[list[int]]] = field(default_factory=dict)
     stacks: dict[int, Stack] = field(default_factory=dict)
@@ -119,6 +122,9 @@ class GpuReceiver:
         self.messages: list[str] = []  # one-line notes from tracers and about them
         self.targets: dict[int, dict[str, Any]] = {}  # pid -> its hello (argv, versions, config)
         self.tracer_errors: dict[int, str] = {}  # pid -> why its tracer did not start / failed
+        # The node agent's filter: may this pid (ours, from SO_PEERCRED) send us records?
+        # None: anyone who can open the socket (kubeprof record: same user, mode 0600).
+        self.accept_peer: Callable[[int], bool] | None = None
         self._sel = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -163,8 +169,21 @@ class GpuReceiver:
         assert self._listener is not None
         with contextlib.suppress(BlockingIOError):
             sock, _ = self._listener.accept()
+            try:
+                raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+                peer = int.from_bytes(raw[:4], sys.byteorder, signed=True)
+            except OSError:
+                peer = 0
+            if self.accept_peer is not None and not self.accept_peer(peer):
+                # Not a process of this session's pods: its records are not ours to store.
+                sock.close()
+                with self._lock:
+                    self._count("gpu_tracer_foreign")
+                return
             sock.setblocking(False)
-            self._sel.register(sock, selectors.EVENT_READ, self.new_connection(sock))
+            conn = self.new_connection(sock)
+            conn.peer_pid = peer
+            self._sel.register(sock, selectors.EVENT_READ, conn)
 
     def new_connection(self, sock: socket.socket | None) -> _Conn:
         """State for one tracer connection (``sock`` None: fed by ``capture.replay``)."""
@@ -324,7 +343,9 @@ class GpuReceiver:
     ) -> None:
         kind = header.get("t")
         if kind == "hello":
-            conn.pid = int(header.get("pid", 0))
+            # In a pod the tracer's own pid is its container's; the kernel's is the host's,
+            # the one the agent's process records and CPU samples carry.
+            conn.pid = conn.peer_pid or int(header.get("pid", 0))
             self.targets[conn.pid] = {
                 k: header[k]
                 for k in ("argv", "ppid", "versions", "config", "skipped_cbids")
