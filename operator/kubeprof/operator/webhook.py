@@ -67,7 +67,8 @@ if (bundle / "lib" / "kubeprof").is_dir():
     print(f"kubeprof-tracer: copied {bundle} into {dest}", flush=True)
     sys.exit(0)
 tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-for name, into in (("kubeprof", "lib"), ("cupti", f"py/{tag}"), ("elftools", "deps"))  # cupti imports elftools:
+# cupti-python imports pyelftools
+for name, into in (("kubeprof", "lib"), ("cupti", f"py/{tag}"), ("elftools", "deps")):
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         print(f"kubeprof-tracer: {name} not in the agent image; skipped", flush=True)
