@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine
 
-from kubeprof.operator import agent_failures, aggregate, build, db, metrics, tenancy
+from kubeprof.operator import agent_failures, aggregate, build, db, light_deep, metrics, tenancy
 from kubeprof.operator.config import LABEL_COMPONENT, TOKEN_KEY, OperatorConfig
 from kubeprof.operator.kube import KubeError
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
@@ -68,6 +68,7 @@ class Context:
     writer_registry: Registry
     config: OperatorConfig
     clock: Any = time.time
+    light: light_deep.LightAgents | None = None  # deep-capable light agents (--light-token-file)
 
 
 def _token(ctx: Context, body: Mapping[str, Any]) -> str:
@@ -293,15 +294,24 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         status["drainUntil"] = iso(drain_until)
         step = next_step(Phase.AGGREGATING, Observed(now, end, drain_until, len(targets), ever))
 
+    ds_nodes, light = nodes, None
+    if ctx.light is not None and step.phase in (Phase.PENDING, Phase.RUNNING):
+        # Nodes whose always-on light agent can go deep get no DaemonSet pod: that agent
+        # profiles the session's pods there (light_deep); the DaemonSet keeps the rest.
+        light = light_deep.hand_over(
+            ctx.light, meta, spec, nodes, end, _ds_nodes(ctx.kube.get_daemonset(
+                ns, build.daemonset_name(body)) or {}), tuple(build.collectors_for(spec.profilers)))
+        ds_nodes = light.ds_nodes
     ds = None
     if step.phase in (Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING):
         # While aggregating, agents stay up to flush; no re-pinning to new pods.
-        ds = _sync_daemonset(ctx, body, spec, nodes if step.phase is not Phase.AGGREGATING
+        ds = _sync_daemonset(ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING
                              else (_ds_nodes(ctx.kube.get_daemonset(
                                  ns, build.daemonset_name(body)) or {}) or []), end)
     ds_status = (ds or {}).get("status") or {}
     ready, expected = int(ds_status.get("numberReady", 0)), int(
         ds_status.get("desiredNumberScheduled", 0))
+    light_ready = (light.running, len(light.light_nodes)) if light is not None else (0, 0)
     failure = (_agent_failure(ctx, body, ds, ready, expected) if ready < expected or
                (ds is not None and not expected) else None)
 
@@ -323,6 +333,14 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     entry.phase = step.phase
     now_iso = iso(now)
     conds = status.get("conditions") or []
+    extra = []
+    if light is not None:
+        fields = light_deep.status_fields(light, now_iso, conds)
+        status["lightAgents"], extra = fields["lightAgents"], [fields["lightCondition"]]
+        ready, expected = ready + light_ready[0], expected + light_ready[1]
+    elif isinstance(status.get("lightAgents"), dict):  # ended: nothing handed over any more
+        status["lightAgents"] = {**status["lightAgents"], "running": 0}
+        extra = [c for c in conds if c.get("type") == "LightAgents"]
     status.update(
         phase=step.phase.value, reason=step.reason, message=step.message,
         nodes=len(nodes), pods=len(targets), everMatched=ever,
@@ -341,6 +359,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                       step.reason if step.phase in TERMINAL else "InProgress",
                       step.message, now_iso, conds),
             *_kernel_tracing(spec, now_iso, conds),
+            *extra,
         ],
     )
     if failure is not None and step.phase not in TERMINAL:
