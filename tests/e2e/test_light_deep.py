@@ -1,0 +1,283 @@
+"""A ProfilingSession switches the always-on light agent on node A to deep profiling, on the
+real control plane (kube-apiserver + scheduler + DaemonSet controller + kwok) and Postgres.
+
+Two pods of one app run on kwok GPU nodes A and B. A real `kubeprof agent --light --deep`
+process acts for node A (kwok has no GPU: its NVML readings are replayed, naming the real
+PID of the workload process that stands in the pod A's cgroup); B has no light agent. The
+session selects both pods. Shown: the session's DaemonSet is pinned to B only, so no agent
+pod is scheduled on A; the light agent on A runs the ordinary node agent for the session and
+ships real eBPF CPU samples of the pod A's process into it with the session's token; an
+operator killed and restarted mid-session re-sends the same assignment and nothing starts
+twice; at the session's end the light agent is back to light only (no deep session, its
+/metrics still served); the session token is in no log and not in the status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from tests.e2e import operator_helpers as h
+from tests.e2e.cluster import Cluster
+from tests.e2e.cluster.ports import pick
+
+pytestmark = [pytest.mark.e2e, pytest.mark.bpf]
+APP = "deep"
+
+
+def _pod(name: str, ns: str, node: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": APP}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "image": "registry.invalid/trainer:0"}],
+            },
+        }
+    )
+
+
+def _metrics(url: str) -> dict[str, float]:
+    """name{labels} -> value of the light agent's /metrics ({} while it is not up)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[s.name + json.dumps(s.labels, sort_keys=True)] = float(s.value)
+    return out
+
+
+def _deep(url: str, node: str, name: str) -> float | None:
+    return _metrics(url).get(f"kubeprof_light_deep_{name}" + json.dumps({"node": node}))
+
+
+def _terms(ds: dict) -> list[list[str]]:
+    terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    return [t["matchFields"][0]["values"] for t in terms]
+
+
+def _agent_pod_nodes(c: Cluster, ns: str, session: str) -> list[str]:
+    got = (
+        h.get_json(
+            c,
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            f"kubeprof.dev/session={session},app.kubernetes.io/component=agent",
+        )
+        or {}
+    )
+    return sorted(p["spec"].get("nodeName", "") for p in got.get("items", []))
+
+
+def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
+    k8s_cluster: Cluster, postgres_dsn
+):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroups, eBPF)")
+    c = k8s_cluster
+    h.apply_crd(c)
+    ns, name = f"e2e-deep-{uuid.uuid4().hex[:6]}", "deep-profile"
+    node_a, node_b = "kwok-gpu-0000", "kwok-gpu-0001"
+    c.kubectl("create", "namespace", ns)
+    work = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-deep-"))
+    light_token = work / "light-token"
+    light_token.write_text(secrets.token_urlsafe(32))
+    light_token.chmod(0o600)
+    procs: list[h.Proc] = []
+    workload = None
+    try:
+        c.kubectl("apply", "-f", "-", stdin=_pod("trainer-a", ns, node_a))
+        c.kubectl("apply", "-f", "-", stdin=_pod("trainer-b", ns, node_b))
+        pods = h.poll(
+            lambda: (lambda r: r if len(r) == 2 else [])(h.running_pods(c, ns, APP)),
+            60,
+            "both pods Running",
+        )
+        uid_a = next(p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == node_a)
+        workload = h.PodProcess(uid_a, seconds=300).start()
+        assert workload.popen is not None
+        replay = work / "nvml.jsonl"
+        replay.write_text(
+            json.dumps(
+                {
+                    "devices": [
+                        {
+                            "gpu": 0,
+                            "uuid": "GPU-e2e",
+                            "util_gpu": 10,
+                            "mem_used": 1 << 30,
+                            "mem_total": 141 << 30,
+                            "processes": [{"pid": workload.popen.pid, "usedGpuMemory": 1 << 30}],
+                            "samples": [
+                                {"pid": workload.popen.pid, "timeStamp": 1000, "smUtil": 10}
+                            ],
+                        }
+                    ]
+                }
+            )
+            + "\n"
+        )
+
+        op = h.Operator(
+            c,
+            postgres_dsn.url,
+            work,
+            args=(
+                "--light-token-file",
+                str(light_token),
+                "--light-grace",
+                "4",
+                "--light-stale",
+                "15",
+            ),
+        ).start()
+        procs.append(op.proc)  # type: ignore[arg-type]
+        (port,) = pick(1)
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        light = h._spawn(
+            [
+                *h.KUBEPROF,
+                "agent",
+                "--light",
+                "--node-name",
+                node_a,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--replay",
+                str(replay),
+                "--interval",
+                "0.5",
+                "--window",
+                "2",
+                "--pods-interval",
+                "1",
+                "--kubeconfig",
+                str(c.kubeconfig),
+                "--deep",
+                "--operator-url",
+                op.url,
+                "--token-file",
+                str(light_token),
+                "--spool-dir",
+                str(work / "spool-light"),
+                "--heartbeat-interval",
+                "1",
+                "--rescan-interval",
+                "1",
+                "--drain-timeout",
+                "60",
+            ],
+            {},
+            work / "light-agent.log",
+        )
+        procs.append(light)
+        assert (
+            h.poll(
+                lambda: _deep(metrics_url, node_a, "capable"), 60, "the light agent deep-capable"
+            )
+            == 1
+        ), light.text()[-3000:]
+
+        c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "45s"))
+        ds = h.poll(
+            lambda: h.get_json(c, "get", "ds", "-n", ns, f"kubeprof-{name}-agent"),
+            60,
+            "the session's DaemonSet",
+        )
+        assert _terms(ds) == [[node_b]], "node A belongs to its light agent"
+        token = h.session_token(c, ns, name)
+        assert h.poll(lambda: _agent_pod_nodes(c, ns, name), 60, "agent pods") == [node_b]
+        assert h.poll(
+            lambda: _deep(metrics_url, node_a, "sessions") == 1,
+            60,
+            "the light agent running the session deeply",
+        ), light.text()[-3000:]
+
+        def light_running() -> dict:
+            st = h.session(c, ns, name).get("status") or {}
+            return st if (st.get("lightAgents") or {}).get("running") == 1 else {}
+
+        st = h.poll(light_running, 30, "status counting the light agent")
+        assert st["lightAgents"] == {"nodes": 1, "running": 1, "fallbackNodes": 0}
+        assert st["agents"]["expected"] == 2 and st["phase"] == "Running"
+
+        # Operator killed and restarted mid-session: the light agent keeps profiling; the
+        # assignment re-sent afterwards starts nothing new; A still gets no agent pod.
+        time.sleep(5)
+        op.kill()
+        time.sleep(3)
+        op = h.Operator(c, postgres_dsn.url, work, port=op.port, args=op.args).start()
+        procs.append(op.proc)  # type: ignore[arg-type]
+        time.sleep(8)  # past the restarted operator's grace: placement is decided again
+        assert _agent_pod_nodes(c, ns, name) == [node_b]
+        assert _deep(metrics_url, node_a, "sessions") == 1
+
+        h.poll(lambda: h.phase(c, ns, name) == "Completed", 150, "phase Completed")
+        assert h.poll(
+            lambda: _deep(metrics_url, node_a, "sessions") == 0,
+            90,
+            "the light agent back to light only",
+        ), light.text()[-3000:]
+        assert light.alive(), light.text()[-3000:]
+        after = _metrics(metrics_url)
+        assert any(k.startswith("kubeprof_gpu_device_utilization_ratio") for k in after)
+        st = h.session(c, ns, name)["status"]
+    finally:
+        if workload is not None:
+            workload.stop()
+        for p in reversed(procs):
+            p.stop()
+        c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+    log = (work / "light-agent.log").read_text()
+    starts = re.findall(rf"deep: profiling session {ns}/{name} on node {node_a}", log)
+    assert len(starts) == 1, log[-3000:]  # once, across the operator's restart
+    assert f"deep: session {ns}/{name} finished on this node" in log
+    for f in work.glob("*.log"):
+        text = f.read_text(errors="replace")
+        assert light_token.read_text() not in text, f
+        assert token not in text, f
+    assert token not in json.dumps(st)
+
+    # Real eBPF samples of the pod A's process, shipped by the light agent from node A.
+    assert st["samples"] > 20, st
+    assert any("kubeprof_e2e" in s for s in st["topStacks"]), st["topStacks"]
+    with psycopg.connect(postgres_dsn.libpq) as conn:
+        sid = conn.execute(
+            "SELECT id FROM sessions WHERE name = %s", (st["storeSession"],)
+        ).fetchone()[0]
+        procs_a = conn.execute(
+            "SELECT DISTINCT pod_uid, container_id FROM processes WHERE session_id = %s "
+            "AND node = %s",
+            (sid, node_a),
+        ).fetchall()
+        assert (uid_a, workload.container_id) in procs_a, procs_a
+        n = conn.execute(
+            "SELECT count(*) FROM samples WHERE session_id = %s AND node = %s", (sid, node_a)
+        ).fetchone()[0]
+        assert n > 20
+    print(f"\nlogs: {work}; {n} samples from {node_a} by its light agent")
