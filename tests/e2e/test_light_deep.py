@@ -1,15 +1,17 @@
 """A ProfilingSession switches the always-on light agent on node A to deep profiling, on the
 real control plane (kube-apiserver + scheduler + DaemonSet controller + kwok) and Postgres.
 
-Two pods of one app run on kwok GPU nodes A and B. A real `kubeprof agent --light --deep`
+Pods of one app run on kwok GPU nodes A, B and C. A real `kubeprof agent --light --deep`
 process acts for node A (kwok has no GPU: its NVML readings are replayed, naming the real
-PID of the workload process that stands in the pod A's cgroup); B has no light agent. The
-session selects both pods. Shown: the session's DaemonSet is pinned to B only, so no agent
-pod is scheduled on A; the light agent on A runs the ordinary node agent for the session and
-ships real eBPF CPU samples of the pod A's process into it with the session's token; an
-operator killed and restarted mid-session re-sends the same assignment and nothing starts
-twice; at the session's end the light agent is back to light only (no deep session, its
-/metrics still served); the session token is in no log and not in the status.
+PID of the workload process that stands in pod A's cgroup); B has no light agent; C's light
+agent runs without CAP_BPF/CAP_PERFMON (dropped from its bounding set), so it cannot go
+deep. The session selects all three pods. Shown: the session's DaemonSet is pinned to B and
+C only, so no agent pod is scheduled on A, and the status says why C fell back; the light
+agent on A runs the ordinary node agent for the session and ships real eBPF CPU samples of
+pod A's process into it with the session's token; an operator killed and restarted
+mid-session re-sends the same assignment and nothing starts twice; at the session's end the
+light agent is back to light only (no deep session, its /metrics still served); neither
+token is in a log or the status.
 """
 
 from __future__ import annotations
@@ -93,6 +95,56 @@ def _agent_pod_nodes(c: Cluster, ns: str, session: str) -> list[str]:
     return sorted(p["spec"].get("nodeName", "") for p in got.get("items", []))
 
 
+def _light_agent(
+    c: Cluster,
+    node: str,
+    port: int,
+    replay: Path,
+    operator_url: str,
+    token: Path,
+    work: Path,
+    wrap: tuple[str, ...] = (),
+) -> h.Proc:
+    """A real `kubeprof agent --light --deep` acting for `node` (NVML replayed)."""
+    return h._spawn(
+        [
+            *wrap,
+            *h.KUBEPROF,
+            "agent",
+            "--light",
+            "--node-name",
+            node,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--replay",
+            str(replay),
+            "--interval",
+            "0.5",
+            "--window",
+            "2",
+            "--pods-interval",
+            "1",
+            "--kubeconfig",
+            str(c.kubeconfig),
+            "--deep",
+            "--operator-url",
+            operator_url,
+            "--token-file",
+            str(token),
+            "--spool-dir",
+            str(work / f"spool-{node}"),
+            "--heartbeat-interval",
+            "1",
+            "--rescan-interval",
+            "1",
+            "--drain-timeout",
+            "60",
+        ],
+        {},
+        work / f"light-{node}.log",
+    )
+
+
 def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
     k8s_cluster: Cluster, postgres_dsn
 ):
@@ -101,7 +153,7 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
     c = k8s_cluster
     h.apply_crd(c)
     ns, name = f"e2e-deep-{uuid.uuid4().hex[:6]}", "deep-profile"
-    node_a, node_b = "kwok-gpu-0000", "kwok-gpu-0001"
+    node_a, node_b, node_c = "kwok-gpu-0000", "kwok-gpu-0001", "kwok-gpu-0002"
     c.kubectl("create", "namespace", ns)
     work = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-deep-"))
     light_token = work / "light-token"
@@ -112,10 +164,11 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
     try:
         c.kubectl("apply", "-f", "-", stdin=_pod("trainer-a", ns, node_a))
         c.kubectl("apply", "-f", "-", stdin=_pod("trainer-b", ns, node_b))
+        c.kubectl("apply", "-f", "-", stdin=_pod("trainer-c", ns, node_c))
         pods = h.poll(
-            lambda: (lambda r: r if len(r) == 2 else [])(h.running_pods(c, ns, APP)),
+            lambda: (lambda r: r if len(r) == 3 else [])(h.running_pods(c, ns, APP)),
             60,
-            "both pods Running",
+            "the three pods Running",
         )
         uid_a = next(p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == node_a)
         workload = h.PodProcess(uid_a, seconds=300).start()
@@ -158,43 +211,28 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
         procs.append(op.proc)  # type: ignore[arg-type]
         (port,) = pick(1)
         metrics_url = f"http://127.0.0.1:{port}/metrics"
-        light = h._spawn(
-            [
-                *h.KUBEPROF,
-                "agent",
-                "--light",
-                "--node-name",
-                node_a,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--replay",
-                str(replay),
-                "--interval",
-                "0.5",
-                "--window",
-                "2",
-                "--pods-interval",
-                "1",
-                "--kubeconfig",
-                str(c.kubeconfig),
-                "--deep",
-                "--operator-url",
-                op.url,
-                "--token-file",
-                str(light_token),
-                "--spool-dir",
-                str(work / "spool-light"),
-                "--heartbeat-interval",
-                "1",
-                "--rescan-interval",
-                "1",
-                "--drain-timeout",
-                "60",
-            ],
-            {},
-            work / "light-agent.log",
-        )
+        light = _light_agent(c, node_a, port, replay, op.url, light_token, work)
         procs.append(light)
+        # Node C's light agent lacks the capabilities to go deep (BPF, PERFMON, SYS_ADMIN
+        # dropped from its bounding set): it says so, and C keeps the per-session agent.
+        (port_c,) = pick(1)
+        shallow = _light_agent(
+            c,
+            node_c,
+            port_c,
+            replay,
+            op.url,
+            light_token,
+            work,
+            wrap=("setpriv", "--bounding-set", "-bpf,-perfmon,-sys_admin"),
+        )
+        procs.append(shallow)
+        assert h.poll(
+            lambda: _deep(f"http://127.0.0.1:{port_c}/metrics", node_c, "capable") is not None,
+            60,
+            "node C's light agent up",
+        ), shallow.text()[-3000:]
+        assert _deep(f"http://127.0.0.1:{port_c}/metrics", node_c, "capable") == 0
         assert (
             h.poll(
                 lambda: _deep(metrics_url, node_a, "capable"), 60, "the light agent deep-capable"
@@ -208,9 +246,13 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
             60,
             "the session's DaemonSet",
         )
-        assert _terms(ds) == [[node_b]], "node A belongs to its light agent"
+        assert _terms(ds) == [[node_b], [node_c]], "node A belongs to its light agent"
         token = h.session_token(c, ns, name)
-        assert h.poll(lambda: _agent_pod_nodes(c, ns, name), 60, "agent pods") == [node_b]
+        h.poll(
+            lambda: _agent_pod_nodes(c, ns, name) == [node_b, node_c],
+            60,
+            "agent pods on B and C only",
+        )
         assert h.poll(
             lambda: _deep(metrics_url, node_a, "sessions") == 1,
             60,
@@ -222,8 +264,11 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
             return st if (st.get("lightAgents") or {}).get("running") == 1 else {}
 
         st = h.poll(light_running, 30, "status counting the light agent")
-        assert st["lightAgents"] == {"nodes": 1, "running": 1, "fallbackNodes": 0}
-        assert st["agents"]["expected"] == 2 and st["phase"] == "Running"
+        assert st["lightAgents"] == {"nodes": 1, "running": 1, "fallbackNodes": 1}
+        assert st["agents"]["expected"] == 3 and st["phase"] == "Running"
+        cond = {x["type"]: x for x in st["conditions"]}["LightAgents"]
+        assert (cond["status"], cond["reason"]) == ("False", "FellBack"), cond
+        assert node_c in cond["message"] and "CAP_BPF" in cond["message"], cond
 
         # Operator killed and restarted mid-session: the light agent keeps profiling; the
         # assignment re-sent afterwards starts nothing new; A still gets no agent pod.
@@ -233,7 +278,7 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
         op = h.Operator(c, postgres_dsn.url, work, port=op.port, args=op.args).start()
         procs.append(op.proc)  # type: ignore[arg-type]
         time.sleep(8)  # past the restarted operator's grace: placement is decided again
-        assert _agent_pod_nodes(c, ns, name) == [node_b]
+        assert _agent_pod_nodes(c, ns, name) == [node_b, node_c]
         assert _deep(metrics_url, node_a, "sessions") == 1
 
         h.poll(lambda: h.phase(c, ns, name) == "Completed", 150, "phase Completed")
@@ -253,7 +298,7 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
             p.stop()
         c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
-    log = (work / "light-agent.log").read_text()
+    log = (work / f"light-{node_a}.log").read_text()
     starts = re.findall(rf"deep: profiling session {ns}/{name} on node {node_a}", log)
     assert len(starts) == 1, log[-3000:]  # once, across the operator's restart
     assert f"deep: session {ns}/{name} finished on this node" in log
