@@ -255,3 +255,78 @@ def test_switch_stops_a_revoked_session_and_a_shallow_agent_takes_none() -> None
     assert started2 == [] and shallow.heartbeat() == Heartbeat(
         "a", False, "tracefs is not mounted", ()
     )
+
+
+# -- the heartbeat route, with the light agent's own client -------------------------------------
+def test_heartbeat_route_checks_the_token_and_answers_the_agents_client(tmp_path) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from kubeprof.agent.light.deep import post_heartbeat
+    from kubeprof.operator.db import BatchWriter, ensure_session
+    from kubeprof.operator.ingest import SERVER_OPTIONS, IngestApi
+    from kubeprof.operator.light_deep import Handed, mount
+    from kubeprof.operator.registry import Registry, SessionEntry
+    from kubeprof.storage import Store
+
+    store = Store.open(f"sqlite:///{tmp_path}/k.db")
+    reg = Registry()
+    sid = ensure_session(
+        store.engine, "ml", "s", "u1", hz=99, started_at=datetime.now(UTC), meta={}
+    )
+    reg.put(SessionEntry("ml", "s", "u1", sid, "session-token", Phase.RUNNING, 42.0))
+    light = _light([0.0])
+    light.hand("ml", "s", Handed("u1", frozenset({"a"}), frozenset(), ("cpu",), 99, 1.0, 42.0))
+    api = IngestApi(reg, BatchWriter(store.engine), writers=1, startup_grace_s=0)
+    mount(api, light)
+
+    async def go():
+        async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
+            url = "/v1/light/assignments"
+            bad = await client.post(
+                url, json=DEEP.to_json(), headers={"Authorization": "Bearer session-token"}
+            )
+            wrong = await client.post(
+                url, json={"deep": True}, headers={"Authorization": "Bearer light-token"}
+            )
+            base = str(client.make_url("/"))
+            cfg = DeepConfig("a", base, "light-token")
+            loop = asyncio.get_running_loop()
+            ans = await loop.run_in_executor(None, post_heartbeat, cfg, DEEP)
+            refused = await loop.run_in_executor(
+                None, post_heartbeat, DeepConfig("a", base, "nope"), DEEP
+            )
+            return bad.status, await bad.text(), wrong.status, await wrong.json(), ans, refused
+
+    try:
+        bad, bad_text, wrong, wrong_body, ans, refused = asyncio.run(go())
+    finally:
+        api.pool.shutdown()
+        store.close()
+    assert bad == 403 and "session-token" not in bad_text  # a session token is not the key
+    assert wrong == 400 and wrong_body["message"].startswith("bad heartbeat: node")
+    assert ans == Answer((Assignment("ml", "s", "u1", "session-token", ("cpu",), 99, 1.0, 42.0),))
+    assert refused is None  # refused: the agent keeps what it runs
+    assert light.seen()["a"].heartbeat == DEEP
+
+
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        ([], "--deep needs --operator-url"),
+        (["--operator-url", "http://op:8080", "--token-file", "{empty}"], "is empty"),
+        (["--operator-url", "http://op:8080", "--token-file", "{missing}"], "--token-file"),
+    ],
+)
+def test_deep_without_its_settings_is_a_clear_error(tmp_path, capsys, monkeypatch, extra, says):
+    from kubeprof.agent.light.main import main
+
+    monkeypatch.delenv("KUBEPROF_INGEST_URL", raising=False)
+    replay = tmp_path / "r.jsonl"
+    replay.write_text('{"devices": []}\n')
+    (tmp_path / "empty").write_text("\n")
+    args = [a.format(empty=tmp_path / "empty", missing=tmp_path / "nope") for a in extra]
+    rc = main(["--node-name", "a", "--replay", str(replay), "--deep", *args])
+    assert rc == 2 and says in capsys.readouterr().out
