@@ -96,7 +96,7 @@ class Handed:
 
     uid: str
     nodes: frozenset[str]
-    revoked: frozenset[str]  # nodes taken back for the DaemonSet
+    revoked: frozenset[str]  # nodes of the session's DaemonSet: no light agent runs it there
     collectors: tuple[str, ...]
     cpu_hz: int
     nvml_interval_s: float
@@ -200,16 +200,15 @@ def hand_over(
         return Placement(in_ds, [], hold=True)
     seen = light.seen()
     p = place(nodes, seen, light.clock(), light.stale_s, in_ds)
-    before = light.handed(ns, name)
-    was = before.nodes if before is not None and before.uid == uid else frozenset()
-    old_revoked = before.revoked if before is not None and before.uid == uid else frozenset()
+    # Revoked wherever the DaemonSet runs: stateless, so it holds after an operator restart
+    # too, and a light agent that comes back on such a node stops instead of doubling up.
     light.hand(
         ns,
         name,
         Handed(
             uid,
             frozenset(p.light_nodes),
-            (old_revoked | (was - set(p.light_nodes))) - set(p.light_nodes),
+            frozenset(p.ds_nodes),
             collectors,
             spec.profilers.cpu.frequency_hz,
             spec.profilers.gpu.metrics_interval_ms / 1000,

@@ -113,9 +113,9 @@ def test_reconcile_hands_node_a_to_its_light_agent_and_pins_the_daemonset_to_b(e
     ans = ctx.light.answer("n1", ctx.writer_registry)
     (a,) = ans.assignments
     assert (a.namespace, a.session, a.uid, a.token) == ("ml", "s", "uid-session-1", entry.token)
-    assert (
-        a.collectors == ("cpu", "nvml") and ctx.light.answer("n2", ctx.writer_registry) == Answer()
-    )
+    assert a.collectors == ("cpu", "nvml") and not ans.revoked
+    # n2 is the DaemonSet's: a light agent there (none yet) must not run the session.
+    assert ctx.light.answer("n2", ctx.writer_registry) == Answer((), ("uid-session-1",))
     assert entry.token not in repr(st)
 
     # The light agent reports it runs the session: counted as a ready agent.
@@ -174,6 +174,14 @@ def test_after_an_operator_restart_placement_waits_for_the_agents_then_resends(e
     mono[0] += 16
     body["status"] = reconcile(ctx, body)
     assert ctx.light.answer("n1", ctx.writer_registry) == first  # the same assignment again
+
+    # Another restart, and n1's light agent stays silent past the stale time: n1 falls
+    # back and is revoked, though this operator never handed it over itself.
+    ctx.light = _light(mono, grace=15)
+    ctx.light.report(Heartbeat("n1", True, "", ("uid-session-1",)))
+    mono[0] += 21
+    body["status"] = reconcile(ctx, body)
+    assert ctx.light.answer("n1", ctx.writer_registry) == Answer((), ("uid-session-1",))
 
 
 def test_no_assignment_once_the_session_stops_running(env) -> None:
