@@ -311,7 +311,6 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     ds_status = (ds or {}).get("status") or {}
     ready, expected = int(ds_status.get("numberReady", 0)), int(
         ds_status.get("desiredNumberScheduled", 0))
-    light_ready = (light.running, len(light.light_nodes)) if light is not None else (0, 0)
     failure = (_agent_failure(ctx, body, ds, ready, expected) if ready < expected or
                (ds is not None and not expected) else None)
 
@@ -337,7 +336,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     if light is not None:
         fields = light_deep.status_fields(light, now_iso, conds)
         status["lightAgents"], extra = fields["lightAgents"], [fields["lightCondition"]]
-        ready, expected = ready + light_ready[0], expected + light_ready[1]
+        ready, expected = ready + light.running, expected + len(light.light_nodes)
     elif isinstance(status.get("lightAgents"), dict):  # ended: nothing handed over any more
         status["lightAgents"] = {**status["lightAgents"], "running": 0}
         extra = [c for c in conds if c.get("type") == "LightAgents"]
