@@ -16,11 +16,14 @@ token is in a log or the status.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
+import socket
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -326,3 +329,155 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
         ).fetchone()[0]
         assert n > 20
     print(f"\nlogs: {work}; {n} samples from {node_a} by its light agent")
+
+
+class Link:
+    """A TCP forwarder from a local port to the operator that can be cut: the network
+    between one node's light agent and the operator, as a partition would break it."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = upstream_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.server.accept()
+                up = socket.create_connection(("127.0.0.1", self.upstream), timeout=10)
+            except OSError:
+                return
+            self.socks += [down, up]
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def cut(self) -> None:
+        self.server.close()
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def test_a_light_agent_that_dies_falls_back_to_the_daemonset_and_nothing_is_lost(
+    k8s_cluster: Cluster, postgres_dsn
+):
+    """Node A's light agent is cut off from the operator mid-session (its batches pile up
+    in its spool), then killed (SIGKILL). After --light-stale the operator pins the
+    session's DaemonSet to A and the status says why; the per-session agent there (a real
+    `kubeprof agent`, as its pod would run it, on the node's same spool root) ships every
+    batch the light agent left behind."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroups, eBPF)")
+    c = k8s_cluster
+    h.apply_crd(c)
+    ns, name, node_a = f"e2e-deepfb-{uuid.uuid4().hex[:6]}", "deep-fallback", "kwok-gpu-0003"
+    c.kubectl("create", "namespace", ns)
+    work = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-deepfb-"))
+    light_token = work / "light-token"
+    light_token.write_text(secrets.token_urlsafe(32))
+    procs: list[h.Proc] = []
+    workload = None
+    left_ids: set[str] = set()
+    try:
+        c.kubectl("apply", "-f", "-", stdin=_pod("trainer-a", ns, node_a))
+        (pod,) = h.poll(lambda: h.running_pods(c, ns, APP), 60, "pod Running")
+        workload = h.PodProcess(pod["metadata"]["uid"], seconds=300).start()
+        replay = work / "nvml.jsonl"
+        replay.write_text('{"devices": []}\n')
+        op = h.Operator(
+            c,
+            postgres_dsn.url,
+            work,
+            args=(
+                "--light-token-file",
+                str(light_token),
+                "--light-grace",
+                "3",
+                "--light-stale",
+                "8",
+            ),
+        ).start()
+        procs.append(op.proc)  # type: ignore[arg-type]
+        link = Link(op.port)
+        (port,) = pick(1)
+        metrics_url = f"http://127.0.0.1:{port}/metrics"
+        light = _light_agent(
+            c, node_a, port, replay, f"http://127.0.0.1:{link.port}", light_token, work
+        )
+        procs.append(light)
+        h.poll(lambda: _deep(metrics_url, node_a, "capable") == 1, 60, "light agent up")
+        c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "75s"))
+        token = h.session_token(c, ns, name)
+        h.poll(lambda: _deep(metrics_url, node_a, "sessions") == 1, 60, "light agent deep")
+        store = h.poll(
+            lambda: (h.session(c, ns, name).get("status") or {}).get("storeSession"),
+            30,
+            "the store session",
+        )
+
+        def stored_batches() -> set[str]:
+            with psycopg.connect(postgres_dsn.libpq) as conn:
+                return {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT b.batch_id FROM ingested_batches b JOIN sessions s "
+                        "ON s.id = b.session_id WHERE s.name = %s",
+                        (store,),
+                    )
+                }
+
+        h.poll(lambda: len(stored_batches()) >= 3, 90, "the light agent's first batches")
+        assert not h.get_json(c, "get", "ds", "-n", ns, f"kubeprof-{name}-agent")
+
+        # Cut off: its batches pile up in its spool; then it dies without a word.
+        link.cut()
+        spool = work / f"spool-{node_a}" / f"{ns}_{name}"
+        h.poll(lambda: len(list(spool.glob("*.batch.gz"))) >= 3, 30, "batches spooled")
+        light.kill()
+        left_ids = {
+            p.name.split("-", 1)[1].removesuffix(".batch.gz") for p in spool.glob("*.batch.gz")
+        }
+        # (A batch stored just as the link broke may be among them: its answer was lost,
+        # so it is sent again and counted as a duplicate; the rest are stored nowhere yet.)
+        assert left_ids - stored_batches(), left_ids
+
+        ds = h.poll(
+            lambda: h.get_json(c, "get", "ds", "-n", ns, f"kubeprof-{name}-agent"),
+            60,
+            "the DaemonSet taking node A over",
+        )
+        assert _terms(ds) == [[node_a]]
+        h.poll(lambda: _agent_pod_nodes(c, ns, name) == [node_a], 60, "an agent pod on A")
+        st = h.session(c, ns, name)["status"]
+        msg = {x["type"]: x for x in st["conditions"]}["LightAgents"]["message"]
+        assert node_a in msg and "light agent not heard from" in msg, msg
+        assert st["lightAgents"] == {"nodes": 0, "running": 0, "fallbackNodes": 1}
+
+        # What that DaemonSet pod runs, on the node's same spool root.
+        agent = h.start_agent(op, ns, name, node_a, token, work)
+        procs.append(agent)
+        h.poll(lambda: h.phase(c, ns, name) == "Completed", 150, "phase Completed")
+        assert agent.popen.wait(60) == 0, agent.text()[-3000:]
+        missing = left_ids - stored_batches()
+        assert not missing, f"batches the light agent left, not stored: {missing}"
+        assert not list(spool.glob("*.batch.gz"))
+        st = h.session(c, ns, name)["status"]
+        assert st["samples"] > 20 and any("kubeprof_e2e" in s for s in st["topStacks"]), st
+    finally:
+        if workload is not None:
+            workload.stop()
+        for p in reversed(procs):
+            p.stop()
+        c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    print(f"\nlogs: {work}; {len(left_ids)} batches left by the dead light agent, all stored")

@@ -217,8 +217,8 @@ def test_hand_over_reads_rates_from_the_spec() -> None:
 class FakeNodeAgent:
     """Stands in for NodeAgent in the switch's bookkeeping only (its run is a wait)."""
 
-    def __init__(self) -> None:
-        self.stop_event = threading.Event()
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop_event = stop
         self.batches = 0
 
     def run(self) -> int:
@@ -229,9 +229,9 @@ class FakeNodeAgent:
 def _switch() -> tuple[DeepSwitch, list[Assignment]]:
     started: list[Assignment] = []
 
-    def start(_cfg: DeepConfig, a: Assignment) -> FakeNodeAgent:
+    def start(_cfg: DeepConfig, a: Assignment, stop: threading.Event) -> FakeNodeAgent:
         started.append(a)
-        return FakeNodeAgent()
+        return FakeNodeAgent(stop)
 
     return DeepSwitch(DeepConfig("a", "http://op", "t"), start=start), started  # type: ignore[arg-type]
 
@@ -244,7 +244,7 @@ def test_switch_is_idempotent_and_never_restarts_a_finished_session() -> None:
     assert len(started) == 1 and sw.heartbeat().running == ("u1",)
     sw.apply(Answer())  # no answer content: what runs keeps running
     assert sw.running() == 1
-    sw.workers["u1"].agent.stop_event.set()  # the session ended by itself
+    sw.workers["u1"].stop_event.set()  # the session ended by itself
     sw.workers["u1"].thread.join(5)
     assert sw.heartbeat().running == () and sw.done == {"u1"}
     sw.apply(Answer((a,)))

@@ -49,8 +49,9 @@ class DeepConfig:
     spool_max_mb: int = 1024
 
 
-def start_node_agent(cfg: DeepConfig, a: Assignment) -> NodeAgent:
-    """The node agent of one session, built as `kubeprof agent` builds it for a DaemonSet."""
+def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> NodeAgent:
+    """The node agent of one session, built as `kubeprof agent` builds it for a DaemonSet
+    (setting `stop` ends it)."""
     from kubeprof.agent import collectors
     from kubeprof.agent.cluster.client import IngestClient
     from kubeprof.agent.cluster.discovery import Discovery
@@ -72,7 +73,9 @@ def start_node_agent(cfg: DeepConfig, a: Assignment) -> NodeAgent:
         list(a.collectors),
         collectors.CollectorOptions(hz=a.cpu_hz, nvml_interval_s=a.nvml_interval_s),
     )
-    agent = NodeAgent(config, client, spool, started.running, Discovery(cfg.proc_root))
+    agent = NodeAgent(
+        config, client, spool, started.running, Discovery(cfg.proc_root), stop_event=stop
+    )
     for note in started.notes:
         log.warning("%s/%s: %s", a.namespace, a.session, note)
     if started.failed:
@@ -82,11 +85,13 @@ def start_node_agent(cfg: DeepConfig, a: Assignment) -> NodeAgent:
 
 @dataclass
 class Worker:
-    """One session profiled deeply on this node."""
+    """One session profiled deeply on this node: a thread that builds its node agent (bcc
+    compiles for seconds: never on the heartbeat's thread) and runs it."""
 
     assignment: Assignment
-    agent: NodeAgent
-    thread: threading.Thread
+    thread: threading.Thread = field(default_factory=threading.Thread)  # set before start
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    agent: NodeAgent | None = None  # once built
 
 
 @dataclass
@@ -95,7 +100,7 @@ class DeepSwitch:
 
     cfg: DeepConfig
     problem: str | None = None  # why this agent cannot go deep (None: it can)
-    start: Callable[[DeepConfig, Assignment], NodeAgent] = start_node_agent
+    start: Callable[[DeepConfig, Assignment, threading.Event], NodeAgent] = start_node_agent
     workers: dict[str, Worker] = field(default_factory=dict)  # session UID -> worker
     done: set[str] = field(default_factory=set)  # finished here: never started again
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -111,7 +116,7 @@ class DeepSwitch:
                         "to light only for it",
                         a.namespace,
                         a.session,
-                        w.agent.batches,
+                        w.agent.batches if w.agent is not None else 0,
                     )
                     del self.workers[uid]
                     self.done.add(uid)
@@ -123,32 +128,39 @@ class DeepSwitch:
         for uid in answer.revoked:
             with self._lock:
                 w = self.workers.get(uid)
-            if w is not None:
+            if w is not None and not w.stop_event.is_set():
                 log.info(
                     "deep: session %s/%s revoked (its DaemonSet took this node); stopping",
                     w.assignment.namespace,
                     w.assignment.session,
                 )
-                w.agent.stop_event.set()
+                w.stop_event.set()
         if self.problem is not None:  # the operator gives this node to the DaemonSet
             return
         for a in answer.assignments:
             with self._lock:
                 if a.uid in self.workers or a.uid in self.done or a.uid in answer.revoked:
                     continue
-            try:
-                agent = self.start(self.cfg, a)
-            except Exception as exc:  # noqa: BLE001 - say so; the operator falls back
-                self.problem = f"could not start the deep agent: {type(exc).__name__}: {exc}"
-                log.warning("deep: %s/%s: %s", a.namespace, a.session, self.problem)
-                return
-            t = threading.Thread(target=agent.run, name=f"deep-{a.session}", daemon=True)
-            with self._lock:
-                self.workers[a.uid] = Worker(a, agent, t)
+                w = Worker(a)
+                w.thread = threading.Thread(
+                    target=self._work, args=(w,), name=f"deep-{a.session}", daemon=True
+                )
+                self.workers[a.uid] = w
             log.info(
                 "deep: profiling session %s/%s on node %s", a.namespace, a.session, self.cfg.node
             )
-            t.start()
+            w.thread.start()
+
+    def _work(self, w: Worker) -> None:
+        """The worker thread: build the session's node agent, run it until it ends."""
+        a = w.assignment
+        try:
+            w.agent = self.start(self.cfg, a, w.stop_event)
+        except Exception as exc:  # noqa: BLE001 - say so; the operator falls back
+            self.problem = f"could not start the deep agent: {type(exc).__name__}: {exc}"
+            log.warning("deep: %s/%s: %s", a.namespace, a.session, self.problem)
+            return
+        w.agent.run()
 
     def running(self) -> int:
         with self._lock:
@@ -159,7 +171,7 @@ class DeepSwitch:
         with self._lock:
             workers = list(self.workers.values())
         for w in workers:
-            w.agent.stop_event.set()
+            w.stop_event.set()
         for w in workers:
             w.thread.join(timeout_s)
 
