@@ -243,7 +243,7 @@ def test_session_goes_deep_on_the_light_agent_and_daemonset_covers_the_rest(
             == 1
         ), light.text()[-3000:]
 
-        c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "45s"))
+        c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "60s"))
         ds = h.poll(
             lambda: h.get_json(c, "get", "ds", "-n", ns, f"kubeprof-{name}-agent"),
             60,
