@@ -417,7 +417,7 @@ def test_a_light_agent_that_dies_falls_back_to_the_daemonset_and_nothing_is_lost
         )
         procs.append(light)
         h.poll(lambda: _deep(metrics_url, node_a, "capable") == 1, 60, "light agent up")
-        c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "75s"))
+        c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "120s"))
         token = h.session_token(c, ns, name)
         h.poll(lambda: _deep(metrics_url, node_a, "sessions") == 1, 60, "light agent deep")
         store = h.poll(
@@ -458,15 +458,17 @@ def test_a_light_agent_that_dies_falls_back_to_the_daemonset_and_nothing_is_lost
             "the DaemonSet taking node A over",
         )
         assert _terms(ds) == [[node_a]]
+        # What that DaemonSet's pod runs, on the node's same spool root (started at once:
+        # the session must still take data when it ships the light agent's leftovers).
+        agent = h.start_agent(op, ns, name, node_a, token, work)
+        procs.append(agent)
         h.poll(lambda: _agent_pod_nodes(c, ns, name) == [node_a], 60, "an agent pod on A")
         st = h.session(c, ns, name)["status"]
+        assert st["phase"] == "Running", st["phase"]
         msg = {x["type"]: x for x in st["conditions"]}["LightAgents"]["message"]
         assert node_a in msg and "light agent not heard from" in msg, msg
         assert st["lightAgents"] == {"nodes": 0, "running": 0, "fallbackNodes": 1}
 
-        # What that DaemonSet pod runs, on the node's same spool root.
-        agent = h.start_agent(op, ns, name, node_a, token, work)
-        procs.append(agent)
         h.poll(lambda: h.phase(c, ns, name) == "Completed", 150, "phase Completed")
         assert agent.popen.wait(60) == 0, agent.text()[-3000:]
         missing = left_ids - stored_batches()
