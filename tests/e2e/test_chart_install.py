@@ -136,3 +136,53 @@ def test_watched_namespaces_variant_is_accepted(k8s_cluster: Cluster):
         assert rb["roleRef"]["name"] == "kp-scoped-sessions"
     assert not h.get_json(c, "get", "clusterrolebinding", "kp-scoped-sessions")
     c.kubectl("delete", "-n", cc.NAMESPACE, "deployment/kp-scoped", "--wait=false", check=False)
+
+
+def test_light_agent_deep_variant_is_accepted_and_scheduled_on_gpu_nodes(k8s_cluster: Cluster):
+    """lightAgent.deep: the API server accepts the light DaemonSet with its capabilities and
+    host mounts and the token Secret, and the DaemonSet controller places one light agent on
+    every GPU node (none on CPU nodes)."""
+    c = k8s_cluster
+    c.kubectl("create", "namespace", cc.NAMESPACE, check=False)
+    c.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "ext-db-deep",
+        "-n",
+        cc.NAMESPACE,
+        "--from-literal=url=postgresql+psycopg://u:p@db.example:5432/k",
+        check=False,
+    )
+    docs = chart.render(
+        {
+            "fullnameOverride": "kp-deep",
+            "postgresql": {"enabled": False},
+            "externalDatabase": {"existingSecret": "ext-db-deep", "urlKey": "url"},
+            "lightAgent": {"enabled": True, "deep": True},
+        },
+        release=cc.RELEASE,
+        namespace=cc.NAMESPACE,
+    )
+    cc.apply(c, docs)
+    assert h.get_json(c, "get", "secret", "-n", cc.NAMESPACE, "kp-deep-light-token")
+    gpu = h.get_json(c, "get", "nodes", "-l", "nvidia.com/gpu.present=true")["items"]
+
+    def placed() -> list[str]:
+        pods = h.get_json(
+            c, "get", "pods", "-n", cc.NAMESPACE, "-l",
+            "app.kubernetes.io/instance=kp,app.kubernetes.io/component=light-agent",
+        ) or {}
+        nodes = sorted(p["spec"].get("nodeName", "") for p in pods.get("items", [])
+                       if p["metadata"]["name"].startswith("kp-deep-light-"))
+        return nodes if len(nodes) == len(gpu) else []
+
+    assert h.poll(placed, 90, "a light agent on every GPU node") == sorted(
+        n["metadata"]["name"] for n in gpu)
+    ds = h.get_json(c, "get", "ds", "-n", cc.NAMESPACE, "kp-deep-light")
+    sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert sc["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_PTRACE"]
+    c.kubectl(
+        "delete", "-n", cc.NAMESPACE, "deployment/kp-deep", "daemonset/kp-deep-light",
+        "--wait=false", check=False,
+    )

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kubeprof.operator import ingest_flags
@@ -143,6 +144,20 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("KUBEPROF_POLICY_INTERVAL_S", "30")),
                    help="seconds between ProfilingPolicy evaluations (env "
                         "KUBEPROF_POLICY_INTERVAL_S, default %(default)s)")
+    p.add_argument("--light-token-file", default=_env("KUBEPROF_LIGHT_TOKEN_FILE"),
+                   help="file holding the light agents' shared token; set: light agents "
+                        "started with --deep profile sessions on their nodes instead of a "
+                        "per-session DaemonSet pod (env KUBEPROF_LIGHT_TOKEN_FILE; default off)")
+    p.add_argument("--light-stale", type=float,
+                   default=float(_env("KUBEPROF_LIGHT_STALE_S", "20")),
+                   help="seconds without a heartbeat after which a light agent's nodes go back "
+                        "to the per-session DaemonSet (env KUBEPROF_LIGHT_STALE_S, default "
+                        "%(default)s)")
+    p.add_argument("--light-grace", type=float,
+                   default=float(_env("KUBEPROF_LIGHT_GRACE_S", "15")),
+                   help="seconds after a start during which placement is left as it was, "
+                        "while light agents call in (env KUBEPROF_LIGHT_GRACE_S, default "
+                        "%(default)s)")
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG") or None,
                    help="kubeconfig file when not running in a cluster (env KUBECONFIG)")
     p.add_argument("--verbose", action="store_true",
@@ -209,6 +224,18 @@ def main(argv: Sequence[str] | None = None) -> int:
               "port-forward, any or off", file=sys.stderr)
         return 2
 
+    light_token = ""
+    if args.light_token_file:
+        try:
+            light_token = Path(args.light_token_file).read_text().strip()
+        except OSError as exc:
+            print(f"kubeprof operator: error: --light-token-file: {exc}", file=sys.stderr)
+            return 2
+        if not light_token:
+            print(f"kubeprof operator: error: --light-token-file {args.light_token_file} is "
+                  "empty: mount the light agents' token Secret there", file=sys.stderr)
+            return 2
+
     import kopf
 
     from kubeprof.operator import handlers, ui_routes
@@ -232,7 +259,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     api = IngestApi(registry, BatchWriter(store.engine), writers=config.ingest_writers,
                     limits=limits)
     ui_routes.mount(api, store.engine, access=args.ui_access)  # read-only web UI, same port
-    memo = kopf.Memo(ctx=Context(kube, store.engine, registry, config), api=api)
+    ctx = Context(kube, store.engine, registry, config)
+    if light_token:
+        from kubeprof.operator import light_deep
+
+        ctx.light = light_deep.LightAgents(light_token, stale_s=args.light_stale,
+                                           grace_s=args.light_grace)
+        light_deep.mount(api, ctx.light)  # light agents' heartbeats on the ingest port
+    memo = kopf.Memo(ctx=ctx, api=api)
     kopf_registry = kopf.OperatorRegistry()
     handlers.register(kopf_registry, config)
     if args.light_agents:

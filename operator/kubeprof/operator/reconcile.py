@@ -23,6 +23,7 @@ from kubeprof.operator import (
     aggregate,
     build,
     db,
+    light_deep,
     metrics,
     tenancy,
     tracer_status,
@@ -77,6 +78,7 @@ class Context:
     writer_registry: Registry
     config: OperatorConfig
     clock: Any = time.time
+    light: light_deep.LightAgents | None = None  # deep-capable light agents (--light-token-file)
 
 
 def _token(ctx: Context, body: Mapping[str, Any]) -> str:
@@ -311,10 +313,18 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         status["drainUntil"] = iso(drain_until)
         step = next_step(Phase.AGGREGATING, Observed(now, end, drain_until, len(targets), ever))
 
+    ds_nodes, light = nodes, None
+    if ctx.light is not None and step.phase in (Phase.PENDING, Phase.RUNNING):
+        # Nodes whose always-on light agent can go deep get no DaemonSet pod: that agent
+        # profiles the session's pods there (light_deep); the DaemonSet keeps the rest.
+        light = light_deep.hand_over(
+            ctx.light, meta, spec, nodes, end, _ds_nodes(ctx.kube.get_daemonset(
+                ns, build.daemonset_name(body)) or {}), tuple(build.collectors_for(spec.profilers)))
+        ds_nodes = light.ds_nodes
     ds = None
     if step.phase in (Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING):
         # While aggregating, agents stay up to flush; no re-pinning to new pods.
-        ds = _sync_daemonset(ctx, body, spec, nodes if step.phase is not Phase.AGGREGATING
+        ds = _sync_daemonset(ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING
                              else (_ds_nodes(ctx.kube.get_daemonset(
                                  ns, build.daemonset_name(body)) or {}) or []), end)
     ds_status = (ds or {}).get("status") or {}
@@ -344,6 +354,14 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     tracing, tracers = _kernel_tracing(ctx, entry, spec, now_iso, conds)
     if tracers is not None:
         status["gpuTracers"] = tracers
+    extra = []
+    if light is not None:
+        fields = light_deep.status_fields(light, now_iso, conds)
+        status["lightAgents"], extra = fields["lightAgents"], [fields["lightCondition"]]
+        ready, expected = ready + light.running, expected + len(light.light_nodes)
+    elif isinstance(status.get("lightAgents"), dict):  # ended: nothing handed over any more
+        status["lightAgents"] = {**status["lightAgents"], "running": 0}
+        extra = [c for c in conds if c.get("type") == "LightAgents"]
     status.update(
         phase=step.phase.value, reason=step.reason, message=step.message,
         nodes=len(nodes), pods=len(targets), everMatched=ever,
@@ -362,6 +380,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                       step.reason if step.phase in TERMINAL else "InProgress",
                       step.message, now_iso, conds),
             *tracing,
+            *extra,
         ],
     )
     if failure is not None and step.phase not in TERMINAL:

@@ -13,6 +13,8 @@ BATCHES_ROUTE = PREFIX + "/{namespace}/{name}/batches"  # POST: one gzip batch
 TARGETS_ROUTE = PREFIX + "/{namespace}/{name}/targets"  # GET ?node=N: target pods on N
 METRICS = "/metrics"  # GET: Prometheus text
 HEALTHZ = "/healthz"  # GET: "ok" while the API serves
+# POST: a light agent's heartbeat (protocol.light.Heartbeat) -> its deep assignments.
+LIGHT_ASSIGNMENTS = "/v1/light/assignments"
 
 BATCH_ID_HEADER = "X-Kubeprof-Batch-Id"  # the batch id again, for proxies' logs
 

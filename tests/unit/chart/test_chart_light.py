@@ -55,3 +55,46 @@ def test_service_monitor_scrapes_light_agents_when_both_enabled(helm_built) -> N
     sel = sm["spec"]["selector"]["matchLabels"]
     svc = chart.find(docs, "Service", "kp-kubeprof-light")
     assert sel == {k: svc["metadata"]["labels"][k] for k in sel}
+
+
+def _light_container(docs: list[dict]) -> tuple[dict, dict]:
+    pod = chart.find(docs, "DaemonSet", "kp-kubeprof-light")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    return pod, c
+
+
+def test_deep_is_off_by_default_and_the_light_agent_keeps_no_capability(helm_built) -> None:
+    docs = chart.render({"lightAgent": {"enabled": True}})
+    pod, c = _light_container(docs)
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "runAsUser" not in c["securityContext"] and "volumes" not in pod
+    env = {e["name"] for e in c["env"]}
+    assert not env & {"KUBEPROF_LIGHT_DEEP", "KUBEPROF_LIGHT_TOKEN_FILE", "KUBEPROF_INGEST_URL"}
+    assert not [d for d in docs if d["metadata"]["name"] == "kp-kubeprof-light-token"]
+    assert "KUBEPROF_LIGHT_TOKEN_FILE" not in _env(docs)
+
+
+def test_deep_grants_the_session_agents_caps_and_wires_one_token_to_both(helm_built) -> None:
+    docs = chart.render({"lightAgent": {"enabled": True, "deep": True}})
+    pod, c = _light_container(docs)
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"add": ["BPF", "PERFMON", "SYS_PTRACE"], "drop": ["ALL"]}
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True and sc["runAsUser"] == 0
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["KUBEPROF_LIGHT_DEEP"] == "1"
+    assert env["KUBEPROF_INGEST_URL"] == _env(docs)["KUBEPROF_INGEST_URL"]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert env["KUBEPROF_LIGHT_TOKEN_FILE"] == mounts["light-token"] + "/token"
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host["spool"] == "/var/lib/kubeprof/spool"  # agent.spoolHostPath: shared spool
+    assert mounts["spool"] == env["KUBEPROF_SPOOL_DIR"]
+    secret = chart.find(docs, "Secret", "kp-kubeprof-light-token")
+    assert len(secret["data"]["token"]) > 40
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["light-token"]["secret"]["secretName"] == "kp-kubeprof-light-token"
+    dep = chart.find(docs, "Deployment", "kp-kubeprof")["spec"]["template"]["spec"]
+    op_vols = {v["name"]: v for v in dep["volumes"]}
+    assert op_vols["light-token"]["secret"]["secretName"] == "kp-kubeprof-light-token"
+    op_mounts = {m["name"]: m["mountPath"] for m in dep["containers"][0]["volumeMounts"]}
+    assert _env(docs)["KUBEPROF_LIGHT_TOKEN_FILE"] == op_mounts["light-token"] + "/token"

@@ -10,6 +10,10 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubeprof.agent.light.deep import DeepSwitch
 
 log = logging.getLogger("kubeprof.agent.light")
 
@@ -69,7 +73,84 @@ def build_parser() -> argparse.ArgumentParser:
         "GPU, cycling; for nodes without a GPU (kwok) and tests",
     )
     p.add_argument("--kubeconfig", default=None, help="outside a cluster: kubeconfig to use")
+    deep = p.add_argument_group(
+        "deep profiling", "profile the pods of ProfilingSessions on this node when the "
+        "operator hands them over, instead of a per-session DaemonSet pod here (needs the "
+        "capabilities of `kubeprof agent`: BPF, PERFMON, SYS_PTRACE)")
+    deep.add_argument(
+        "--deep",
+        action="store_true",
+        default=env("KUBEPROF_LIGHT_DEEP", "") not in ("", "0", "false"),
+        help="report to the operator and take sessions over (env KUBEPROF_LIGHT_DEEP=1)",
+    )
+    deep.add_argument(
+        "--operator-url",
+        default=env("KUBEPROF_INGEST_URL", ""),
+        help="the operator's ingest API, e.g. http://kubeprof.kubeprof:8080 (env "
+        "KUBEPROF_INGEST_URL)",
+    )
+    deep.add_argument(
+        "--token-file",
+        type=Path,
+        default=Path(env("KUBEPROF_LIGHT_TOKEN_FILE", "/var/run/kubeprof-light/token")),
+        help="the light agents' shared token, mounted from its Secret (env "
+        "KUBEPROF_LIGHT_TOKEN_FILE, default %(default)s)",
+    )
+    deep.add_argument(
+        "--spool-dir",
+        type=Path,
+        default=Path(env("KUBEPROF_SPOOL_DIR", "/var/lib/kubeprof/spool")),
+        help="host folder where sessions' batches wait until stored; the same folder as the "
+        "per-session agents', so either ships what the other left (env KUBEPROF_SPOOL_DIR, "
+        "default %(default)s)",
+    )
+    deep.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=float(env("KUBEPROF_LIGHT_HEARTBEAT_S", "5")),
+        help="seconds between heartbeats to the operator (env KUBEPROF_LIGHT_HEARTBEAT_S, "
+        "default %(default)s)",
+    )
+    deep.add_argument(
+        "--rescan-interval",
+        type=float,
+        default=float(env("KUBEPROF_RESCAN_INTERVAL_S", "5")),
+        help="seconds between a session's target/process rescans (env "
+        "KUBEPROF_RESCAN_INTERVAL_S, default %(default)s)",
+    )
+    deep.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=float(env("KUBEPROF_DRAIN_TIMEOUT_S", "60")),
+        help="seconds to keep sending a session's spool when it ends (env "
+        "KUBEPROF_DRAIN_TIMEOUT_S, default %(default)s)",
+    )
     return p
+
+
+def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | None]:
+    """The DeepSwitch for --deep (None without it), or a configuration error."""
+    if not args.deep:
+        return None, None
+    if not args.operator_url:
+        return None, "--deep needs --operator-url (env KUBEPROF_INGEST_URL)"
+    try:
+        token = args.token_file.read_text().strip()
+    except OSError as exc:
+        return None, f"--token-file: {exc} (mount the light agents' token Secret there)"
+    if not token:
+        return None, f"--token-file {args.token_file} is empty"
+    from kubeprof.agent.cpu.preflight import check_environment
+    from kubeprof.agent.light.deep import DeepConfig, DeepSwitch
+
+    cfg = DeepConfig(args.node_name, args.operator_url, token, spool_dir=args.spool_dir,
+                     proc_root=args.proc_root, heartbeat_s=args.heartbeat_interval,
+                     rescan_interval_s=args.rescan_interval,
+                     drain_timeout_s=args.drain_timeout)
+    problem = check_environment()
+    if problem:
+        log.warning("deep profiling is off on this node: %s", problem)
+    return DeepSwitch(cfg, problem=problem), None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,8 +183,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ReadingError, ValueError, RuntimeError) as exc:
         print(f"kubeprof agent --light: error: {exc}", flush=True)
         return 2
+    switch, problem = _deep_switch(args)
+    if problem:
+        print(f"kubeprof agent --light: error: {problem}", flush=True)
+        return 2
     registry = CollectorRegistry()
     registry.register(WindowCollector(window, args.node_name))
+    if switch is not None:
+        from kubeprof.agent.light.deep import DeepCollector
+
+        registry.register(DeepCollector(switch))
     start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
     resolver = Resolver(args.proc_root)
     stop = threading.Event()
@@ -111,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     next_pods = 0.0
     log.info("light agent on %s serving %s", args.node_name, args.listen)
+    if switch is not None:
+        threading.Thread(target=switch.run, args=(stop,), name="deep", daemon=True).start()
     while not stop.is_set():
         now = time.monotonic()
         if now >= next_pods:
@@ -122,4 +213,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         window.add(now, [attribute(r, resolver) for r in source.read()])
         stop.wait(args.interval)
     source.close()
+    if switch is not None:
+        switch.stop_all(args.drain_timeout + 10)  # each session's last batches, then exit
     return 0

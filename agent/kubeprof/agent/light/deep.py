@@ -1,0 +1,229 @@
+"""Going deep: the light agent runs the ordinary node agent for sessions handed to it.
+
+With ``--deep`` the light agent sends a heartbeat to the operator every few seconds
+(`kubeprof.protocol.light`): its node, whether it can profile deeply (the BPF preflight
+passed at start) and the sessions it runs. The answer names the sessions to profile on
+this node, each with its ingest token. For each one a worker thread runs
+`kubeprof.agent.cluster.agent.NodeAgent` (the per-session DaemonSet's agent: the same
+collectors, driver, spool and shipper), which asks the ingest for its targets, ships
+with the session's token and ends by itself when the session leaves Running, draining
+its spool; the light agent is then back to light only. A session is stopped early only
+when the operator revokes it (its DaemonSet took this node over). An answer that does not
+come (operator restarting) changes nothing: what runs keeps running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
+from kubeprof.protocol import routes
+from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
+
+log = logging.getLogger("kubeprof.agent.light")
+
+
+@dataclass(frozen=True)
+class DeepConfig:
+    """What the workers need beyond each assignment (from the light agent's flags)."""
+
+    node: str
+    operator_url: str  # the operator's ingest API: heartbeats and the sessions' batches
+    token: str = field(repr=False)  # the light agents' shared token: heartbeats only
+    spool_dir: Path = Path("/var/lib/kubeprof/spool")
+    proc_root: Path = Path("/proc")
+    heartbeat_s: float = 5.0
+    poll_interval_s: float = 1.0
+    rescan_interval_s: float = 5.0
+    drain_timeout_s: float = 60.0
+    spool_max_mb: int = 1024
+
+
+def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> NodeAgent:
+    """The node agent of one session, built as `kubeprof agent` builds it for a DaemonSet
+    (setting `stop` ends it)."""
+    from kubeprof.agent import collectors
+    from kubeprof.agent.cluster.client import IngestClient
+    from kubeprof.agent.cluster.discovery import Discovery
+    from kubeprof.agent.cluster.main import collectors_failed_batch
+    from kubeprof.agent.cluster.spool import Spool
+
+    config = AgentConfig(
+        node=cfg.node,
+        namespace=a.namespace,
+        session=a.session,
+        poll_interval_s=cfg.poll_interval_s,
+        rescan_interval_s=cfg.rescan_interval_s,
+        end_time=a.end_time or None,
+        drain_timeout_s=cfg.drain_timeout_s,
+    )
+    client = IngestClient(cfg.operator_url, a.namespace, a.session, a.token)
+    spool = Spool(cfg.spool_dir / f"{a.namespace}_{a.session}", max_bytes=cfg.spool_max_mb << 20)
+    started = collectors.start(
+        list(a.collectors),
+        collectors.CollectorOptions(hz=a.cpu_hz, nvml_interval_s=a.nvml_interval_s),
+    )
+    agent = NodeAgent(
+        config, client, spool, started.running, Discovery(cfg.proc_root), stop_event=stop
+    )
+    for note in started.notes:
+        log.warning("%s/%s: %s", a.namespace, a.session, note)
+    if started.failed:
+        agent.sink.write(collectors_failed_batch(started.failed))
+    return agent
+
+
+@dataclass
+class Worker:
+    """One session profiled deeply on this node: a thread that builds its node agent (bcc
+    compiles for seconds: never on the heartbeat's thread) and runs it."""
+
+    assignment: Assignment
+    thread: threading.Thread = field(default_factory=threading.Thread)  # set before start
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    agent: NodeAgent | None = None  # once built
+
+
+@dataclass
+class DeepSwitch:
+    """Starts and stops the node agents the operator hands this light agent."""
+
+    cfg: DeepConfig
+    problem: str | None = None  # why this agent cannot go deep (None: it can)
+    start: Callable[[DeepConfig, Assignment, threading.Event], NodeAgent] = start_node_agent
+    workers: dict[str, Worker] = field(default_factory=dict)  # session UID -> worker
+    done: set[str] = field(default_factory=set)  # finished here: never started again
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def heartbeat(self) -> Heartbeat:
+        """What to tell the operator now (finished workers are retired first)."""
+        with self._lock:
+            for uid, w in list(self.workers.items()):
+                if not w.thread.is_alive():
+                    a = w.assignment
+                    log.info(
+                        "deep: session %s/%s finished on this node (%d batches); back "
+                        "to light only for it",
+                        a.namespace,
+                        a.session,
+                        w.agent.batches if w.agent is not None else 0,
+                    )
+                    del self.workers[uid]
+                    self.done.add(uid)
+            running = tuple(sorted(self.workers))
+        return Heartbeat(self.cfg.node, self.problem is None, self.problem or "", running)
+
+    def apply(self, answer: Answer) -> None:
+        """Start the new assignments, stop the revoked sessions (idempotent)."""
+        for uid in answer.revoked:
+            with self._lock:
+                w = self.workers.get(uid)
+            if w is not None and not w.stop_event.is_set():
+                log.info(
+                    "deep: session %s/%s revoked (its DaemonSet took this node); stopping",
+                    w.assignment.namespace,
+                    w.assignment.session,
+                )
+                w.stop_event.set()
+        if self.problem is not None:  # the operator gives this node to the DaemonSet
+            return
+        for a in answer.assignments:
+            with self._lock:
+                if a.uid in self.workers or a.uid in self.done or a.uid in answer.revoked:
+                    continue
+                w = Worker(a)
+                w.thread = threading.Thread(
+                    target=self._work, args=(w,), name=f"deep-{a.session}", daemon=True
+                )
+                self.workers[a.uid] = w
+            log.info(
+                "deep: profiling session %s/%s on node %s", a.namespace, a.session, self.cfg.node
+            )
+            w.thread.start()
+
+    def _work(self, w: Worker) -> None:
+        """The worker thread: build the session's node agent, run it until it ends."""
+        a = w.assignment
+        try:
+            w.agent = self.start(self.cfg, a, w.stop_event)
+        except Exception as exc:  # noqa: BLE001 - say so; the operator falls back
+            self.problem = f"could not start the deep agent: {type(exc).__name__}: {exc}"
+            log.warning("deep: %s/%s: %s", a.namespace, a.session, self.problem)
+            return
+        w.agent.run()
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(1 for w in self.workers.values() if w.thread.is_alive())
+
+    def stop_all(self, timeout_s: float) -> None:
+        """Stop every worker and wait for their last batches to be spooled and sent."""
+        with self._lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            w.stop_event.set()
+        for w in workers:
+            w.thread.join(timeout_s)
+
+    def run(self, stop: threading.Event) -> None:
+        """Heartbeat loop until `stop` is set."""
+        while not stop.is_set():
+            answer = post_heartbeat(self.cfg, self.heartbeat())
+            if answer is not None:
+                self.apply(answer)
+            stop.wait(self.cfg.heartbeat_s)
+
+
+def post_heartbeat(cfg: DeepConfig, hb: Heartbeat, timeout_s: float = 10.0) -> Answer | None:
+    """The operator's answer, or None (logged) when there is none to act on."""
+    req = urllib.request.Request(
+        cfg.operator_url.rstrip("/") + routes.LIGHT_ASSIGNMENTS,
+        data=json.dumps(hb.to_json()).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {cfg.token}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return Answer.from_json(json.loads(r.read()))
+    except urllib.error.HTTPError as exc:
+        log.warning(
+            "deep: heartbeat refused (HTTP %d): %s",
+            exc.code,
+            exc.read()[:200].decode(errors="replace"),
+        )
+    except (OSError, ValueError, LightWireError) as exc:
+        log.info("deep: no answer from the operator (%s); keeping what runs", exc)
+    return None
+
+
+class DeepCollector(Collector):
+    """kubeprof_light_deep_* on the light agent's /metrics."""
+
+    def __init__(self, switch: DeepSwitch) -> None:
+        self.switch = switch
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        capable = GaugeMetricFamily(
+            "kubeprof_light_deep_capable",
+            "1 when this light agent can profile sessions deeply (started with --deep, BPF "
+            "preflight passed)",
+            labels=["node"],
+        )
+        capable.add_metric([self.switch.cfg.node], 0 if self.switch.problem else 1)
+        sessions = GaugeMetricFamily(
+            "kubeprof_light_deep_sessions",
+            "ProfilingSessions this light agent profiles deeply on its node now",
+            labels=["node"],
+        )
+        sessions.add_metric([self.switch.cfg.node], self.switch.running())
+        yield from (capable, sessions)
