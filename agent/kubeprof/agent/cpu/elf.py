@@ -111,3 +111,33 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
         ends.append(start + size if size else nxt)
     names = [syms[s][1] for s in starts]
     return ElfSymbols(path, starts, ends, names, segments, is_dyn=e_type == 3)
+
+
+def find_symbol(path: str, name: str, open_path: str | None = None) -> int | None:
+    """The link-time value of a named symbol of any type (e.g. the `_PyRuntime` object)."""
+    with open(open_path or path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    want = name.encode()
+    try:
+        (e_shoff,) = struct.unpack_from("<Q", data, 40)
+        e_shentsize, e_shnum = struct.unpack_from("<HH", data, 58)
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
+            for i in range(e_shnum)
+        ]
+        for _n, sh_type, _f, _a, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
+            if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
+                continue
+            str_off = sections[sh_link][4]
+            for off in range(sh_offset, sh_offset + sh_size, sh_entsize):
+                st_name, _info, _o, st_shndx, st_value, _size = struct.unpack_from(
+                    "<IBBHQQ", data, off
+                )
+                start = str_off + st_name
+                if st_value and st_shndx and data[start : start + len(want) + 1] == want + b"\0":
+                    return int(st_value)
+    except struct.error:
+        return None
+    return None
