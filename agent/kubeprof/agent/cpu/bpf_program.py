@@ -8,7 +8,7 @@ avoids a stack-id map that fills up or collides over long sessions.
 Python frames are walked here, in the kernel, at the sample: the thread's PyThreadState is
 found through `_PyRuntime` (cached per tid, re-checked each time) and its interpreter
 frame chain copied as (code object, instruction pointer, flags) triples; user space names
-them. The user registers and up to 16 KiB of the user stack go along so user space can
+them. The user registers and up to 24 KiB of the user stack go along so user space can
 unwind native code through .eh_frame (CPython here has no frame pointers).
 
 The target set is a BPF hash of tgids, grown in the kernel from the sched_process_fork
@@ -23,9 +23,9 @@ from typing import Any
 MAX_DEPTH = 127  # the kernel's default perf_event_max_stack
 MAX_PY = 96  # Python frames walked per sample (deeper stacks keep their innermost 96)
 MAX_THREADS = 64  # thread states searched for the sampled thread
-STACK_PAGES = 4  # user stack copied for the DWARF unwinder: up to 16 KiB above sp
+STACK_PAGES = 6  # user stack copied for the DWARF unwinder: up to 24 KiB above sp
 COMM_LEN = 16
-RINGBUF_PAGES = 4096  # 16 MiB: records carry up to 16 KiB of stack each
+RINGBUF_PAGES = 4096  # 16 MiB: records carry up to 24 KiB of stack each
 
 BPF_TEXT = r"""
 #include <uapi/linux/ptrace.h>

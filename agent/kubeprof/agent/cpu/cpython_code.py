@@ -17,6 +17,7 @@ from kubeprof.agent.cpu.cpython_layout import OWNED_BY_CSTACK, OWNED_BY_GENERATO
 from kubeprof.model import Frame, FrameKind
 
 RawPyFrame = tuple[int, int, int]  # (code address, instruction pointer/f_lasti, flags)
+_USER_TOP = 1 << 47  # x86-64 user addresses lie below
 _CODE_READ = 256  # bytes of a code object read at once: every field we need is below
 
 
@@ -130,6 +131,8 @@ class CodeReader:
         self._strings: dict[int, str] = {}
 
     def _read(self, addr: int, size: int) -> bytes:
+        if not 0 < addr < _USER_TOP:  # a torn read in BPF can hand over any value
+            return b""
         if self._fd is None:
             try:
                 self._fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY)

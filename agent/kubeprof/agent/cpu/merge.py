@@ -61,3 +61,36 @@ def merge_stack(python: Stack | None, native: Sequence[Frame], kernel: Sequence[
         if is_interpreter(frame):
             cut = i
     return (*python, *native[cut:], *kernel)
+
+
+_EVAL = "_PyEval_EvalFrameDefault"
+
+
+def is_eval_frame(frame: Frame) -> bool:
+    """CPython's bytecode loop (and its compiler-split `.cold` part)."""
+    return frame.kind is FrameKind.NATIVE and frame.name.startswith(_EVAL)
+
+
+def interleave(
+    python_groups: Sequence[Sequence[Frame]], native: Sequence[Frame], kernel: Sequence[Frame]
+) -> Stack:
+    """One root-first stack with Python frames where the interpreter ran them.
+
+    `python_groups` comes innermost invocation first, each group root-first: what one
+    `_PyEval_EvalFrameDefault` call on the C stack was running. Walking the native stack
+    from the leaf, the n-th eval frame gets the n-th group as its callees (the eval
+    frame stays, so reports can fold or keep the interpreter). Groups left over when
+    the native unwind stopped early go at the root, in order; eval frames left over keep
+    no Python frames. Kernel frames go at the leaf end.
+    """
+    out: list[Frame] = []
+    g = 0
+    for frame in reversed(native):  # leaf first
+        if is_eval_frame(frame) and g < len(python_groups):
+            out.extend(reversed(python_groups[g]))
+            g += 1
+        out.append(frame)
+    for group in python_groups[g:]:
+        out.extend(reversed(group))
+    out.reverse()
+    return (*out, *kernel)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kubeprof.agent.cpu.eh_frame import EhFrame, Rule
 from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
 from kubeprof.model import Frame, FrameKind
 
@@ -116,6 +117,7 @@ class Symbolizer:
         self._procs: dict[int, _Process] = {}
         self._elfs: dict[tuple[int, int, float, str], ElfSymbols | None] = {}
         self._kernel: SymbolTable | None = None
+        self._eh: dict[tuple[int, int, float, str], EhFrame | None] = {}
 
     # -- processes ---------------------------------------------------------------------
     def refresh(self, pid: int) -> bool:
@@ -199,6 +201,39 @@ class Symbolizer:
             except (OSError, ElfError):
                 self._elfs[key] = None
         return self._elfs[key]
+
+    def _open(self, pid: int, m: Mapping) -> tuple[str, tuple[int, int, float, str]] | None:
+        open_path = f"{self._proc}/{pid}/root{m.path}"
+        try:
+            st = os.stat(open_path)
+        except OSError:
+            open_path = m.path
+            try:
+                st = os.stat(open_path)
+            except OSError:
+                return None
+        return open_path, (st.st_dev, st.st_ino, st.st_mtime, m.path)
+
+    def unwind_rule(self, pid: int, addr: int) -> Rule | None:
+        """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
+        m = self._mapping(pid, addr)
+        if m is None or not m.path or m.path.startswith("["):
+            return None
+        opened = self._open(pid, m)
+        if opened is None:
+            return None
+        open_path, key = opened
+        if key not in self._eh:
+            try:
+                with open(open_path, "rb") as f:
+                    self._eh[key] = EhFrame(f.read())
+            except (OSError, ValueError, IndexError):
+                self._eh[key] = None
+        eh, elf = self._eh[key], self._elf(pid, m)
+        if eh is None or elf is None:
+            return None
+        vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
+        return eh.rule(vaddr) if vaddr is not None else None
 
     def user_frame(self, pid: int, addr: int) -> Frame:
         """One user-space address (already adjusted for return addresses) as a frame."""
