@@ -1,7 +1,9 @@
-"""Pure joins of the kernel's view of a sample with py-spy's Python stacks.
+"""Pure joins of native and Python frames into one stack.
 
-The kernel gives exact times, thread ids, kernel frames and the native frames near the
-leaf; py-spy gives the Python frames. A BPF sample takes the Python stack its thread had
+`interleave` is the BPF path's: Python frames walked in the kernel go where the
+interpreter ran them. The rest is the py-spy fallback's (`pyspy_collector`): the kernel
+gives exact times, thread ids, kernel frames and the native frames near the leaf; py-spy
+gives the Python frames. A BPF sample takes the Python stack its thread had
 at that moment, and the Python frames replace the interpreter's own native frames: the
 native part kept is what runs below the innermost interpreter frame (a C extension,
 libc), so a stack reads Python callers -> interpreter -> native callee -> kernel.
@@ -9,13 +11,20 @@ libc), so a stack reads Python callers -> interpreter -> native callee -> kernel
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from kubeprof.analysis.interpreter_frames import is_interpreter_path
 from kubeprof.model import Frame, FrameKind, Stack
 
-_INTERPRETER = re.compile(r"^(python[\d.]*[dmu]*|libpython[\d.]+[dmu]*\.so.*)$")
+__all__ = [
+    "interleave",
+    "is_eval_frame",
+    "is_interpreter",
+    "is_interpreter_path",
+    "merge_stack",
+    "python_stack_at",
+]
 
 
 def python_stack_at(
@@ -29,11 +38,6 @@ def python_stack_at(
     """
     i = bisect_right(times_ns, ts_ns + period_ns // 2) - 1
     return stacks[i] if i >= 0 else None
-
-
-def is_interpreter_path(path: str) -> bool:
-    """Whether an ELF path is CPython itself (the python binary or libpython)."""
-    return bool(_INTERPRETER.match(path.rsplit("/", 1)[-1]))
 
 
 def is_interpreter(frame: Frame) -> bool:
