@@ -55,6 +55,7 @@ class CpuCollector:
         self._symbolizer = Symbolizer()
         self._targets: set[int] = set()  # requested roots
         self._known: dict[int, str] = {}  # pid -> exe when first seen
+        self._threads: set[int] = set()  # ids in the kernel's target set that are threads
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
@@ -115,9 +116,11 @@ class CpuCollector:
         records = self._sampler.drain()
         self._check_exec({r.pid for r in records})
         self._ingest(records)
-        for pid in self._sampler.tgids() - self._known.keys():
+        for pid in self._sampler.tgids() - self._known.keys() - self._threads:
             if procfs.is_tgid(pid):
                 self._see(pid)
+            else:  # a thread's id, added by the fork tracepoint: look once
+                self._threads.add(pid)
         return self._batch()
 
     def stop(self) -> Batch:

@@ -129,6 +129,7 @@ class CodeReader:
         self._fd: int | None = None
         self._codes: dict[int, CodeInfo | None] = {}
         self._strings: dict[int, str] = {}
+        self._frames: dict[RawPyFrame, Frame | None] = {}
 
     def _read(self, addr: int, size: int) -> bytes:
         if not 0 < addr < _USER_TOP:  # a torn read in BPF can hand over any value
@@ -207,6 +208,15 @@ class CodeReader:
     def frame(self, raw: RawPyFrame) -> Frame | None:
         """One raw frame as a Python frame; None for frames CPython itself hides
         (3.11+ frames that have not reached their first traceable instruction)."""
+        if raw in self._frames:
+            return self._frames[raw]
+        frame = self._frame(raw)
+        if len(self._frames) > 1 << 16:
+            self._frames.clear()
+        self._frames[raw] = frame
+        return frame
+
+    def _frame(self, raw: RawPyFrame) -> Frame | None:
         code_addr, instr, flags = raw
         info = self.code(code_addr)
         if info is None:

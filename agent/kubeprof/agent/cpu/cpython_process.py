@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kubeprof.agent.cpu import cpython_layout
 from kubeprof.agent.cpu.cpython_layout import Layout
-from kubeprof.agent.cpu.elf import ElfError, find_symbol, read_symbols
+from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, find_symbol, read_symbols
 from kubeprof.agent.cpu.symbolize import Mapping, parse_maps
 
 
@@ -40,14 +40,25 @@ def _candidates(maps: list[Mapping]) -> list[Mapping]:
     return sorted(seen.values(), key=lambda m: "libpython" not in m.path)
 
 
-def _load_bias(pid: int, path: str, open_path: str) -> int | None:
+_FILES: dict[tuple[int, int, float], tuple[int | None, ElfSymbols]] = {}
+
+
+def _runtime_symbol(path: str, open_path: str) -> tuple[int | None, ElfSymbols]:
+    """`_PyRuntime`'s link-time address and the ELF's segments, once per file."""
+    st = os.stat(open_path)
+    key = (st.st_dev, st.st_ino, st.st_mtime)
+    if key not in _FILES:
+        _FILES[key] = (find_symbol(path, "_PyRuntime", open_path), read_symbols(path, open_path))
+    return _FILES[key]
+
+
+def _load_bias(pid: int, path: str, elf: ElfSymbols) -> int | None:
     """Process address minus link-time address for this ELF's executable mapping."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             text = f.read()
     except OSError:
         return None
-    elf = read_symbols(path, open_path)
     for m in parse_maps(text):
         if m.path == path:
             vaddr = elf.file_offset_to_vaddr(m.offset)
@@ -70,10 +81,10 @@ def inspect(pid: int) -> CPython | None:
         if not os.path.exists(open_path):
             open_path = m.path
         try:
-            value = find_symbol(m.path, "_PyRuntime", open_path)
+            value, elf = _runtime_symbol(m.path, open_path)
             if value is None:
                 continue
-            bias = _load_bias(pid, m.path, open_path)
+            bias = _load_bias(pid, m.path, elf)
         except (OSError, ElfError):
             continue
         if bias is None:

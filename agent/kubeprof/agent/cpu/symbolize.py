@@ -100,12 +100,19 @@ def parse_kallsyms(text: str) -> SymbolTable:
     return SymbolTable(starts, ends, [n for _, n in syms])
 
 
+_CACHE_MAX = 1 << 16  # per-process address caches are dropped whole past this size
+
+
 @dataclass(slots=True)
 class _Process:
     maps: list[Mapping]
     loaded_at: float
     perf_map: SymbolTable | None = None
     perf_map_mtime: float = 0.0
+    starts: list[int] = field(default_factory=list)
+    # Return addresses repeat sample after sample: each is named and ruled once.
+    frames: dict[int, Frame] = field(default_factory=dict)
+    rules: dict[int, Rule | None] = field(default_factory=dict)
 
 
 class Symbolizer:
@@ -130,6 +137,9 @@ class Symbolizer:
             self._procs[pid] = entry = _Process(maps, time.monotonic())
         else:
             entry.maps, entry.loaded_at = maps, time.monotonic()
+            entry.frames.clear()
+            entry.rules.clear()
+        entry.starts = [m.start for m in maps]
         self._load_perf_map(pid, entry)
         return True
 
@@ -178,9 +188,9 @@ class Symbolizer:
             if not self.refresh(pid):
                 return None
             entry = self._procs[pid]
-        m = _find(entry.maps, addr)
+        m = _find(entry, addr)
         if m is None and time.monotonic() - entry.loaded_at > 0.2 and self.refresh(pid):
-            m = _find(self._procs[pid].maps, addr)  # a library dlopen()ed since
+            m = _find(self._procs[pid], addr)  # a library dlopen()ed since
         return m
 
     def _elf(self, pid: int, m: Mapping) -> ElfSymbols | None:
@@ -216,6 +226,18 @@ class Symbolizer:
 
     def unwind_rule(self, pid: int, addr: int) -> Rule | None:
         """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
+        entry = self._procs.get(pid)
+        if entry is not None and addr in entry.rules:
+            return entry.rules[addr]
+        rule = self._unwind_rule(pid, addr)
+        entry = self._procs.get(pid)
+        if entry is not None:
+            if len(entry.rules) > _CACHE_MAX:
+                entry.rules.clear()
+            entry.rules[addr] = rule
+        return rule
+
+    def _unwind_rule(self, pid: int, addr: int) -> Rule | None:
         m = self._mapping(pid, addr)
         if m is None or not m.path or m.path.startswith("["):
             return None
@@ -237,6 +259,20 @@ class Symbolizer:
 
     def user_frame(self, pid: int, addr: int) -> Frame:
         """One user-space address (already adjusted for return addresses) as a frame."""
+        entry = self._procs.get(pid)
+        if entry is not None:
+            cached = entry.frames.get(addr)
+            if cached is not None:
+                return cached
+        frame = self._user_frame(pid, addr)
+        entry = self._procs.get(pid)
+        if entry is not None and frame.file:  # unmapped: maybe mapped at the next refresh
+            if len(entry.frames) > _CACHE_MAX:
+                entry.frames.clear()
+            entry.frames[addr] = frame
+        return frame
+
+    def _user_frame(self, pid: int, addr: int) -> Frame:
         m = self._mapping(pid, addr)
         if m is None or not m.path or m.path.startswith("["):
             entry = self._procs.get(pid)
@@ -278,8 +314,8 @@ class Symbolizer:
         return frames
 
 
-def _find(maps: list[Mapping], addr: int) -> Mapping | None:
-    i = bisect.bisect_right([m.start for m in maps], addr) - 1
-    if i >= 0 and addr < maps[i].end:
-        return maps[i]
+def _find(entry: _Process, addr: int) -> Mapping | None:
+    i = bisect.bisect_right(entry.starts, addr) - 1
+    if i >= 0 and addr < entry.maps[i].end:
+        return entry.maps[i]
     return None
