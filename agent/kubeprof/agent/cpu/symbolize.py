@@ -14,8 +14,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kubeprof.agent.cpu.demangle import demangle
 from kubeprof.agent.cpu.eh_frame import EhFrame, Rule
-from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
+from kubeprof.agent.cpu.elf import (
+    ElfError,
+    ElfSymbols,
+    debug_file,
+    read_symbols,
+    with_debug_symbols,
+)
 from kubeprof.model import Frame, FrameKind
 
 UNKNOWN = "[unknown]"
@@ -118,8 +125,11 @@ class _Process:
 class Symbolizer:
     """Names user and kernel addresses; call `refresh(pid)` while a process lives."""
 
-    def __init__(self, proc: str = "/proc", perf_map_dir: str = "/tmp") -> None:
+    def __init__(
+        self, proc: str = "/proc", perf_map_dir: str = "/tmp", debug_root: str = "/usr/lib/debug"
+    ) -> None:
         self._proc = proc
+        self._debug_root = debug_root
         self._perf_map_dir = perf_map_dir
         self._procs: dict[int, _Process] = {}
         self._elfs: dict[tuple[int, int, float, str], ElfSymbols | None] = {}
@@ -207,7 +217,7 @@ class Symbolizer:
         key = (st.st_dev, st.st_ino, st.st_mtime, m.path)
         if key not in self._elfs:
             try:
-                self._elfs[key] = read_symbols(m.path, open_path)
+                self._elfs[key] = self._with_debug(read_symbols(m.path, open_path))
             except (OSError, ElfError):
                 self._elfs[key] = None
         return self._elfs[key]
@@ -257,6 +267,16 @@ class Symbolizer:
         vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
         return eh.rule(vaddr) if vaddr is not None else None
 
+    def _with_debug(self, elf: ElfSymbols) -> ElfSymbols:
+        """Stripped binaries get the symbols of their installed debug file (-dbgsym)."""
+        path = debug_file(elf, self._debug_root)
+        if path is None:
+            return elf
+        try:
+            return with_debug_symbols(elf, read_symbols(path))
+        except (OSError, ElfError):
+            return elf
+
     def user_frame(self, pid: int, addr: int) -> Frame:
         """One user-space address (already adjusted for return addresses) as a frame."""
         entry = self._procs.get(pid)
@@ -286,7 +306,7 @@ class Symbolizer:
             vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
             if vaddr is not None:
                 name = elf.lookup(vaddr)
-        return Frame(name or UNKNOWN, FrameKind.NATIVE, m.path)
+        return Frame(demangle(name) if name else UNKNOWN, FrameKind.NATIVE, m.path)
 
     def user_stack(self, pid: int, leaf_first: Sequence[int]) -> list[Frame]:
         """A kernel-walked user stack (leaf first) as frames, root first."""
