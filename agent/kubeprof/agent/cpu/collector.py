@@ -12,6 +12,7 @@ lost on Ctrl-C or early exit.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 
 from kubeprof.agent.cpu import cpython_code, cpython_process, preflight, procfs
@@ -22,6 +23,9 @@ from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
 from kubeprof.model import Batch, CpuSample, Frame, ProcessInfo
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
+
+_SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
+_CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 
 
 class CollectorError(RuntimeError):
@@ -56,6 +60,8 @@ class CpuCollector:
         self._targets: set[int] = set()  # requested roots
         self._known: dict[int, str] = {}  # pid -> exe when first seen
         self._threads: set[int] = set()  # ids in the kernel's target set that are threads
+        self._next_scan = 0.0
+        self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *pcs) -> frames
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
@@ -116,11 +122,15 @@ class CpuCollector:
         records = self._sampler.drain()
         self._check_exec({r.pid for r in records})
         self._ingest(records)
-        for pid in self._sampler.tgids() - self._known.keys() - self._threads:
-            if procfs.is_tgid(pid):
-                self._see(pid)
-            else:  # a thread's id, added by the fork tracepoint: look once
-                self._threads.add(pid)
+        now = time.monotonic()
+        if now >= self._next_scan:  # reading BPF maps costs ms: every _SCAN_S, not per poll
+            self._next_scan = now + _SCAN_S
+            self.lost = self._sampler.dropped
+            for pid in self._sampler.tgids() - self._known.keys() - self._threads:
+                if procfs.is_tgid(pid):
+                    self._see(pid)
+                else:  # a thread's id, added by the fork tracepoint: look once
+                    self._threads.add(pid)
         return self._batch()
 
     def stop(self) -> Batch:
@@ -158,6 +168,7 @@ class CpuCollector:
             if not exe or exe == self._known.get(pid):
                 continue
             self._known.pop(pid, None)
+            self._native_cache.clear()  # its addresses mean other code now
             self._see(pid)
 
     def _ingest(self, records: list[RawRecord]) -> None:
@@ -181,7 +192,13 @@ class CpuCollector:
             pcs = list(rec.ustack)
         if not pcs:
             self._counters["cpu_ustack_missing"] += 1
-        return sym.user_stack(rec.pid, pcs)
+        key = (rec.pid, *pcs)
+        frames = self._native_cache.get(key)
+        if frames is None:
+            if len(self._native_cache) > _CACHE_MAX:
+                self._native_cache.clear()
+            frames = self._native_cache[key] = sym.user_stack(rec.pid, pcs)
+        return frames
 
     def _sample(self, rec: RawRecord) -> CpuSample:
         native = self._native(rec)
@@ -211,7 +228,4 @@ class CpuCollector:
         return Batch(samples=ready, processes=procs, counters=self._counter_snapshot())
 
     def _counter_snapshot(self) -> dict[str, int]:
-        if self._sampler is not None:
-            with contextlib.suppress(Exception):
-                self.lost = self._sampler.dropped
         return {"cpu_lost": self.lost, **self._counters}

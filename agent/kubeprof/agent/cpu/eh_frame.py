@@ -101,7 +101,7 @@ class EhFrame:
         self._starts: list[int] = []
         self._fdes: list[int] = []  # file offsets of FDEs, parallel to _starts
         self._cies: dict[int, _Cie] = {}
-        self._rules: dict[int, Rule | None] = {}
+        self._tables: dict[int, tuple[list[int], list[Rule | None], int]] = {}
         self._load()
 
     def _load(self) -> None:
@@ -178,21 +178,27 @@ class EhFrame:
         k = bisect.bisect_right(self._starts, vaddr) - 1
         if k < 0:
             return None
-        key = vaddr
-        if key in self._rules:
-            return self._rules[key]
-        try:
-            r = self._compute(self._fdes[k], vaddr)
-        except (ValueError, IndexError, struct.error):
-            r = None
-        self._rules[key] = r
-        return r
+        table = self._tables.get(k)
+        if table is None:
+            try:
+                table = self._table(self._fdes[k])
+            except (ValueError, IndexError, struct.error):
+                table = ([], [], 0)
+            self._tables[k] = table
+        locs, rules, end = table
+        i = bisect.bisect_right(locs, vaddr) - 1
+        return rules[i] if i >= 0 and vaddr < end else None
 
-    def _compute(self, fde: int, vaddr: int) -> Rule | None:
+    def _table(self, fde: int) -> tuple[list[int], list[Rule | None], int]:
+        """Every row of one FDE's CFA program: (row start addresses, rules, FDE end).
+
+        Built once per function, so a leaf address never seen before (the hot loop of
+        the interpreter moves every sample) costs a bisection, not a CFA program run.
+        """
         d = self._data
         (length,) = struct.unpack_from("<I", d, fde)
         if length in (0, 0xFFFFFFFF):
-            return None
+            return [], [], 0
         end = fde + 4 + length
         (cie_ptr,) = struct.unpack_from("<I", d, fde + 4)
         cie = self._cie(fde + 4 - cie_ptr)
@@ -200,14 +206,16 @@ class EhFrame:
         pc_vaddr = i - self._eh_off + self._eh_vaddr
         start, i = _encoded(d, i, cie.fde_enc, pc_vaddr)
         size, i = _encoded(d, i, cie.fde_enc & 0x0F, 0)
-        if not start <= vaddr < start + size:
-            return None
         aug_len, i = _uleb(d, i)
         i += aug_len
         state = _State(cie, start)
-        state.run(cie.initial, vaddr, initial=True)
-        state.run(d[i:end], vaddr)
-        return state.result()
+        state.run(cie.initial, initial=True)
+        state.rows.clear()
+        state.run(d[i:end])
+        state.rows.append((state.loc, state.result()))
+        locs = [loc for loc, _ in state.rows]
+        rules = [rule for _, rule in state.rows]
+        return locs, rules, start + size
 
 
 class _State:
@@ -221,17 +229,21 @@ class _State:
         self.initial: dict[int, int | None] = {}
         self.stack: list[tuple[int, int, dict[int, int | None]]] = []
         self.bad = False
+        self.rows: list[tuple[int, Rule | None]] = []  # (address the row starts at, rule)
 
-    def run(self, prog: bytes, target: int, initial: bool = False) -> None:
+    def _advance(self, loc: int) -> None:
+        if loc != self.loc:
+            self.rows.append((self.loc, self.result()))
+        self.loc = loc
+
+    def run(self, prog: bytes, initial: bool = False) -> None:
         cie, i, n = self.cie, 0, len(prog)
         while i < n:
             op = prog[i]
             i += 1
             hi, lo = op & 0xC0, op & 0x3F
             if hi == 0x40:  # advance_loc
-                self.loc += lo * cie.code_align
-                if self.loc > target:
-                    return
+                self._advance(self.loc + lo * cie.code_align)
                 continue
             if hi == 0x80:  # offset
                 v, i = _uleb(prog, i)
@@ -244,14 +256,11 @@ class _State:
                 fmt = {0x02: "<B", 0x03: "<H", 0x04: "<I"}[op]
                 (delta,) = struct.unpack_from(fmt, prog, i)
                 i += struct.calcsize(fmt)
-                self.loc += delta * cie.code_align
-                if self.loc > target:
-                    return
+                self._advance(self.loc + delta * cie.code_align)
             elif op == 0x01:  # set_loc
-                (self.loc,) = struct.unpack_from("<Q", prog, i)
+                (loc,) = struct.unpack_from("<Q", prog, i)
                 i += 8
-                if self.loc > target:
-                    return
+                self._advance(loc)
             elif op == 0x00:  # nop
                 pass
             elif op in (0x05, 0x11):  # offset_extended(_sf)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubeprof.agent.cpu import bpf_program, btf
 from kubeprof.agent.cpu.cpython_layout import Layout
 
 _STACK_AT = ctypes.sizeof(bpf_program.RawSample)  # the stack bytes follow the fixed part
+_PY_AT = bpf_program.RawSample.py.offset
 _STACK_MAX = bpf_program.STACK_PAGES * 4096
 
 
@@ -58,7 +60,8 @@ class Sampler:
         ustack, uerr = _stack(raw.ustack, raw.ustack_len)
         kstack, kerr = _stack(raw.kstack, raw.kstack_len)
         n_py = max(0, min(raw.py_len, bpf_program.MAX_PY))
-        python = tuple((f.code, f.instr, f.flags) for f in raw.py[:n_py])
+        words = iter(struct.unpack(f"<{3 * n_py}Q", ctypes.string_at(data + _PY_AT, 24 * n_py)))
+        python = tuple(zip(words, words, words, strict=True))
         stack = ctypes.string_at(data + _STACK_AT, min(raw.stack_len, _STACK_MAX))
         self._pending.append(
             RawRecord(
