@@ -50,6 +50,9 @@ struct py_conf_t {
     s32 frame_previous;
     s32 frame_instr;
     s32 frame_flags;        /* -1: none (3.10) */
+    s32 cframe_previous;    /* _PyCFrame.previous (3.11/3.12), else -1 */
+    s32 pad;
+    u64 code_type;          /* address of PyCode_Type: a frame's code must be one */
 };
 
 struct py_frame_t {
@@ -124,6 +127,10 @@ static __always_inline u64 find_tstate(struct py_conf_t *c, u32 tid) {
     return 0;
 }
 
+static __always_inline int is_code(struct py_conf_t *c, u64 code) {
+    return code != 0 && read_ptr(code + 8) == c->code_type;   /* ob_type */
+}
+
 static __always_inline int walk_python(struct sample_t *s, u32 pid, u32 tid) {
     struct py_conf_t *c = py_conf.lookup(&pid);
     if (c == NULL)
@@ -132,8 +139,17 @@ static __always_inline int walk_python(struct sample_t *s, u32 pid, u32 tid) {
     if (ts == 0)
         return -1;
     u64 frame = read_ptr(ts + c->tstate_frame);
-    if (c->cframe_frame >= 0 && frame)
-        frame = read_ptr(frame + c->cframe_frame);
+    if (c->cframe_frame >= 0 && frame) {
+        u64 cframe = frame;
+        frame = read_ptr(cframe + c->cframe_frame);
+        /* Caught entering or leaving _PyEval_EvalFrameDefault (3.11/3.12), the C-stack
+           cframe's current_frame is not set yet: the caller's cframe holds the stack
+           the thread is really running (the frame being entered has not started). */
+        if (c->cframe_previous >= 0 && !is_code(c, read_ptr(frame + c->frame_code))) {
+            u64 prev = read_ptr(cframe + c->cframe_previous);
+            frame = prev ? read_ptr(prev + c->cframe_frame) : 0;
+        }
+    }
     int n = 0;
     for (int i = 0; i < MAX_PY; i++) {
         if (frame == 0)
@@ -235,6 +251,9 @@ class PyConf(ctypes.Structure):
         ("frame_previous", ctypes.c_int32),
         ("frame_instr", ctypes.c_int32),
         ("frame_flags", ctypes.c_int32),
+        ("cframe_previous", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
+        ("code_type", ctypes.c_uint64),
     ]
 
 

@@ -111,7 +111,7 @@ class CpuCollector:
         if found is None:
             self._sampler.clear_python(pid)
             return
-        self._sampler.set_python(pid, found.layout, found.runtime_addr)
+        self._sampler.set_python(pid, found.layout, found.runtime_addr, found.code_type)
         self._readers[pid] = CodeReader(pid, found.layout)
 
     # -- polling -----------------------------------------------------------------------

@@ -35,6 +35,7 @@ class Layout:
     tid_is_native: bool
     tstate_frame: int  # tstate->cframe (3.11/3.12), ->current_frame (3.13), ->frame (3.10)
     cframe_current_frame: int  # -1: tstate_frame points at the frame itself
+    cframe_previous: int  # _PyCFrame.previous (3.11/3.12), -1 elsewhere
     frame_code: int
     frame_previous: int
     frame_instr: int  # prev_instr (3.11/3.12), instr_ptr (3.13), f_lasti (3.10, an int)
@@ -55,16 +56,96 @@ class Layout:
 
 LAYOUTS: dict[tuple[int, int], Layout] = {
     (3, 10): Layout(
-        (3, 10), 32, 8, 8, 176, False, 24, -1, 32, 24, 96, -1, 104, 112, 120, 40, -1, -1, 48, 72
+        version=(3, 10),
+        runtime_interpreters_head=32,
+        interp_threads_head=8,
+        tstate_next=8,
+        tstate_thread_id=176,
+        tid_is_native=False,
+        tstate_frame=24,
+        cframe_current_frame=-1,
+        cframe_previous=-1,
+        frame_code=32,
+        frame_previous=24,
+        frame_instr=96,
+        frame_flags=-1,
+        code_filename=104,
+        code_name=112,
+        code_linetable=120,
+        code_firstlineno=40,
+        code_adaptive=-1,
+        code_firsttraceable=-1,
+        unicode_ascii_size=48,
+        unicode_compact_size=72,
     ),
     (3, 11): Layout(
-        (3, 11), 40, 16, 8, 160, True, 56, 8, 32, 48, 56, 68, 112, 128, 136, 72, 184, 168, 48, 72
+        version=(3, 11),
+        runtime_interpreters_head=40,
+        interp_threads_head=16,
+        tstate_next=8,
+        tstate_thread_id=160,
+        tid_is_native=True,
+        tstate_frame=56,
+        cframe_current_frame=8,
+        cframe_previous=16,
+        frame_code=32,
+        frame_previous=48,
+        frame_instr=56,
+        frame_flags=68,
+        code_filename=112,
+        code_name=128,
+        code_linetable=136,
+        code_firstlineno=72,
+        code_adaptive=184,
+        code_firsttraceable=168,
+        unicode_ascii_size=48,
+        unicode_compact_size=72,
     ),
     (3, 12): Layout(
-        (3, 12), 40, 72, 8, 144, True, 56, 0, 0, 8, 56, 70, 112, 128, 136, 68, 192, 176, 40, 56
+        version=(3, 12),
+        runtime_interpreters_head=40,
+        interp_threads_head=72,
+        tstate_next=8,
+        tstate_thread_id=144,
+        tid_is_native=True,
+        tstate_frame=56,
+        cframe_current_frame=0,
+        cframe_previous=8,
+        frame_code=0,
+        frame_previous=8,
+        frame_instr=56,
+        frame_flags=70,
+        code_filename=112,
+        code_name=128,
+        code_linetable=136,
+        code_firstlineno=68,
+        code_adaptive=192,
+        code_firsttraceable=176,
+        unicode_ascii_size=40,
+        unicode_compact_size=56,
     ),
     (3, 13): Layout(
-        (3, 13), 632, 7344, 8, 160, True, 72, -1, 0, 8, 56, 70, 112, 128, 136, 68, 200, 184, 40, 56
+        version=(3, 13),
+        runtime_interpreters_head=632,
+        interp_threads_head=7344,
+        tstate_next=8,
+        tstate_thread_id=160,
+        tid_is_native=True,
+        tstate_frame=72,
+        cframe_current_frame=-1,
+        cframe_previous=-1,
+        frame_code=0,
+        frame_previous=8,
+        frame_instr=56,
+        frame_flags=70,
+        code_filename=112,
+        code_name=128,
+        code_linetable=136,
+        code_firstlineno=68,
+        code_adaptive=200,
+        code_firsttraceable=184,
+        unicode_ascii_size=40,
+        unicode_compact_size=56,
     ),
 }
 

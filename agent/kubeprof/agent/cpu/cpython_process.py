@@ -23,6 +23,7 @@ class CPython:
     pid: int
     path: str  # the ELF holding _PyRuntime (python binary or libpython)
     runtime_addr: int
+    code_type: int  # address of PyCode_Type (frames whose code is not one are torn)
     layout: Layout
     debug_offsets: bool  # layout read from the process's _Py_DebugOffsets (3.13+)
 
@@ -40,15 +41,19 @@ def _candidates(maps: list[Mapping]) -> list[Mapping]:
     return sorted(seen.values(), key=lambda m: "libpython" not in m.path)
 
 
-_FILES: dict[tuple[int, int, float], tuple[int | None, ElfSymbols]] = {}
+_FILES: dict[tuple[int, int, float], tuple[int | None, int, ElfSymbols]] = {}
 
 
-def _runtime_symbol(path: str, open_path: str) -> tuple[int | None, ElfSymbols]:
-    """`_PyRuntime`'s link-time address and the ELF's segments, once per file."""
+def _runtime_symbol(path: str, open_path: str) -> tuple[int | None, int, ElfSymbols]:
+    """`_PyRuntime`'s and `PyCode_Type`'s link-time addresses and the ELF, once per file."""
     st = os.stat(open_path)
     key = (st.st_dev, st.st_ino, st.st_mtime)
     if key not in _FILES:
-        _FILES[key] = (find_symbol(path, "_PyRuntime", open_path), read_symbols(path, open_path))
+        _FILES[key] = (
+            find_symbol(path, "_PyRuntime", open_path),
+            find_symbol(path, "PyCode_Type", open_path) or 0,
+            read_symbols(path, open_path),
+        )
     return _FILES[key]
 
 
@@ -81,7 +86,7 @@ def inspect(pid: int) -> CPython | None:
         if not os.path.exists(open_path):
             open_path = m.path
         try:
-            value, elf = _runtime_symbol(m.path, open_path)
+            value, code_type, elf = _runtime_symbol(m.path, open_path)
             if value is None:
                 continue
             bias = _load_bias(pid, m.path, elf)
@@ -99,7 +104,9 @@ def inspect(pid: int) -> CPython | None:
         from_process = None
         if version >= (3, 13):
             from_process = cpython_layout.from_debug_offsets(read_memory(pid, addr, 384), layout)
-        return CPython(pid, m.path, addr, from_process or layout, from_process is not None)
+        code_type_addr = code_type + bias if code_type else 0
+        layout = from_process or layout
+        return CPython(pid, m.path, addr, code_type_addr, layout, from_process is not None)
     return None
 
 

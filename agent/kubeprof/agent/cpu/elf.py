@@ -92,6 +92,7 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
         struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)
     ]
     syms: dict[int, tuple[int, str]] = {}
+    ranks: dict[int, tuple[int, bool, bool]] = {}
     for _name, sh_type, _fl, _addr, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
         if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
             continue
@@ -104,8 +105,12 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
                 continue
             end = data.index(b"\0", str_off + st_name)
             name = data[str_off + st_name : end].decode(errors="replace")
-            if st_value not in syms or syms[st_value][0] < st_size:
-                syms[st_value] = (st_size, name.split("@", 1)[0])
+            name = name.split("@", 1)[0]
+            # aliases at one address: the larger size, then the exported name, then the
+            # one without a leading underscore (qsort_r over __qsort_r)
+            rank = (st_size, st_info >> 4 != 0, not name.startswith("_"))
+            if st_value not in ranks or ranks[st_value] < rank:
+                syms[st_value], ranks[st_value] = (st_size, name), rank
 
     starts = sorted(syms)
     ends = []

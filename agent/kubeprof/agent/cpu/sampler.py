@@ -85,7 +85,7 @@ class Sampler:
         """Sample this process from now on (its later forks join in the kernel)."""
         self._targets[ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
 
-    def set_python(self, tgid: int, layout: Layout, runtime_addr: int) -> None:
+    def set_python(self, tgid: int, layout: Layout, runtime_addr: int, code_type: int) -> None:
         """Walk this process's Python frames in the kernel, with these offsets."""
         conf = bpf_program.PyConf(
             runtime_addr + layout.runtime_interpreters_head,
@@ -99,6 +99,9 @@ class Sampler:
             layout.frame_previous,
             layout.frame_instr,
             layout.frame_flags,
+            layout.cframe_previous,
+            0,
+            code_type,
         )
         self._py_conf[ctypes.c_uint32(tgid)] = conf
 
