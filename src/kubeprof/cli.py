@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", metavar="FILE", help="write here (default: stdout for text "
                      "formats, SESSION.html / SESSION.pb.gz for html / pprof)")
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
+    rep.add_argument("--keep-interpreter", action="store_true",
+                     help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
+                     "and below Python frames; by default they are folded away so self time "
+                     "lands on Python functions")
 
     cmp_ = sub.add_parser("compare", help="compare sessions of one workload (e.g. at several "
                           "batch sizes): throughput, GPU busy, energy per sample")
@@ -136,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _record(args)
         if args.cmd == "report":
             return reporting.report_command(args.session, args.format, args.view, args.out,
-                                            args.store)
+                                            args.store, args.keep_interpreter)
         if args.cmd == "compare":
             return _compare(args)
         if args.cmd == "sessions":

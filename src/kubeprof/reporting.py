@@ -11,6 +11,7 @@ from kubeprof.analysis import energy
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
+from kubeprof.analysis.interpreter_frames import fold_profile
 from kubeprof.model import GpuActivity, GpuMetricSample
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
@@ -96,13 +97,18 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-def load(store_url: str | None, ref: str | None) -> Report:
-    """The report of session `ref` (the newest when None) in the store at `store_url`."""
+def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = False) -> Report:
+    """The report of session `ref` (the newest when None) in the store at `store_url`.
+
+    CPython's own frames are folded out of stacks with Python frames unless
+    `keep_interpreter` (analysis.interpreter_frames says why)."""
     store = Store.open(store_url)
     try:
         with store.engine.connect() as conn:
             info = q.find_session(conn, ref)
             profile = q.load_profile(conn, info)
+            if not keep_interpreter:
+                profile = fold_profile(profile)
             activities = q.gpu_activities(conn, info.id)
             metrics = q.gpu_metrics(conn, info.id)
             cpu = q.sample_columns(conn, info)
@@ -114,8 +120,8 @@ def load(store_url: str | None, ref: str | None) -> Report:
 
 
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,
-                   store_url: str | None) -> int:
-    report = load(store_url, ref)
+                   store_url: str | None, keep_interpreter: bool = False) -> int:
+    report = load(store_url, ref, keep_interpreter=keep_interpreter)
     profile = report.profile
     if view == "gpu" and not profile.gpu:
         raise LookupError(f"session {profile.session!r} has no GPU data: record it with "

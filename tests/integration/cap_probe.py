@@ -25,7 +25,7 @@ def main() -> None:
     except OSError:
         out["root_readable"] = False
     try:
-        c = CpuCollector(hz=99, segment_s=2.0)
+        c = CpuCollector(hz=99)
     except CollectorError as e:
         out["error"] = str(e)
         print(json.dumps(out))

@@ -1,62 +1,48 @@
 """`CpuCollector`: the CPU sampler that `kubeprof record` and the node agent drive.
 
-Dataflow per poll: drain raw records from BPF -> symbolize native and kernel frames at
-once (the process may exit any moment) -> hold samples of Python processes until
-py-spy's segment covering their time is parsed -> join (merge.merge_stack) -> Batch.
-`stop()` drains, finishes py-spy and hands back everything still held, so samples are
-never lost on Ctrl-C or early exit.
+Dataflow per poll: drain raw records from BPF -> native frames by .eh_frame unwinding of
+the copied user stack (or the kernel's frame-pointer walk where that finds more) and
+symbols, resolved at once (the process may exit any moment) -> Python frames from the
+code objects the BPF program walked, interleaved with the native frames at each
+`_PyEval_EvalFrameDefault` -> Batch. Nothing is held back: a sample is in the batch of
+the poll that drained it. `stop()` drains and hands back everything, so samples are never
+lost on Ctrl-C or early exit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
-from dataclasses import dataclass
 
-from kubeprof.agent.cpu import preflight, procfs
-from kubeprof.agent.cpu.merge import is_interpreter_path, merge_stack
-from kubeprof.agent.cpu.python_stacks import PythonUnwinder
+from kubeprof.agent.cpu import cpython_code, cpython_process, preflight, procfs
+from kubeprof.agent.cpu.cpython_code import CodeReader
+from kubeprof.agent.cpu.merge import interleave
+from kubeprof.agent.cpu.native_unwind import unwind
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+from kubeprof.model import Batch, CpuSample, Frame, ProcessInfo
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
+
+_SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
+_CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 
 
 class CollectorError(RuntimeError):
     """A one-line message for the user: the cause and the fix."""
 
 
-@dataclass(slots=True)
-class _Held:
-    """A sample symbolized on the native side, waiting for its Python frames."""
-
-    rec: RawRecord
-    native: list[Frame]
-    kernel: list[Frame]
-
-
 class CpuCollector:
     """Samples on-CPU stacks of target processes and their descendants.
 
     BPF is compiled and attached in the constructor (about 2 s of clang), so create the
-    collector before starting a target command. `python=False` turns py-spy off;
-    `pyspy_native=True` lets py-spy pause the target to interleave native frames itself
-    (costlier, see UNWINDER.md); `segment_s` is how long one py-spy run lasts, i.e. the
-    latency of Python samples; `pyspy_hz` is py-spy's own rate (default: hz; twice
-    that bought only ~3 points of join accuracy here, see UNWINDER.md).
+    collector before starting a target command. `python=False` turns the Python frame
+    walk off (native and kernel frames only).
     """
 
     cpu_source = "bpf"  # session meta: which CPU sampler produced the samples
 
-    def __init__(
-        self,
-        hz: int = DEFAULT_CPU_HZ,
-        *,
-        python: bool = True,
-        pyspy_native: bool = False,
-        segment_s: float = 4.0,
-        pyspy_hz: int | None = None,
-    ) -> None:
+    def __init__(self, hz: int = DEFAULT_CPU_HZ, *, python: bool = True) -> None:
         if not 1 <= hz <= 10_000:
             raise CollectorError(f"sampling rate {hz} Hz is out of range: use 1..10000 (--hz)")
         problem = preflight.check_environment()
@@ -69,17 +55,19 @@ class CpuCollector:
         self.hz = hz
         self.lost = 0
         self.warnings: list[str] = []  # one-line notes for the user (target exited at once)
-        self._python, self._pyspy_native, self._segment_s = python, pyspy_native, segment_s
-        self._pyspy_hz = pyspy_hz or hz
+        self._python = python
         self._symbolizer = Symbolizer()
         self._targets: set[int] = set()  # requested roots
         self._known: dict[int, str] = {}  # pid -> exe when first seen
+        self._threads: set[int] = set()  # ids in the kernel's target set that are threads
+        self._next_scan = 0.0
+        self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *pcs) -> frames
         self._new_procs: list[ProcessInfo] = []
-        self._unwinders: dict[int, PythonUnwinder] = {}
-        self._held: list[_Held] = []
+        self._readers: dict[int, CodeReader] = {}
+        self._ready: list[CpuSample] = []
         self._backlog: deque[RawRecord] = deque()
         self._total = 0
-        self._counters = {"cpu_ustack_missing": 0, "cpu_python_unjoined": 0}
+        self._counters = {"cpu_ustack_missing": 0, "cpu_python_missing": 0}
         self._stopped = False
 
     # -- targets -----------------------------------------------------------------------
@@ -96,7 +84,7 @@ class CpuCollector:
             self._see(p)
 
     def _see(self, pid: int) -> None:
-        """First sight of a process: record its info, maps, and start py-spy if Python."""
+        """First sight of a process: record its info, maps, and its CPython if any."""
         if pid in self._known:
             return
         info = procfs.process_info(pid)
@@ -105,41 +93,48 @@ class CpuCollector:
         if info is not None:
             self._new_procs.append(info)
         self._symbolizer.refresh(pid)
-        if self._python and self._is_python(pid, exe) and pid not in self._unwinders:
-            try:
-                self._unwinders[pid] = PythonUnwinder(
-                    pid, self._pyspy_hz, self._segment_s, native=self._pyspy_native
-                )
-            except OSError as e:
-                self.warnings.append(f"no Python frames for PID {pid}: {e}")
+        if self._python:
+            self._find_python(pid)
 
-    @staticmethod
-    def _is_python(pid: int, exe: str) -> bool:
-        if is_interpreter_path(exe):
-            return True
+    def _find_python(self, pid: int) -> None:
+        """Tell the BPF program where this process's interpreter keeps its frames."""
         try:
-            with open(f"/proc/{pid}/maps") as f:
-                return "libpython" in f.read()
-        except OSError:
-            return False
+            found = cpython_process.inspect(pid)
+        except cpython_process.NotSupported as e:
+            self.warnings.append(str(e))
+            return
+        old = self._readers.pop(pid, None)
+        if old is not None:
+            old.close()
+        if self._sampler is None:
+            return
+        if found is None:
+            self._sampler.clear_python(pid)
+            return
+        self._sampler.set_python(pid, found.layout, found.runtime_addr, found.code_type)
+        self._readers[pid] = CodeReader(pid, found.layout)
 
     # -- polling -----------------------------------------------------------------------
     def poll(self) -> Batch:
-        """New samples and processes since the last poll (Python samples lag a segment)."""
+        """Samples taken since the last poll, and processes first seen."""
         if self._sampler is None:
             return Batch()
         records = self._sampler.drain()
         self._check_exec({r.pid for r in records})
         self._ingest(records)
-        for pid in self._sampler.tgids() - self._known.keys():
-            if procfs.is_tgid(pid):
-                self._see(pid)
-        for pid, unwinder in self._unwinders.items():
-            unwinder.tick(procfs.is_alive(pid))
-        return self._batch(final=False)
+        now = time.monotonic()
+        if now >= self._next_scan:  # reading BPF maps costs ms: every _SCAN_S, not per poll
+            self._next_scan = now + _SCAN_S
+            self.lost = self._sampler.dropped
+            for pid in self._sampler.tgids() - self._known.keys() - self._threads:
+                if procfs.is_tgid(pid):
+                    self._see(pid)
+                else:  # a thread's id, added by the fork tracepoint: look once
+                    self._threads.add(pid)
+        return self._batch()
 
     def stop(self) -> Batch:
-        """Final drain, py-spy finished, BPF detached; everything held is returned."""
+        """Final drain, BPF detached; everything not yet handed out is returned."""
         if self._stopped:
             return Batch(counters=self._counter_snapshot())
         self._stopped = True
@@ -151,13 +146,11 @@ class CpuCollector:
                 self._ingest([])
             with contextlib.suppress(Exception):
                 self.lost = sampler.dropped
-        for unwinder in self._unwinders.values():
-            with contextlib.suppress(Exception):
-                unwinder.stop()
-        if sampler is not None:
             with contextlib.suppress(Exception):
                 sampler.close()
-        batch = self._batch(final=True)
+        for reader in self._readers.values():
+            reader.close()
+        batch = self._batch()
         if self._targets and not self._total:
             pids = ", ".join(map(str, sorted(self._targets)))
             self.warnings.append(
@@ -168,18 +161,14 @@ class CpuCollector:
 
     def _check_exec(self, pids: set[int]) -> None:
         """A process that exec()ed since first seen (a pyenv shim becoming python, a
-        fork about to run a tool) gets fresh maps, a new ProcessInfo and, if it is
-        Python now, a py-spy."""
+        fork about to run a tool) gets fresh maps, a new ProcessInfo and its new
+        interpreter's layout (or none)."""
         for pid in pids:
             exe = procfs.exe(pid)
             if not exe or exe == self._known.get(pid):
                 continue
             self._known.pop(pid, None)
-            old = self._unwinders.get(pid)
-            if old is not None:
-                old.stop()  # done: held samples are released with what it saw
-                if self._python and self._is_python(pid, exe):
-                    del self._unwinders[pid]  # a new py-spy for the new program
+            self._native_cache.clear()  # its addresses mean other code now
             self._see(pid)
 
     def _ingest(self, records: list[RawRecord]) -> None:
@@ -189,35 +178,40 @@ class CpuCollector:
         while self._backlog:
             rec = self._backlog[0]
             self._see(rec.pid)
-            if rec.ustack_err:
-                self._counters["cpu_ustack_missing"] += 1
-            native = self._symbolizer.user_stack(rec.pid, rec.ustack)
-            kernel = self._symbolizer.kernel_stack(rec.kstack)
-            self._held.append(_Held(rec, native, kernel))
+            self._ready.append(self._sample(rec))
             self._backlog.popleft()
 
-    def _batch(self, final: bool) -> Batch:
-        ready: list[CpuSample] = []
-        keep: list[_Held] = []
-        for h in self._held:
-            unwinder = self._unwinders.get(h.rec.pid)
-            if unwinder is None:
-                ready.append(self._sample(h, None))
-            elif h.rec.ts_ns <= unwinder.covered_until_ns or unwinder.done or final:
-                py = unwinder.stack_at(h.rec.tid, h.rec.ts_ns, unwinder.period_ns)
-                if not py:
-                    self._counters["cpu_python_unjoined"] += 1
-                elif self._pyspy_native:
-                    py = self._resolve_hex(h.rec.pid, py)
-                ready.append(self._sample(h, py))
-            else:
-                keep.append(h)
-        self._held = keep
-        procs, self._new_procs = tuple(self._new_procs), []
-        return Batch(samples=tuple(ready), processes=procs, counters=self._counter_snapshot())
+    def _native(self, rec: RawRecord) -> list[Frame]:
+        """Root-first native frames: .eh_frame unwind, or the kernel's frame-pointer walk
+        where that found more (code built with frame pointers but odd unwind tables)."""
+        sym = self._symbolizer
+        pcs: list[int] = []
+        if rec.stack:
+            pcs = unwind(rec.regs, rec.stack, lambda a: sym.unwind_rule(rec.pid, a))
+        if len(rec.ustack) > len(pcs):
+            pcs = list(rec.ustack)
+        if not pcs:
+            self._counters["cpu_ustack_missing"] += 1
+        key = (rec.pid, *pcs)
+        frames = self._native_cache.get(key)
+        if frames is None:
+            if len(self._native_cache) > _CACHE_MAX:
+                self._native_cache.clear()
+            frames = self._native_cache[key] = sym.user_stack(rec.pid, pcs)
+        return frames
 
-    def _sample(self, h: _Held, python: tuple[Frame, ...] | None) -> CpuSample:
-        rec = h.rec
+    def _sample(self, rec: RawRecord) -> CpuSample:
+        native = self._native(rec)
+        kernel = self._symbolizer.kernel_stack(rec.kstack)
+        reader = self._readers.get(rec.pid)
+        groups: list[list[Frame]] = []
+        if reader is not None:
+            for raw_group in cpython_code.groups(list(rec.python), reader.layout):
+                frames = [f for raw in reversed(raw_group) if (f := reader.frame(raw))]
+                if frames:
+                    groups.append(frames)
+            if not groups:
+                self._counters["cpu_python_missing"] += 1
         self._total += 1
         return CpuSample(
             ts_ns=rec.ts_ns,
@@ -225,22 +219,13 @@ class CpuCollector:
             tid=rec.tid,
             thread=rec.comm,
             cpu=rec.cpu,
-            stack=merge_stack(python, h.native, h.kernel),
+            stack=interleave(groups, native, kernel),
         )
 
-    def _resolve_hex(self, pid: int, stack: tuple[Frame, ...]) -> tuple[Frame, ...]:
-        """Name the bare addresses py-spy --native leaves for static functions."""
-        out = []
-        for f in stack:
-            if f.kind is FrameKind.NATIVE and f.name.startswith("0x"):
-                named = self._symbolizer.user_frame(pid, int(f.name, 16) - 1)
-                if named.name != "[unknown]":
-                    f = Frame(named.name, FrameKind.NATIVE, f.file)
-            out.append(f)
-        return tuple(out)
+    def _batch(self) -> Batch:
+        ready, self._ready = tuple(self._ready), []
+        procs, self._new_procs = tuple(self._new_procs), []
+        return Batch(samples=ready, processes=procs, counters=self._counter_snapshot())
 
     def _counter_snapshot(self) -> dict[str, int]:
-        if self._sampler is not None:
-            with contextlib.suppress(Exception):
-                self.lost = self._sampler.dropped
         return {"cpu_lost": self.lost, **self._counters}

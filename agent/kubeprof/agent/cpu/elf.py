@@ -16,6 +16,8 @@ _SHT_DYNSYM = 11
 _PT_LOAD = 1
 _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
+_SHT_NOTE = 7
+_NT_GNU_BUILD_ID = 3
 
 
 class ElfError(ValueError):
@@ -41,6 +43,8 @@ class ElfSymbols:
     names: list[str]
     segments: list[Segment]
     is_dyn: bool  # ET_DYN (shared object or PIE): mapped at a load bias
+    build_id: str = ""  # hex of the NT_GNU_BUILD_ID note
+    debuglink: str = ""  # file name in .gnu_debuglink
 
     def file_offset_to_vaddr(self, offset: int) -> int | None:
         """The link-time address of a file offset, via the PT_LOAD that holds it."""
@@ -88,6 +92,7 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
         struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)
     ]
     syms: dict[int, tuple[int, str]] = {}
+    ranks: dict[int, tuple[int, bool, bool]] = {}
     for _name, sh_type, _fl, _addr, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
         if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
             continue
@@ -100,8 +105,12 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
                 continue
             end = data.index(b"\0", str_off + st_name)
             name = data[str_off + st_name : end].decode(errors="replace")
-            if st_value not in syms or syms[st_value][0] < st_size:
-                syms[st_value] = (st_size, name.split("@", 1)[0])
+            name = name.split("@", 1)[0]
+            # aliases at one address: the larger size, then the exported name, then the
+            # one without a leading underscore (qsort_r over __qsort_r)
+            rank = (st_size, st_info >> 4 != 0, not name.startswith("_"))
+            if st_value not in ranks or ranks[st_value] < rank:
+                syms[st_value], ranks[st_value] = (st_size, name), rank
 
     starts = sorted(syms)
     ends = []
@@ -110,4 +119,95 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
         nxt = starts[i + 1] if i + 1 < len(starts) else start + 4096
         ends.append(start + size if size else nxt)
     names = [syms[s][1] for s in starts]
-    return ElfSymbols(path, starts, ends, names, segments, is_dyn=e_type == 3)
+    build_id, debuglink = _debug_refs(data, sections, e_shoff, e_shentsize)
+    return ElfSymbols(path, starts, ends, names, segments, e_type == 3, build_id, debuglink)
+
+
+def _debug_refs(data: bytes, sections: list, shoff: int, shentsize: int) -> tuple[str, str]:
+    """The build id and the .gnu_debuglink file name, where the file has them."""
+    build_id = link = ""
+    (shstrndx,) = struct.unpack_from("<H", data, 62)
+    names_off = sections[shstrndx][4] if shstrndx < len(sections) else 0
+    for name_off, sh_type, _fl, _addr, off, size, *_rest in sections:
+        if sh_type == _SHT_NOTE and not build_id:
+            pos = off
+            while pos + 12 <= off + size:
+                namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
+                desc = pos + 12 + ((namesz + 3) & ~3)
+                if ntype == _NT_GNU_BUILD_ID and data[pos + 12 : pos + 15] == b"GNU":
+                    build_id = data[desc : desc + descsz].hex()
+                    break
+                pos = desc + ((descsz + 3) & ~3)
+        elif names_off:
+            start = names_off + name_off
+            if data[start : start + 15] == b".gnu_debuglink\0":
+                link = data[off : data.index(b"\0", off)].decode(errors="replace")
+    return build_id, link
+
+
+def debug_file(elf: ElfSymbols, root: str = "/usr/lib/debug") -> str | None:
+    """Where the separate debug file of an ELF lies, as gdb looks for it: by build id
+    under root/.build-id, then by .gnu_debuglink next to it, in .debug/, under root."""
+    import os
+
+    candidates = []
+    if len(elf.build_id) > 2:
+        candidates.append(f"{root}/.build-id/{elf.build_id[:2]}/{elf.build_id[2:]}.debug")
+    if elf.debuglink:
+        folder = os.path.dirname(elf.path)
+        candidates += [
+            f"{folder}/{elf.debuglink}",
+            f"{folder}/.debug/{elf.debuglink}",
+            f"{root}{folder}/{elf.debuglink}",
+        ]
+    for c in candidates:
+        if c != elf.path and os.path.isfile(c):
+            return c
+    return None
+
+
+def with_debug_symbols(main: ElfSymbols, debug: ElfSymbols) -> ElfSymbols:
+    """The main file's segments with the union of both symbol tables (debug wins)."""
+    syms = {s: (e, n) for s, e, n in zip(main.starts, main.ends, main.names, strict=True)}
+    syms |= {s: (e, n) for s, e, n in zip(debug.starts, debug.ends, debug.names, strict=True)}
+    starts = sorted(syms)
+    return ElfSymbols(
+        main.path,
+        starts,
+        [syms[s][0] for s in starts],
+        [syms[s][1] for s in starts],
+        main.segments,
+        main.is_dyn,
+        main.build_id,
+        main.debuglink,
+    )
+
+
+def find_symbol(path: str, name: str, open_path: str | None = None) -> int | None:
+    """The link-time value of a named symbol of any type (e.g. the `_PyRuntime` object)."""
+    with open(open_path or path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    want = name.encode()
+    try:
+        (e_shoff,) = struct.unpack_from("<Q", data, 40)
+        e_shentsize, e_shnum = struct.unpack_from("<HH", data, 58)
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
+            for i in range(e_shnum)
+        ]
+        for _n, sh_type, _f, _a, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
+            if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
+                continue
+            str_off = sections[sh_link][4]
+            for off in range(sh_offset, sh_offset + sh_size, sh_entsize):
+                st_name, _info, _o, st_shndx, st_value, _size = struct.unpack_from(
+                    "<IBBHQQ", data, off
+                )
+                start = str_off + st_name
+                if st_value and st_shndx and data[start : start + len(want) + 1] == want + b"\0":
+                    return int(st_value)
+    except struct.error:
+        return None
+    return None

@@ -1,7 +1,9 @@
-"""Pure joins of the kernel's view of a sample with py-spy's Python stacks.
+"""Pure joins of native and Python frames into one stack.
 
-The kernel gives exact times, thread ids, kernel frames and the native frames near the
-leaf; py-spy gives the Python frames. A BPF sample takes the Python stack its thread had
+`interleave` is the BPF path's: Python frames walked in the kernel go where the
+interpreter ran them. The rest is the py-spy fallback's (`pyspy_collector`): the kernel
+gives exact times, thread ids, kernel frames and the native frames near the leaf; py-spy
+gives the Python frames. A BPF sample takes the Python stack its thread had
 at that moment, and the Python frames replace the interpreter's own native frames: the
 native part kept is what runs below the innermost interpreter frame (a C extension,
 libc), so a stack reads Python callers -> interpreter -> native callee -> kernel.
@@ -9,13 +11,20 @@ libc), so a stack reads Python callers -> interpreter -> native callee -> kernel
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from kubeprof.analysis.interpreter_frames import is_interpreter_path
 from kubeprof.model import Frame, FrameKind, Stack
 
-_INTERPRETER = re.compile(r"^(python[\d.]*[dmu]*|libpython[\d.]+[dmu]*\.so.*)$")
+__all__ = [
+    "interleave",
+    "is_eval_frame",
+    "is_interpreter",
+    "is_interpreter_path",
+    "merge_stack",
+    "python_stack_at",
+]
 
 
 def python_stack_at(
@@ -29,11 +38,6 @@ def python_stack_at(
     """
     i = bisect_right(times_ns, ts_ns + period_ns // 2) - 1
     return stacks[i] if i >= 0 else None
-
-
-def is_interpreter_path(path: str) -> bool:
-    """Whether an ELF path is CPython itself (the python binary or libpython)."""
-    return bool(_INTERPRETER.match(path.rsplit("/", 1)[-1]))
 
 
 def is_interpreter(frame: Frame) -> bool:
@@ -61,3 +65,36 @@ def merge_stack(python: Stack | None, native: Sequence[Frame], kernel: Sequence[
         if is_interpreter(frame):
             cut = i
     return (*python, *native[cut:], *kernel)
+
+
+_EVAL = "_PyEval_EvalFrameDefault"
+
+
+def is_eval_frame(frame: Frame) -> bool:
+    """CPython's bytecode loop (and its compiler-split `.cold` part)."""
+    return frame.kind is FrameKind.NATIVE and frame.name.startswith(_EVAL)
+
+
+def interleave(
+    python_groups: Sequence[Sequence[Frame]], native: Sequence[Frame], kernel: Sequence[Frame]
+) -> Stack:
+    """One root-first stack with Python frames where the interpreter ran them.
+
+    `python_groups` comes innermost invocation first, each group root-first: what one
+    `_PyEval_EvalFrameDefault` call on the C stack was running. Walking the native stack
+    from the leaf, the n-th eval frame gets the n-th group as its callees (the eval
+    frame stays, so reports can fold or keep the interpreter). Groups left over when
+    the native unwind stopped early go at the root, in order; eval frames left over keep
+    no Python frames. Kernel frames go at the leaf end.
+    """
+    out: list[Frame] = []
+    g = 0
+    for frame in reversed(native):  # leaf first
+        if is_eval_frame(frame) and g < len(python_groups):
+            out.extend(reversed(python_groups[g]))
+            g += 1
+        out.append(frame)
+    for group in python_groups[g:]:
+        out.extend(reversed(group))
+    out.reverse()
+    return (*out, *kernel)

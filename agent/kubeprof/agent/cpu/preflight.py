@@ -34,8 +34,9 @@ def permission_problem(euid: int, cap_eff: int) -> str | None:
     # Capabilities decide, not the uid: root in a container has only the ones granted.
     if has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON)):
         return None
-    missing = " and ".join(n for n, c in (("CAP_BPF", CAP_BPF), ("CAP_PERFMON", CAP_PERFMON))
-                           if not has(c))
+    missing = " and ".join(
+        n for n, c in (("CAP_BPF", CAP_BPF), ("CAP_PERFMON", CAP_PERFMON)) if not has(c)
+    )
     return (
         f"no permission to load BPF programs ({missing} missing"
         f"{', although running as root' if euid == 0 else ''}): run as root (sudo) or grant "

@@ -287,7 +287,11 @@ class PyspyCollector:
     def _sample(self, t: Tick, python: tuple[Frame, ...] | None) -> CpuSample:
         self._total += 1
         return CpuSample(
-            ts_ns=t.ts_ns, pid=t.pid, tid=t.tid, thread=t.comm, cpu=t.cpu,
+            ts_ns=t.ts_ns,
+            pid=t.pid,
+            tid=t.tid,
+            thread=t.comm,
+            cpu=t.cpu,
             stack=python or (NO_PYTHON,),
         )
 
@@ -338,9 +342,10 @@ def open_cpu_collector(
     try:
         fallback = PyspyCollector(hz)
     except PyspyCollectorError as exc:
-        raise CollectorError(f"{bpf_problem}; and the py-spy fallback cannot start: {exc}") \
-            from exc
+        raise CollectorError(f"{bpf_problem}; and the py-spy fallback cannot start: {exc}") from exc
     if source == "auto":
-        log(f"kubeprof: BPF CPU sampler unavailable ({bpf_problem}); sampling on-CPU threads "
-            "with py-spy instead (Python frames only)")
+        log(
+            f"kubeprof: BPF CPU sampler unavailable ({bpf_problem}); sampling on-CPU threads "
+            "with py-spy instead (Python frames only)"
+        )
     return fallback

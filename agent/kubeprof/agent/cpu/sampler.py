@@ -6,11 +6,18 @@ buffer memory is reused as soon as the callback returns.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kubeprof.agent.cpu import bpf_program
+from kubeprof.agent.cpu import bpf_program, btf
+from kubeprof.agent.cpu.cpython_layout import Layout
+
+_STACK_AT = ctypes.sizeof(bpf_program.RawSample)  # the stack bytes follow the fixed part
+_PY_AT = bpf_program.RawSample.py.offset
+_STACK_MAX = bpf_program.STACK_PAGES * 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +33,10 @@ class RawRecord:
     kstack: tuple[int, ...]  # leaf first; () in user mode
     ustack_err: int = 0  # negative errno from bpf_get_stack, 0 if fine
     kstack_err: int = 0
+    python: tuple[tuple[int, int, int], ...] = ()  # (code, instr, flags), innermost first
+    python_err: int = 0  # negative: the BPF walk found no thread state for the thread
+    regs: tuple[int, int, int] = (0, 0, 0)  # user ip, sp, bp at the sample
+    stack: bytes = b""  # user stack from sp up, for the DWARF unwinder
 
 
 def _stack(addrs: ctypes.Array[ctypes.c_uint64], length: int) -> tuple[tuple[int, ...], int]:
@@ -38,15 +49,20 @@ class Sampler:
     """Owns the loaded BPF program: target map, ring buffer and drop counter."""
 
     def __init__(self, hz: int) -> None:
-        self._bpf: Any = bpf_program.load(hz)
+        self._bpf: Any = bpf_program.load(hz, btf.fsbase_offset())
         self._pending: list[RawRecord] = []
         self._targets = self._bpf[b"targets"]
+        self._py_conf = self._bpf[b"py_conf"]
         self._bpf[b"events"].open_ring_buffer(self._on_event)
 
     def _on_event(self, _ctx: int, data: int, _size: int) -> None:
         raw = ctypes.cast(data, ctypes.POINTER(bpf_program.RawSample)).contents
         ustack, uerr = _stack(raw.ustack, raw.ustack_len)
         kstack, kerr = _stack(raw.kstack, raw.kstack_len)
+        n_py = max(0, min(raw.py_len, bpf_program.MAX_PY))
+        words = iter(struct.unpack(f"<{3 * n_py}Q", ctypes.string_at(data + _PY_AT, 24 * n_py)))
+        python = tuple(zip(words, words, words, strict=True))
+        stack = ctypes.string_at(data + _STACK_AT, min(raw.stack_len, _STACK_MAX))
         self._pending.append(
             RawRecord(
                 ts_ns=raw.ts,
@@ -58,12 +74,41 @@ class Sampler:
                 kstack=kstack,
                 ustack_err=uerr,
                 kstack_err=kerr,
+                python=python,
+                python_err=min(raw.py_len, 0),
+                regs=(raw.ip, raw.sp, raw.bp),
+                stack=stack,
             )
         )
 
     def add_tgid(self, tgid: int) -> None:
         """Sample this process from now on (its later forks join in the kernel)."""
         self._targets[ctypes.c_uint32(tgid)] = ctypes.c_uint8(1)
+
+    def set_python(self, tgid: int, layout: Layout, runtime_addr: int, code_type: int) -> None:
+        """Walk this process's Python frames in the kernel, with these offsets."""
+        conf = bpf_program.PyConf(
+            runtime_addr + layout.runtime_interpreters_head,
+            layout.interp_threads_head,
+            layout.tstate_next,
+            layout.tstate_thread_id,
+            int(layout.tid_is_native),
+            layout.tstate_frame,
+            layout.cframe_current_frame,
+            layout.frame_code,
+            layout.frame_previous,
+            layout.frame_instr,
+            layout.frame_flags,
+            layout.cframe_previous,
+            0,
+            code_type,
+        )
+        self._py_conf[ctypes.c_uint32(tgid)] = conf
+
+    def clear_python(self, tgid: int) -> None:
+        """No Python walk for this process (it exec()ed something else)."""
+        with contextlib.suppress(KeyError):
+            del self._py_conf[ctypes.c_uint32(tgid)]
 
     def tgids(self) -> set[int]:
         """Every tgid in the kernel's target set (children forked since included)."""

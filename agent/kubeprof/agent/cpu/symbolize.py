@@ -14,7 +14,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, read_symbols
+from kubeprof.agent.cpu.demangle import demangle
+from kubeprof.agent.cpu.eh_frame import EhFrame, Rule
+from kubeprof.agent.cpu.elf import (
+    ElfError,
+    ElfSymbols,
+    debug_file,
+    read_symbols,
+    with_debug_symbols,
+)
 from kubeprof.model import Frame, FrameKind
 
 UNKNOWN = "[unknown]"
@@ -99,23 +107,34 @@ def parse_kallsyms(text: str) -> SymbolTable:
     return SymbolTable(starts, ends, [n for _, n in syms])
 
 
+_CACHE_MAX = 1 << 16  # per-process address caches are dropped whole past this size
+
+
 @dataclass(slots=True)
 class _Process:
     maps: list[Mapping]
     loaded_at: float
     perf_map: SymbolTable | None = None
     perf_map_mtime: float = 0.0
+    starts: list[int] = field(default_factory=list)
+    # Return addresses repeat sample after sample: each is named and ruled once.
+    frames: dict[int, Frame] = field(default_factory=dict)
+    rules: dict[int, Rule | None] = field(default_factory=dict)
 
 
 class Symbolizer:
     """Names user and kernel addresses; call `refresh(pid)` while a process lives."""
 
-    def __init__(self, proc: str = "/proc", perf_map_dir: str = "/tmp") -> None:
+    def __init__(
+        self, proc: str = "/proc", perf_map_dir: str = "/tmp", debug_root: str = "/usr/lib/debug"
+    ) -> None:
         self._proc = proc
+        self._debug_root = debug_root
         self._perf_map_dir = perf_map_dir
         self._procs: dict[int, _Process] = {}
         self._elfs: dict[tuple[int, int, float, str], ElfSymbols | None] = {}
         self._kernel: SymbolTable | None = None
+        self._eh: dict[tuple[int, int, float, str], EhFrame | None] = {}
 
     # -- processes ---------------------------------------------------------------------
     def refresh(self, pid: int) -> bool:
@@ -128,6 +147,9 @@ class Symbolizer:
             self._procs[pid] = entry = _Process(maps, time.monotonic())
         else:
             entry.maps, entry.loaded_at = maps, time.monotonic()
+            entry.frames.clear()
+            entry.rules.clear()
+        entry.starts = [m.start for m in maps]
         self._load_perf_map(pid, entry)
         return True
 
@@ -176,9 +198,9 @@ class Symbolizer:
             if not self.refresh(pid):
                 return None
             entry = self._procs[pid]
-        m = _find(entry.maps, addr)
+        m = _find(entry, addr)
         if m is None and time.monotonic() - entry.loaded_at > 0.2 and self.refresh(pid):
-            m = _find(self._procs[pid].maps, addr)  # a library dlopen()ed since
+            m = _find(self._procs[pid], addr)  # a library dlopen()ed since
         return m
 
     def _elf(self, pid: int, m: Mapping) -> ElfSymbols | None:
@@ -195,13 +217,82 @@ class Symbolizer:
         key = (st.st_dev, st.st_ino, st.st_mtime, m.path)
         if key not in self._elfs:
             try:
-                self._elfs[key] = read_symbols(m.path, open_path)
+                self._elfs[key] = self._with_debug(read_symbols(m.path, open_path))
             except (OSError, ElfError):
                 self._elfs[key] = None
         return self._elfs[key]
 
+    def _open(self, pid: int, m: Mapping) -> tuple[str, tuple[int, int, float, str]] | None:
+        open_path = f"{self._proc}/{pid}/root{m.path}"
+        try:
+            st = os.stat(open_path)
+        except OSError:
+            open_path = m.path
+            try:
+                st = os.stat(open_path)
+            except OSError:
+                return None
+        return open_path, (st.st_dev, st.st_ino, st.st_mtime, m.path)
+
+    def unwind_rule(self, pid: int, addr: int) -> Rule | None:
+        """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
+        entry = self._procs.get(pid)
+        if entry is not None and addr in entry.rules:
+            return entry.rules[addr]
+        rule = self._unwind_rule(pid, addr)
+        entry = self._procs.get(pid)
+        if entry is not None:
+            if len(entry.rules) > _CACHE_MAX:
+                entry.rules.clear()
+            entry.rules[addr] = rule
+        return rule
+
+    def _unwind_rule(self, pid: int, addr: int) -> Rule | None:
+        m = self._mapping(pid, addr)
+        if m is None or not m.path or m.path.startswith("["):
+            return None
+        opened = self._open(pid, m)
+        if opened is None:
+            return None
+        open_path, key = opened
+        if key not in self._eh:
+            try:
+                with open(open_path, "rb") as f:
+                    self._eh[key] = EhFrame(f.read())
+            except (OSError, ValueError, IndexError):
+                self._eh[key] = None
+        eh, elf = self._eh[key], self._elf(pid, m)
+        if eh is None or elf is None:
+            return None
+        vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
+        return eh.rule(vaddr) if vaddr is not None else None
+
+    def _with_debug(self, elf: ElfSymbols) -> ElfSymbols:
+        """Stripped binaries get the symbols of their installed debug file (-dbgsym)."""
+        path = debug_file(elf, self._debug_root)
+        if path is None:
+            return elf
+        try:
+            return with_debug_symbols(elf, read_symbols(path))
+        except (OSError, ElfError):
+            return elf
+
     def user_frame(self, pid: int, addr: int) -> Frame:
         """One user-space address (already adjusted for return addresses) as a frame."""
+        entry = self._procs.get(pid)
+        if entry is not None:
+            cached = entry.frames.get(addr)
+            if cached is not None:
+                return cached
+        frame = self._user_frame(pid, addr)
+        entry = self._procs.get(pid)
+        if entry is not None and frame.file:  # unmapped: maybe mapped at the next refresh
+            if len(entry.frames) > _CACHE_MAX:
+                entry.frames.clear()
+            entry.frames[addr] = frame
+        return frame
+
+    def _user_frame(self, pid: int, addr: int) -> Frame:
         m = self._mapping(pid, addr)
         if m is None or not m.path or m.path.startswith("["):
             entry = self._procs.get(pid)
@@ -215,7 +306,7 @@ class Symbolizer:
             vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
             if vaddr is not None:
                 name = elf.lookup(vaddr)
-        return Frame(name or UNKNOWN, FrameKind.NATIVE, m.path)
+        return Frame(demangle(name) if name else UNKNOWN, FrameKind.NATIVE, m.path)
 
     def user_stack(self, pid: int, leaf_first: Sequence[int]) -> list[Frame]:
         """A kernel-walked user stack (leaf first) as frames, root first."""
@@ -243,8 +334,8 @@ class Symbolizer:
         return frames
 
 
-def _find(maps: list[Mapping], addr: int) -> Mapping | None:
-    i = bisect.bisect_right([m.start for m in maps], addr) - 1
-    if i >= 0 and addr < maps[i].end:
-        return maps[i]
+def _find(entry: _Process, addr: int) -> Mapping | None:
+    i = bisect.bisect_right(entry.starts, addr) - 1
+    if i >= 0 and addr < entry.maps[i].end:
+        return entry.maps[i]
     return None

@@ -1,0 +1,92 @@
+"""Python frames unwound in the BPF program, interleaved with .eh_frame-unwound native frames.
+
+The fixture's call tree is known: <module> -> main -> sort_with_c -> ctypes -> libffi ->
+libc qsort -> libffi closure -> compare (Python) -> work. Every sample taken while it
+sorts must show exactly that chain (cut at whatever was running), with the C frames
+between sort_with_c and compare in their order, on each local CPython build (Debian's
+has _ctypes built in and stripped, so libffi's and libc's exported names are checked).
+"""
+
+import glob
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kubeprof.agent.cpu.collector import CpuCollector
+from kubeprof.model import FrameKind
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cpu"
+pytestmark = [pytest.mark.bpf, pytest.mark.usefixtures("bpf_ready")]
+
+PYENV = sorted(glob.glob("/root/.pyenv/versions/3.1[0-3].*/bin/python3.1[0-3]"))
+PYTHONS = ["/usr/bin/python3.11", *PYENV]
+CHAIN = ["<module>", "main", "sort_with_c", "compare", "work"]
+
+
+def _record(python, seconds, out):
+    c = CpuCollector(hz=99)
+    proc = subprocess.Popen([python, str(FIXTURES / "callback_tree.py"), str(seconds), out])
+    samples = []
+    try:
+        c.add_target(proc.pid)
+        while proc.poll() is None:
+            time.sleep(0.3)
+            samples += c.poll().samples
+    finally:
+        samples += c.stop().samples
+        proc.wait()
+    return proc.pid, samples, c
+
+
+def _verdict(sample):
+    """None if the stack is a correct state of the known tree, else what is wrong."""
+    py = [f for f in sample.stack if f.kind is FrameKind.PYTHON]
+    names = [f.name for f in py]
+    # 3.10 has no co_qualname: the same names, unqualified
+    if names not in (CHAIN[:3], CHAIN[:4], CHAIN):
+        return f"python frames {names}"
+    if len(names) > 3:
+        i, j = sample.stack.index(py[2]), sample.stack.index(py[3])
+        between = sample.stack[i + 1 : j]
+        names_between = [f.name for f in between]
+        ffi = [k for k, f in enumerate(between) if "libffi" in f.file]
+        # ctypes calls ffi_call -> qsort_r (libc) -> libffi's closure trampoline -> Python
+        if "ffi_call" not in names_between or "qsort_r" not in names_between or not ffi:
+            return f"native frames between sort_with_c and compare: {names_between}"
+        if not names_between.index("ffi_call") < names_between.index("qsort_r") < ffi[-1]:
+            return f"native frames out of order: {names_between}"
+        if any(f.kind is FrameKind.PYTHON for f in between):
+            return "python frame among the C frames"
+    leaf_py = sample.stack.index(py[-1])
+    if any(f.kind is FrameKind.PYTHON for f in sample.stack[leaf_py + 1 :]):
+        return "python frame below the leaf"
+    return None
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: p.split("/")[-1] + ":" + p)
+def test_every_sample_has_the_exact_python_stack_between_native_frames(python, tmp_path):
+    if not Path(python).exists():
+        pytest.skip(f"{python} not installed")
+    window = tmp_path / "window.json"
+    pid, samples, c = _record(python, 2.5, str(window))
+    start, end = json.loads(window.read_text())
+    judged = [s for s in samples if s.tid == pid and start <= s.ts_ns <= end]
+    wrong = [(v, s) for s in judged if (v := _verdict(s))]
+    print({"python": python, "judged": len(judged), "wrong": len(wrong), **c._counters})
+    for v, _s in wrong[:5]:
+        print(v)
+    assert len(judged) >= 150, len(judged)
+    # 3.11 (both builds) must be exact on 99 % of samples; 3.10/3.12/3.13 lose up to ~2 %
+    # of samples to walks that come back empty (UNWINDER.md, known limits)
+    allowed = 0.01 if "3.11" in python else 0.03
+    assert len(wrong) <= allowed * len(judged), wrong[:3]
+    # the callback is where the time goes: most samples reach it
+    deep = sum("compare" in [f.name for f in s.stack] for s in judged)
+    assert deep >= 0.8 * len(judged)
+    # root side: the process starts in native code, above the first Python frame
+    sample = next(s for s in judged if not _verdict(s))
+    first_py = next(i for i, f in enumerate(sample.stack) if f.kind is FrameKind.PYTHON)
+    assert any(f.name.startswith("Py") for f in sample.stack[:first_py])

@@ -1,0 +1,63 @@
+"""The .eh_frame reader on a real binary, and the stack walk on a hand-made stack."""
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from kubeprof.agent.cpu import btf
+from kubeprof.agent.cpu.eh_frame import PLT, RBP, RSP, EhFrame, Rule
+from kubeprof.agent.cpu.elf import read_symbols
+from kubeprof.agent.cpu.native_unwind import unwind
+
+PYTHON = "/usr/bin/python3.11"
+
+
+@pytest.mark.skipif(not Path(PYTHON).exists(), reason="Debian's python3.11 not installed")
+def test_rules_at_a_function_entry_and_after_its_pushes():
+    elf = read_symbols(PYTHON)
+    with open(PYTHON, "rb") as f:
+        eh = EhFrame(f.read())
+    start = elf.starts[elf.names.index("_PyEval_EvalFrameDefault")]
+    assert eh.rule(start) == Rule(RSP, 8, -8, None)  # nothing pushed yet
+    rules = [eh.rule(start + k) for k in range(0, 40)]
+    offsets = [r.cfa_off for r in rules if r is not None and r.cfa_reg == RSP]
+    assert offsets == sorted(offsets) and offsets[-1] > 8  # pushes grow the CFA offset
+    assert eh.rule(0) is None
+
+
+def _stack(base, words):
+    return base, b"".join(struct.pack("<Q", w) for w in words)
+
+
+def test_unwind_follows_rsp_and_rbp_rules_and_stops_outside_the_copy():
+    base = 0x7FFF0000
+    # leaf f: CFA = rsp + 16 (one push), RA at CFA-8; caller g: CFA = rbp + 16, rbp saved
+    # at CFA-16; g's caller h has no rule: the walk ends after naming it.
+    words = [0xAAAA, 0x2000, 0x0, 0x0, base + 0x30, 0x3000]
+    rules = {0x1000: Rule(RSP, 16, -8, None), 0x1FFF: Rule(RBP, 16, -8, -16)}
+    _, stack = _stack(base, words)
+    pcs = unwind((0x1000, base, base + 0x20), stack, rules.get)
+    assert pcs == [0x1000, 0x2000, 0x3000]
+
+
+def test_unwind_plt_and_broken_chains():
+    base = 0x1000
+    stack = struct.pack("<QQ", 0x5000, 0)
+    plt = {0x400: Rule(PLT, 0, -8, None)}  # at a PLT stub's start: CFA = rsp + 8
+    assert unwind((0x400, base, 0), stack, plt.get) == [0x400, 0x5000]
+    assert unwind((0, base, 0), stack, plt.get) == []
+    loop = {0x400: Rule(RSP, 0, -8, None)}  # CFA not above sp: refuse to loop
+    assert unwind((0x400, base, 0), stack, loop.get) == [0x400]
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="no kernel BTF")
+def test_fsbase_offset_from_kernel_btf():
+    path = "/sys/kernel/btf/vmlinux"
+    off = btf.fsbase_offset(path)
+    assert off == btf.member_offset(path, "task_struct", ["thread"]) + btf.member_offset(
+        path, "thread_struct", ["fsbase"]
+    )
+    assert off > 0 and off % 8 == 0
+    with pytest.raises(btf.BtfError, match="no member nope"):
+        btf.member_offset(path, "task_struct", ["nope"])
