@@ -1,4 +1,6 @@
-# The kubeprof agent image (`kubeprof agent`), run by each session's DaemonSet. bcc comes
+# The kubeprof agent image (`kubeprof agent`), run by each session's DaemonSet and by the
+# light agent's (`kubeprof agent --light`, which reads NVML through nvidia-ml-py; the NVML
+# library itself, libnvidia-ml.so, comes from the node's driver). bcc comes
 # from Debian (python3-bpfcc; the PyPI "bcc" is unrelated), so the agent's Python is
 # Debian's python3 with system site-packages. Kernel headers are not in the image: the
 # DaemonSet mounts the node's /lib/modules and /usr/src read-only. Build from the repo root:
@@ -16,8 +18,8 @@ COPY src ./src
 COPY agent ./agent
 COPY operator ./operator
 RUN python3 -m venv --system-site-packages /opt/kubeprof \
- && /opt/kubeprof/bin/pip install --no-cache-dir . \
- && /opt/kubeprof/bin/python -c 'import bcc, kubeprof.cli' \
+ && /opt/kubeprof/bin/pip install --no-cache-dir . "nvidia-ml-py>=12" \
+ && /opt/kubeprof/bin/python -c 'import bcc, pynvml, kubeprof.cli' \
  && rm -rf /src \
  && find /opt/kubeprof -name '__pycache__' -prune -exec rm -rf {} +
 WORKDIR /

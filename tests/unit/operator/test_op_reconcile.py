@@ -148,8 +148,8 @@ def test_full_lifecycle_and_restart(env):
     assert "daemonsets/kubeprof-s-agent" not in kube.objects
     assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"
     exposed = metrics.render().decode()
-    assert ('kubeprof_gpu_idle_ratio{gpu="0",namespace="ml",node="n1",pod="ml/p1",'
-            'session="s"} 0.7') in exposed
+    assert ('kubeprof_gpu_idle_ratio{gpu="0",namespace="ml",node="n1",pod="p1",'
+            'session="s",session_namespace="ml"} 0.7') in exposed
     assert st["startTime"] == "2026-01-01T00:00:00Z" and st["endTime"] == "2026-01-01T00:01:00Z"
 
     again = _pass(ctx, body)  # terminal: nothing changes
