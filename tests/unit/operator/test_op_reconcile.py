@@ -60,6 +60,11 @@ class FakeKube:
     def get_daemonset(self, namespace, name):
         return self.objects.get(f"daemonsets/{name}")
 
+    def list_daemonsets(self, namespace, selector):
+        want = dict(kv.split("=", 1) for kv in selector.split(","))
+        return [o for k, o in self.objects.items() if k.startswith("daemonsets/")
+                and want.items() <= o["metadata"]["labels"].items()]
+
     def patch_daemonset(self, namespace, name, patch):
         ds = self.objects[f"daemonsets/{name}"]
         ds["spec"]["template"]["spec"]["affinity"] = patch["spec"]["template"]["spec"][
