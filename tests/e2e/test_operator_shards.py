@@ -32,8 +32,9 @@ SESSION = "sharded"
 def operator(k8s_cluster: Cluster, postgres_dsn):
     h.apply_crd(k8s_cluster)
     d = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-shards-"))
-    op = h.Operator(k8s_cluster, postgres_dsn.url, d,
-                    args=("--agent-shard-nodes", str(SHARD))).start()
+    op = h.Operator(
+        k8s_cluster, postgres_dsn.url, d, args=("--agent-shard-nodes", str(SHARD))
+    ).start()
     yield op
     op.stop()
     print(f"\noperator log: {op.workdir}")
@@ -41,26 +42,46 @@ def operator(k8s_cluster: Cluster, postgres_dsn):
 
 def _trainer(ns: str) -> str:
     """One target pod per GPU node (a DaemonSet), so new GPU nodes get one too."""
-    return yaml.safe_dump({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "trainer", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"app": "trainer"}},
-                 "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": {
-                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "main", "image": "registry.invalid/t:0"}]}}},
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "trainer", "namespace": ns},
+            "spec": {
+                "selector": {"matchLabels": {"app": "trainer"}},
+                "template": {
+                    "metadata": {"labels": {"app": "trainer"}},
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "main", "image": "registry.invalid/t:0"}],
+                    },
+                },
+            },
+        }
+    )
 
 
 def _shards(c: Cluster, ns: str) -> dict[str, dict]:
-    got = h.get_json(c, "get", "ds", "-n", ns, "-l",
-                     f"kubeprof.dev/session={SESSION},app.kubernetes.io/component=agent") or {}
+    got = (
+        h.get_json(
+            c,
+            "get",
+            "ds",
+            "-n",
+            ns,
+            "-l",
+            f"kubeprof.dev/session={SESSION},app.kubernetes.io/component=agent",
+        )
+        or {}
+    )
     return {d["metadata"]["name"]: d for d in got.get("items", [])}
 
 
 def _pinned(ds: dict) -> list[str]:
     terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     return sorted(t["matchFields"][0]["values"][0] for t in terms)
 
 
@@ -99,17 +120,23 @@ def _settled(c: Cluster, ns: str) -> dict[str, list[str]] | None:
 
 
 def test_agents_sharded_follow_nodes_added_and_removed_and_all_go_at_the_end(
-        k8s_cluster: Cluster, operator):
+    k8s_cluster: Cluster, operator
+):
     c = k8s_cluster
     ns = f"e2e-shard-{uuid.uuid4().hex[:6]}"
     extra = f"kwok-gpu-shard-{uuid.uuid4().hex[:6]}"
     c.kubectl("create", "namespace", ns)
     try:
-        h.poll(lambda: c.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-               60, "default ServiceAccount")
+        h.poll(
+            lambda: c.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+            60,
+            "default ServiceAccount",
+        )
         c.kubectl("apply", "-f", "-", stdin=_trainer(ns))
-        gpu = sorted(n["metadata"]["name"] for n in h.get_json(
-            c, "get", "nodes", "-l", "nvidia.com/gpu.present=true")["items"])
+        gpu = sorted(
+            n["metadata"]["name"]
+            for n in h.get_json(c, "get", "nodes", "-l", "nvidia.com/gpu.present=true")["items"]
+        )
         h.poll(lambda: _target_nodes(c, ns) == gpu, 90, f"a target pod on each of {len(gpu)}")
         assert len(gpu) > SHARD, "the cluster needs more GPU nodes than one shard holds"
 
@@ -118,22 +145,33 @@ def test_agents_sharded_follow_nodes_added_and_removed_and_all_go_at_the_end(
         assert len(before) == -(-len(gpu) // SHARD), before
         st = h.session(c, ns, SESSION)["status"]
         assert st["phase"] == "Running" and st["nodes"] == len(gpu)
-        h.poll(lambda: h.session(c, ns, SESSION)["status"]["agents"] == {
-            "ready": len(gpu), "expected": len(gpu), "daemonSets": len(before)},
-               30, "status.agents summed over the shards")
+        h.poll(
+            lambda: (
+                h.session(c, ns, SESSION)["status"]["agents"]
+                == {"ready": len(gpu), "expected": len(gpu), "daemonSets": len(before)}
+            ),
+            30,
+            "status.agents summed over the shards",
+        )
 
         # A GPU node joins: its target pod gets an agent; no other agent moves.
         assert c.api.create("/api/v1/nodes", node_object(extra, True))
-        grown = h.poll(lambda: (s := _settled(c, ns)) and extra in json.dumps(s) and s,
-                       120, f"an agent on the new node {extra}")
+        grown = h.poll(
+            lambda: (s := _settled(c, ns)) and extra in json.dumps(s) and s,
+            120,
+            f"an agent on the new node {extra}",
+        )
         for name, nodes in before.items():
             assert set(nodes) <= set(grown.get(name, [])), (name, before, grown)
         assert len(grown) == -(-(len(gpu) + 1) // SHARD)
 
         # It leaves again: its agent goes, and a shard left with no node is deleted.
         c.kubectl("delete", "node", extra, "--wait=false")
-        shrunk = h.poll(lambda: (s := _settled(c, ns)) and extra not in json.dumps(s) and s,
-                        180, f"the agent on {extra} gone")
+        shrunk = h.poll(
+            lambda: (s := _settled(c, ns)) and extra not in json.dumps(s) and s,
+            180,
+            f"the agent on {extra} gone",
+        )
         assert shrunk == before, (before, shrunk)
 
         # At the end (150 s) every shard is removed by the operator, not by GC.

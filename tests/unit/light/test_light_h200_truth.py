@@ -30,8 +30,11 @@ def _idle(mode: str, loop_only: bool) -> tuple[float | None, int]:
     prev = None
     for ts in stamps:
         facts = [attribute(r, owner_of) for r in source.read()]
-        inside = prev is not None and prev >= truth["main_start_s"] and ts <= (
-            truth["main_end_s"] + TRUTH["env"]["interval_s"] / 2)
+        inside = (
+            prev is not None
+            and prev >= truth["main_start_s"]
+            and ts <= (truth["main_end_s"] + TRUTH["env"]["interval_s"] / 2)
+        )
         if inside or not loop_only:
             window.add(ts, facts)
         prev = ts
