@@ -45,20 +45,30 @@ AGENTS = f"kubeprof.dev%2Fsession%3D{SESSION}%2Capp.kubernetes.io%2Fcomponent%3D
 
 
 def targets_ds() -> str:
-    return yaml.safe_dump({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "trainer", "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": "trainer"}},
-                 "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": {
-                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                     "containers": [{"name": "main", "image": "registry.invalid/t:0"}]}}},
-    })
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "trainer", "namespace": NS},
+            "spec": {
+                "selector": {"matchLabels": {"app": "trainer"}},
+                "template": {
+                    "metadata": {"labels": {"app": "trainer"}},
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                        "containers": [{"name": "main", "image": "registry.invalid/t:0"}],
+                    },
+                },
+            },
+        }
+    )
 
 
 def pinned(ds: dict) -> list[str]:
     try:
         terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
     except KeyError:
         return []
     return [t["matchFields"][0]["values"][0] for t in terms]
@@ -78,12 +88,17 @@ def unsharded_bytes(n: int) -> int:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nodes", type=int, default=10000)
     p.add_argument("--shard-nodes", type=int, default=OperatorConfig("").agent_shard_nodes)
-    p.add_argument("--lease-s", type=int, default=40,
-                   help="kwok node Lease duration (renewed every quarter of it)")
+    p.add_argument(
+        "--lease-s",
+        type=int,
+        default=40,
+        help="kwok node Lease duration (renewed every quarter of it)",
+    )
     p.add_argument("--keep", action="store_true", help="leave the cluster running")
     p.add_argument("--interval", type=float, default=2.0, help="operator reconcile interval")
     p.add_argument("--timeout", type=float, default=1800.0)
@@ -101,16 +116,34 @@ def main() -> int:
     try:
         h.apply_crd(c)
         c.kubectl("create", "namespace", NS)
-        h.poll(lambda: c.kubectl("get", "sa", "default", "-n", NS, check=False).returncode
-               == 0, 60, "default ServiceAccount")
+        h.poll(
+            lambda: c.kubectl("get", "sa", "default", "-n", NS, check=False).returncode == 0,
+            60,
+            "default ServiceAccount",
+        )
         c.kubectl("apply", "-f", "-", stdin=targets_ds())
         t = time.monotonic()
-        h.poll(lambda: (c.api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/trainer")
-                        .get("status", {}).get("numberReady")) == n,
-               args.timeout, f"{n} target pods Ready", interval=5)
+        h.poll(
+            lambda: (
+                (
+                    c.api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets/trainer")
+                    .get("status", {})
+                    .get("numberReady")
+                )
+                == n
+            ),
+            args.timeout,
+            f"{n} target pods Ready",
+            interval=5,
+        )
         print(f"{n} target pods Ready in {time.monotonic() - t:.0f}s", file=sys.stderr)
-        op = h.Operator(c, pg.url, work, interval_s=args.interval,
-                        args=("--agent-shard-nodes", str(args.shard_nodes))).start()
+        op = h.Operator(
+            c,
+            pg.url,
+            work,
+            interval_s=args.interval,
+            args=("--agent-shard-nodes", str(args.shard_nodes)),
+        ).start()
 
         doc = yaml.safe_load(h.session_yaml(SESSION, NS, "trainer", "2h"))
         t0 = time.monotonic()
@@ -119,23 +152,26 @@ def main() -> int:
         every = {name for name, _ in node_names(n, 0)}
         while len(marks) < 5 and time.monotonic() - t0 < args.timeout:
             now = time.monotonic() - t0
-            cr = c.api.get(f"/apis/kubeprof.dev/v1alpha1/namespaces/{NS}/profilingsessions/"
-                           f"{SESSION}")
+            cr = c.api.get(
+                f"/apis/kubeprof.dev/v1alpha1/namespaces/{NS}/profilingsessions/{SESSION}"
+            )
             if (cr.get("status") or {}).get("phase") == "Running":
                 marks.setdefault("phase Running", now)
-            sets = c.api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets?labelSelector={AGENTS}"
-                             )["items"]
+            sets = c.api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets?labelSelector={AGENTS}")[
+                "items"
+            ]
             pins = [pinned(d) for d in sets]
             if len(sets) == want_sets and sorted(x for p_ in pins for x in p_) == sorted(every):
                 marks.setdefault(f"all {want_sets} DaemonSets made, pinning the {n} nodes", now)
             st = [d.get("status") or {} for d in sets]
             if len(sets) == want_sets and all(
-                    s.get("desiredNumberScheduled") == len(p_) for s, p_ in zip(st, pins,
-                                                                               strict=True)):
-                marks.setdefault("every DaemonSet desires its pinned nodes "
-                                 f"(sum {sum(len(p_) for p_ in pins)})", now)
-            if len(sets) == want_sets and sum(s.get("currentNumberScheduled", 0)
-                                              for s in st) == n:
+                s.get("desiredNumberScheduled") == len(p_) for s, p_ in zip(st, pins, strict=True)
+            ):
+                marks.setdefault(
+                    f"every DaemonSet desires its pinned nodes (sum {sum(len(p_) for p_ in pins)})",
+                    now,
+                )
+            if len(sets) == want_sets and sum(s.get("currentNumberScheduled", 0) for s in st) == n:
                 marks.setdefault(f"all {n} agent pods scheduled", now)
             if len(sets) == want_sets and sum(s.get("numberReady", 0) for s in st) == n:
                 marks.setdefault(f"all {n} agent pods Ready (kwok)", now)
@@ -145,26 +181,29 @@ def main() -> int:
         for k, v in sorted(marks.items(), key=lambda kv: kv[1]):
             print(f"| {n} | {k} | {v:.1f} |")
 
-        sets = c.api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets?labelSelector={AGENTS}"
-                         )["items"]
-        cr = c.api.get(f"/apis/kubeprof.dev/v1alpha1/namespaces/{NS}/profilingsessions/"
-                       f"{SESSION}")
+        sets = c.api.get(f"/apis/apps/v1/namespaces/{NS}/daemonsets?labelSelector={AGENTS}")[
+            "items"
+        ]
+        cr = c.api.get(f"/apis/kubeprof.dev/v1alpha1/namespaces/{NS}/profilingsessions/{SESSION}")
         events = c.api.get(f"/api/v1/namespaces/{NS}/events")["items"]
         secrets = c.api.get(f"/api/v1/namespaces/{NS}/secrets")["items"]
         cms = c.api.get(f"/api/v1/namespaces/{NS}/configmaps")["items"]
         ours = [s for s in secrets if s["metadata"]["name"].startswith("kubeprof-")]
         print("\n| object the operator wrote | count | largest (bytes, JSON) |\n|---|---:|---:|")
-        for what, items in (("agent DaemonSets", sets), ("ProfilingSession (with .status)",
-                                                          [cr]),
-                             ("Events in the namespace (any writer)", events),
-                             ("Secrets (kubeprof-*)", ours),
-                             ("ConfigMaps in the namespace (any writer)", cms)):
+        for what, items in (
+            ("agent DaemonSets", sets),
+            ("ProfilingSession (with .status)", [cr]),
+            ("Events in the namespace (any writer)", events),
+            ("Secrets (kubeprof-*)", ours),
+            ("ConfigMaps in the namespace (any writer)", cms),
+        ):
             k, big = sizes(items)
             print(f"| {what} | {k} | {big:,} |")
-        print(f"| (one unsharded DaemonSet for all {n} nodes, built, not applied) | - | "
-              f"{unsharded_bytes(n):,} |")
-        print(f"\nstatus.agents: {json.dumps(cr.get('status', {}).get('agents'))}",
-              file=sys.stderr)
+        print(
+            f"| (one unsharded DaemonSet for all {n} nodes, built, not applied) | - | "
+            f"{unsharded_bytes(n):,} |"
+        )
+        print(f"\nstatus.agents: {json.dumps(cr.get('status', {}).get('agents'))}", file=sys.stderr)
     finally:
         if op is not None:
             op.stop()
