@@ -1,6 +1,8 @@
-# The kubeprof agent image (`kubeprof agent`), run by each session's DaemonSet, and the
-# source of the GPU tracer the injection webhook's init container copies into pods. bcc
-# comes from Debian (python3-bpfcc; the PyPI "bcc" is unrelated), so the agent's Python is
+# The kubeprof agent image (`kubeprof agent`), run by each session's DaemonSet and by the
+# light agent's (`kubeprof agent --light`, which reads NVML through nvidia-ml-py; the NVML
+# library itself, libnvidia-ml.so, comes from the node's driver), and the source of the GPU
+# tracer the injection webhook's init container copies into pods. bcc comes
+# from Debian (python3-bpfcc; the PyPI "bcc" is unrelated), so the agent's Python is
 # Debian's python3 with system site-packages. Kernel headers are not in the image: the
 # DaemonSet mounts the node's /lib/modules and /usr/src read-only. Build from the repo root:
 #   docker build -f docker/agent.Dockerfile -t REGISTRY/kubeprof-agent:0.1.0 .
@@ -19,8 +21,8 @@ COPY src ./src
 COPY agent ./agent
 COPY operator ./operator
 RUN python3 -m venv --system-site-packages /opt/kubeprof \
- && /opt/kubeprof/bin/pip install --no-cache-dir . \
- && /opt/kubeprof/bin/python -c 'import bcc, kubeprof.cli' \
+ && /opt/kubeprof/bin/pip install --no-cache-dir . "nvidia-ml-py>=12" \
+ && /opt/kubeprof/bin/python -c 'import bcc, pynvml, kubeprof.cli' \
  && rm -rf /src \
  && find /opt/kubeprof -name '__pycache__' -prune -exec rm -rf {} +
 # The tracer bundle (kubeprof.agent.gpu.bundle) for pods of any Python 3.10-3.13: the

@@ -78,6 +78,7 @@ def test_the_token_is_the_service_accounts_and_grants_only_the_rules(sa_kubeconf
     assert policy.stdout.strip() == "no"
     for verb, res in (
         ("create", "daemonsets.apps"),
+        ("list", "daemonsets.apps"),
         ("get", "secrets"),
         ("patch", "profilingsessions.kubeprof.dev/status"),
         ("list", "nodes"),

@@ -84,6 +84,10 @@ def test_prometheus_scrapes_light_agents_and_chart_alert_fires(k8s_cluster: Clus
         a = alerts[0]["labels"]
         assert (a["namespace"], a["node"], a["gpu"]) == (
             ns, pods["idle"]["spec"]["nodeName"], "0")
+        # No session behind a light agent's series: the description says whose it is.
+        desc = alerts[0]["annotations"]["description"]
+        assert f"used by pod {idle_pod} in namespace {ns}" in desc, desc
+        assert "(light agent, container " in desc and "ProfilingSession" not in desc, desc
     finally:
         if prom is not None:
             prom.stop()

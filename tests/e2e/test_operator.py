@@ -142,7 +142,8 @@ def test_example_session_completes_with_real_samples(
     exposed = operator.metrics()
     assert 'kubeprof_ingest_batches_total{result="stored"}' in exposed
     assert (f'kubeprof_gpu_idle_ratio{{gpu="0",namespace="{NS}",node="{node}",'
-            f'pod="{NS}/{pod["metadata"]["name"]}",session="{NAME}"}} 0.75') in exposed, exposed
+            f'pod="{pod["metadata"]["name"]}",session="{NAME}",session_namespace="{NS}"}} 0.75'
+            ) in exposed, exposed
     print(table)
 
     h.delete_session(c, NS, NAME)

@@ -162,7 +162,8 @@ def test_prometheus_scrapes_the_session_and_the_chart_alert_fires(
         assert h.phase(c, NS, NAME) == "Running", "scraped while the session runs"
         got = {s["metric"]["gpu"]: (s["metric"], float(s["value"][1])) for s in series}
         assert got["0"][1] == pytest.approx(0.75) and got["1"][1] == pytest.approx(0.10)
-        assert got["0"][0]["pod"] == f"{NS}/{pod}" and got["0"][0]["node"] == p.node
+        assert got["0"][0]["pod"] == pod and got["0"][0]["node"] == p.node
+        assert got["0"][0]["namespace"] == NS and got["0"][0]["session_namespace"] == NS
         assert got["0"][0]["job"] == JOB
 
         def firing() -> list[dict[str, Any]]:
@@ -181,10 +182,12 @@ def test_prometheus_scrapes_the_session_and_the_chart_alert_fires(
         assert not [a for a in prom.api("alerts")["alerts"] if a["labels"].get("gpu") == "1"]
         a = alerts[0]
         assert {
-            k: a["labels"][k] for k in ("namespace", "pod", "node", "gpu", "session", "severity")
+            k: a["labels"][k]
+            for k in ("namespace", "pod", "node", "gpu", "session_namespace", "session", "severity")
         } == {
             "namespace": NS,
-            "pod": f"{NS}/{pod}",
+            "pod": pod,
+            "session_namespace": NS,
             "node": p.node,
             "gpu": "0",
             "session": NAME,
@@ -193,8 +196,8 @@ def test_prometheus_scrapes_the_session_and_the_chart_alert_fires(
         assert float(a["value"]) == pytest.approx(0.75)
         desc = a["annotations"]["description"]
         assert desc.startswith(
-            f"GPU 0 on node {p.node}, used by pod {NS}/{pod} in namespace "
-            f"{NS}, ran no kernel 75% of the time"
+            f"GPU 0 on node {p.node}, used by pod {pod} in namespace "
+            f"{NS}, ran no kernel 75% of the time (ProfilingSession {NS}/{NAME})"
         ), desc
         assert a["annotations"]["runbook_url"].endswith("#alert-kubeprofgpuidleratiohigh")
         # The operator-down rule, loaded alongside, stays silent while scrapes succeed.

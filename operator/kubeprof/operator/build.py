@@ -19,6 +19,7 @@ from kubeprof.operator.config import (
     KIND,
     LABEL_COMPONENT,
     LABEL_SESSION,
+    LABEL_SHARD,
     TOKEN_KEY,
     VERSION,
     OperatorConfig,
@@ -107,8 +108,21 @@ def secret_name(session: Mapping[str, Any]) -> str:
     return child_name(session["metadata"]["name"], "ingest")
 
 
-def daemonset_name(session: Mapping[str, Any]) -> str:
-    return child_name(session["metadata"]["name"], "agent")
+def daemonset_name(session: Mapping[str, Any], shard: int = 0) -> str:
+    """Shard 0 is `kubeprof-<session>-agent` (the only one of most sessions), shard i
+    `kubeprof-<session>-agent-<i>`."""
+    return child_name(session["metadata"]["name"], "agent" if shard == 0 else f"agent-{shard}")
+
+
+def agent_selector(session: Mapping[str, Any]) -> str:
+    """Label selector of every agent DaemonSet (all shards) of the session."""
+    return f"{LABEL_SESSION}={label_value(session['metadata']['name'])},{LABEL_COMPONENT}=agent"
+
+
+def shard_of(ds: Mapping[str, Any]) -> int:
+    """A DaemonSet's shard index from its label (0 when absent: one made before sharding)."""
+    text = ((ds.get("metadata") or {}).get("labels") or {}).get(LABEL_SHARD, "0")
+    return int(text) if text.isdigit() else 0
 
 
 def build_secret(session: Mapping[str, Any], token: str) -> dict[str, Any]:
@@ -177,18 +191,20 @@ def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
 
 def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequence[str],
                     config: OperatorConfig, end_time: float,
-                    kernels: Sequence[str] = ()) -> dict[str, Any]:
-    """The session's agent DaemonSet, pinned to `nodes` (must be non-empty).
+                    kernels: Sequence[str] = (), shard: int = 0) -> dict[str, Any]:
+    """Shard `shard` of the session's agent DaemonSets, pinned to `nodes` (non-empty).
 
     `kernels` are the nodes' kernel releases (Node status.nodeInfo.kernelVersion); they
-    decide whether the agent needs SYS_RESOURCE (see `capabilities`).
+    decide whether the agent needs SYS_RESOURCE (see `capabilities`). Each shard selects
+    its own pods (the shard label is in its selector), so shards never claim each other's.
     """
     if not nodes:
         raise ValueError("an agent DaemonSet needs at least one node")
     meta = session["metadata"]
     cpu, gpu = spec.profilers.cpu, spec.profilers.gpu
-    lbl = labels(session, "agent")
-    selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent"}
+    lbl = {**labels(session, "agent"), LABEL_SHARD: str(shard)}
+    selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent",
+                LABEL_SHARD: str(shard)}
     env = AgentSettings(
         ingest_url=config.ingest_url, namespace=meta["namespace"], session=meta["name"],
         token_file=Path(TOKEN_MOUNT) / TOKEN_KEY, end_time=end_time,
@@ -262,7 +278,7 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
     return owned({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": daemonset_name(session), "namespace": meta["namespace"],
+        "metadata": {"name": daemonset_name(session, shard), "namespace": meta["namespace"],
                      "labels": lbl},
         "spec": {
             "selector": {"matchLabels": selector},

@@ -11,6 +11,7 @@ PLURAL = "profilingsessions"
 KIND = "ProfilingSession"
 LABEL_SESSION = "kubeprof.dev/session"  # on every child object: the owning session's name
 LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_SHARD = "kubeprof.dev/agent-shard"  # on agent DaemonSets and pods: the shard's index
 TOKEN_KEY = "token"  # key of the ingest token inside the session's Secret
 
 
@@ -57,6 +58,9 @@ class OperatorConfig:
     # into their agents, which listen there and switch the selected pods' tracers on.
     # "" = no injection: agents switch no tracer.
     agent_gpu_socket_host_path: str = ""
+    # Most nodes one agent DaemonSet pins (a session on more nodes gets several, see
+    # shards.py): 500 names of up to 253 characters keep a DaemonSet under 256 kB.
+    agent_shard_nodes: int = 500
     # Seconds between reconcile passes of a session (re-resolve pods, agents, phase).
     reconcile_interval_s: float = 5.0
     # Window of the rolling `kubeprof_gpu_idle_ratio` of a running session ("idle now").

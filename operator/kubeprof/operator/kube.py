@@ -137,6 +137,11 @@ class Kube:
             self._core.delete_namespaced_secret, name, namespace)) is not None
 
     # -- the session's agent DaemonSet -------------------------------------------------------
+    def list_daemonsets(self, namespace: str, selector: str) -> list[dict]:
+        """DaemonSets matching a label selector (a session's agent shards)."""
+        return _call(self._apps.list_namespaced_daemon_set, namespace,
+                     label_selector=selector)["items"]
+
     def get_daemonset(self, namespace: str, name: str) -> dict | None:
         return _absent_is_none(lambda: _call(
             self._apps.read_namespaced_daemon_set, name, namespace))

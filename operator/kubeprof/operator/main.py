@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON object replacing the agent container's securityContext (env "
                         "KUBEPROF_AGENT_SECURITY_CONTEXT; default: the built-in one, not "
                         "privileged, only the capabilities eBPF sampling needs)")
+    p.add_argument("--agent-shard-nodes", type=int,
+                   default=int(_env("KUBEPROF_AGENT_SHARD_NODES", "500")),
+                   help="most nodes one agent DaemonSet pins; a session on more nodes gets "
+                        "several DaemonSets, so no object grows with the cluster (env "
+                        "KUBEPROF_AGENT_SHARD_NODES, default %(default)s: under 256 kB even "
+                        "with 253-character node names)")
     p.add_argument("--namespace", action="append",
                    default=[n for n in _env("KUBEPROF_WATCH_NAMESPACES").split(",") if n],
                    help="watch ProfilingSessions only in this namespace (repeatable; env "
@@ -187,6 +193,8 @@ def build_config(args: argparse.Namespace) -> OperatorConfig:
     host, _, port = args.listen.rpartition(":")
     if not port.isdigit():
         raise ValueError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    if args.agent_shard_nodes < 1:
+        raise ValueError(f"--agent-shard-nodes must be at least 1, got {args.agent_shard_nodes}")
     tolerations = _json_arg(args.agent_tolerations, list, "--agent-tolerations")
     security = _json_arg(args.agent_security_context, dict, "--agent-security-context")
     return OperatorConfig(
@@ -198,6 +206,7 @@ def build_config(args: argparse.Namespace) -> OperatorConfig:
         agent_tolerations=None if tolerations is None else tuple(tolerations),
         agent_priority_class=args.agent_priority_class or "",
         agent_security_context=security,
+        agent_shard_nodes=args.agent_shard_nodes,
         reconcile_interval_s=args.reconcile_interval, drain_s=args.drain,
         gpu_idle_window_s=args.gpu_idle_window,
         ingest_writers=args.ingest_writers, namespaces=tuple(args.namespace),

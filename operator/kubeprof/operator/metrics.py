@@ -1,6 +1,7 @@
 """Prometheus metrics of the operator, on its own registry (served at /metrics).
 
-Per-session gauges carry namespace, session, node and pod labels, so their series count
+Per-session gauges carry the session's namespace and name, node and pod labels, so their
+series count
 grows with what users create. It is bounded twice: at most MAX_SESSIONS sessions keep
 series per gauge (the session updated longest ago is dropped whole to make room, so
 running sessions, refreshed every pass, stay) and at most MAX_SERIES_PER_SESSION series
@@ -23,14 +24,19 @@ from kubeprof.protocol.phases import Phase
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
+# `pod` is the pod's name and `namespace` its namespace, as on the light agent's series of
+# the same name; the session is `session_namespace`/`session` (they differ only for a
+# cross-namespace session).
 GPU_IDLE = Gauge("kubeprof_gpu_idle_ratio",
                  "Share of time a GPU ran no kernel: over the last window (default 60 s) "
                  "while the session runs, over its steady state once it completed",
-                 ["namespace", "session", "node", "gpu", "pod"], registry=REGISTRY)
+                 ["session_namespace", "session", "namespace", "node", "gpu", "pod"],
+                 registry=REGISTRY)
 POD_GPU_IDLE = Gauge("kubeprof_pod_gpu_idle_ratio",
                      "A completed session's GPU idle of each pod from its own records: source "
                      "cupti (its kernels, where its tracer was on) or nvml (fallback); pods "
-                     "without data have no sample", ["namespace", "session", "pod", "source"],
+                     "without data have no sample",
+                     ["session_namespace", "session", "namespace", "pod", "source"],
                      registry=REGISTRY)
 FINDINGS = Gauge("kubeprof_findings", "Findings of a completed session, by kind and severity",
                  ["namespace", "session", "kind", "severity"], registry=REGISTRY)
@@ -60,7 +66,8 @@ MAX_SERIES_PER_SESSION = 256  # (node, gpu, pod) or (kind, severity) series of o
 
 
 class Bounded:
-    """A gauge whose first two labels are (namespace, session), with capped cardinality."""
+    """A gauge whose first two labels name the session (its namespace, its name), with
+    capped cardinality."""
 
     def __init__(self, gauge: Gauge, name: str) -> None:
         self.gauge, self.name = gauge, name
@@ -118,6 +125,13 @@ def set_phases(counts: dict[str, int]) -> None:
         SESSIONS.labels(phase=p.value).set(counts.get(p.value, 0))
 
 
+def pod_labels(namespace: str, pod: str) -> tuple[str, str]:
+    """(namespace, pod name) of a recorded `namespace/name` (the session's namespace when
+    the record has none, e.g. "" for a GPU no known pod used)."""
+    pns, sep, name = pod.partition("/")
+    return (pns, name) if sep else (namespace, pod)
+
+
 def publish_gpu_idle(namespace: str, session: str, s: Summary,
                      pod_names: dict[str, str]) -> None:
     """One gauge sample per (node, GPU, pod) of the session (pod "" when no pod is known).
@@ -127,12 +141,13 @@ def publish_gpu_idle(namespace: str, session: str, s: Summary,
     """
     for g in s.gpus:
         for uid in g.pods or [""]:
-            BOUNDED_GPU_IDLE.put((namespace, session, g.node, str(g.device),
-                                  pod_names.get(uid, uid)), g.idle)
+            pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
+            BOUNDED_GPU_IDLE.put((namespace, session, pns, g.node, str(g.device), pod), g.idle)
     for uid, sc in s.pods.items():
         if sc.gpu_idle is not None and sc.gpu_idle_source:
-            BOUNDED_POD_GPU_IDLE.put((namespace, session, pod_names.get(uid, uid),
-                                      sc.gpu_idle_source), sc.gpu_idle)
+            pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
+            BOUNDED_POD_GPU_IDLE.put((namespace, session, pns, pod, sc.gpu_idle_source),
+                                     sc.gpu_idle)
 
 
 def publish_recent_gpu_idle(namespace: str, session: str,
@@ -147,7 +162,8 @@ def publish_recent_gpu_idle(namespace: str, session: str,
     for node, per_dev in figures.items():
         for dev, fig in per_dev.items():
             for uid in users.get((node, dev)) or [""]:
-                labels = (namespace, session, node, str(dev), pod_names.get(uid, uid))
+                pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
+                labels = (namespace, session, pns, node, str(dev), pod)
                 BOUNDED_GPU_IDLE.put(labels, fig.ratio)
                 fresh.add(labels)
     for stale in BOUNDED_GPU_IDLE.series(namespace, session) - fresh:

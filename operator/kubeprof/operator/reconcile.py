@@ -25,6 +25,7 @@ from kubeprof.operator import (
     db,
     light_deep,
     metrics,
+    shards,
     tenancy,
     tracer_status,
 )
@@ -53,6 +54,7 @@ class KubeOps(Protocol):
     def admission_policy(self, name: str) -> tuple[dict | None, dict | None]: ...
     def get_secret(self, namespace: str, name: str) -> dict | None: ...
     def create_secret(self, namespace: str, obj: dict) -> dict | None: ...
+    def list_daemonsets(self, namespace: str, selector: str) -> list[dict]: ...
     def get_daemonset(self, namespace: str, name: str) -> dict | None: ...
     def create_daemonset(self, namespace: str, obj: dict) -> dict | None: ...
     def patch_daemonset(self, namespace: str, name: str, patch: dict) -> dict: ...
@@ -115,30 +117,52 @@ def _ds_nodes(ds: Mapping[str, Any]) -> list[str]:
         return []
 
 
+def _agent_sets(ctx: Context, body: Mapping[str, Any]) -> dict[int, dict]:
+    """The session's agent DaemonSets by shard index (listed by the session's label)."""
+    ns = body["metadata"]["namespace"]
+    return {build.shard_of(ds): ds
+            for ds in ctx.kube.list_daemonsets(ns, build.agent_selector(body))}
+
+
 def _remove_daemonset(ctx: Context, body: Mapping[str, Any]) -> None:
-    """Delete the agent DaemonSet if there is one."""
-    ns, name = body["metadata"]["namespace"], build.daemonset_name(body)
-    if ctx.kube.get_daemonset(ns, name) is not None:
-        ctx.kube.delete_daemonset(ns, name)
+    """Delete every agent DaemonSet (all shards) of the session."""
+    ns = body["metadata"]["namespace"]
+    for ds in _agent_sets(ctx, body).values():
+        ctx.kube.delete_daemonset(ns, ds["metadata"]["name"])
 
 
 def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
-                    nodes: list[str], end_time: float) -> dict | None:
-    """Create, re-pin or delete the agent DaemonSet; returns it (None when there is none)."""
+                    nodes: list[str] | None, end_time: float) -> list[dict]:
+    """Create, re-pin or delete the agent DaemonSets (one per shard of at most
+    `config.agent_shard_nodes` nodes, see shards.py) so they pin exactly `nodes`; returns
+    them. `nodes` None keeps every shard as it is (aggregating: agents stay to flush)."""
+    ns = body["metadata"]["namespace"]
+    have = _agent_sets(ctx, body)
+    if nodes is None:
+        return list(have.values())
     if not nodes:
         _remove_daemonset(ctx, body)
-        return None
-    ns, name = body["metadata"]["namespace"], build.daemonset_name(body)
-    ds = ctx.kube.get_daemonset(ns, name)
-    if ds is None:
-        kernels = ctx.kube.node_kernels()
-        want = build.build_daemonset(body, spec, nodes, ctx.config, end_time,
-                                     kernels=[kernels.get(n, "") for n in nodes])
-        return ctx.kube.create_daemonset(ns, want) or ctx.kube.get_daemonset(ns, name)
-    if _ds_nodes(ds) != sorted(nodes):
-        patch = {"spec": {"template": {"spec": {"affinity": build.node_affinity(nodes)}}}}
-        return ctx.kube.patch_daemonset(ns, name, patch)
-    return ds
+        return []
+    want = shards.assign({i: _ds_nodes(ds) for i, ds in have.items()}, nodes,
+                         ctx.config.agent_shard_nodes)
+    for i in sorted(set(have) - set(want)):
+        ctx.kube.delete_daemonset(ns, have[i]["metadata"]["name"])
+    out = []
+    kernels: dict[str, str] | None = None
+    for i, pinned in sorted(want.items()):
+        ds = have.get(i)
+        if ds is None:
+            kernels = ctx.kube.node_kernels() if kernels is None else kernels
+            obj = build.build_daemonset(body, spec, pinned, ctx.config, end_time,
+                                        kernels=[kernels.get(n, "") for n in pinned], shard=i)
+            name = obj["metadata"]["name"]
+            ds = ctx.kube.create_daemonset(ns, obj) or ctx.kube.get_daemonset(ns, name)
+        elif _ds_nodes(ds) != pinned:
+            patch = {"spec": {"template": {"spec": {"affinity": build.node_affinity(pinned)}}}}
+            ds = ctx.kube.patch_daemonset(ns, ds["metadata"]["name"], patch)
+        if ds is not None:
+            out.append(ds)
+    return out
 
 
 def _close_and_aggregate(ctx: Context, entry: SessionEntry, body: Mapping[str, Any],
@@ -214,18 +238,21 @@ def _tenancy_refusal(ctx: Context, body: Mapping[str, Any],
     return tenancy.check(body, spec.target.namespace, True, policy, binding)
 
 
-def _agent_failure(ctx: Context, body: Mapping[str, Any], ds: Mapping[str, Any] | None,
-                   ready: int, expected: int) -> agent_failures.AgentFailure | None:
-    """Why agent pods are missing (Pod Security, quota, ...), read from the DaemonSet's events."""
-    if ds is None:
-        return None
-    st = ds.get("status") or {}
-    if expected and int(st.get("currentNumberScheduled", 0)) >= expected:
-        return None  # every pod exists; not ready yet is the kubelet's business
-    meta = body["metadata"]
-    return agent_failures.explain(
-        ctx.kube.daemonset_events(meta["namespace"], build.daemonset_name(body)),
-        meta["namespace"])
+def _agent_failure(ctx: Context, body: Mapping[str, Any],
+                   sets: list[dict]) -> agent_failures.AgentFailure | None:
+    """Why agent pods are missing (Pod Security, quota, ...), read from the events of the
+    first DaemonSet (shard) that lacks pods."""
+    ns = body["metadata"]["namespace"]
+    for ds in sets:
+        st = ds.get("status") or {}
+        expected = int(st.get("desiredNumberScheduled", 0))
+        if expected and int(st.get("currentNumberScheduled", 0)) >= expected:
+            continue  # every pod exists; not ready yet is the kubelet's business
+        failure = agent_failures.explain(
+            ctx.kube.daemonset_events(ns, ds["metadata"]["name"]), ns)
+        if failure is not None:
+            return failure
+    return None
 
 
 def _kernel_tracing(ctx: Context, entry: SessionEntry, spec: SessionSpec, now_iso: str,
@@ -316,22 +343,21 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     ds_nodes, light = nodes, None
     if ctx.light is not None and step.phase in (Phase.PENDING, Phase.RUNNING):
         # Nodes whose always-on light agent can go deep get no DaemonSet pod: that agent
-        # profiles the session's pods there (light_deep); the DaemonSet keeps the rest.
-        light = light_deep.hand_over(
-            ctx.light, meta, spec, nodes, end, _ds_nodes(ctx.kube.get_daemonset(
-                ns, build.daemonset_name(body)) or {}), tuple(build.collectors_for(spec.profilers)))
+        # profiles the session's pods there (light_deep); the DaemonSets keep the rest.
+        in_ds = sorted({n for ds in _agent_sets(ctx, body).values() for n in _ds_nodes(ds)})
+        light = light_deep.hand_over(ctx.light, meta, spec, nodes, end, in_ds,
+                                     tuple(build.collectors_for(spec.profilers)))
         ds_nodes = light.ds_nodes
-    ds = None
+    sets: list[dict] = []
     if step.phase in (Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING):
         # While aggregating, agents stay up to flush; no re-pinning to new pods.
-        ds = _sync_daemonset(ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING
-                             else (_ds_nodes(ctx.kube.get_daemonset(
-                                 ns, build.daemonset_name(body)) or {}) or []), end)
-    ds_status = (ds or {}).get("status") or {}
-    ready, expected = int(ds_status.get("numberReady", 0)), int(
-        ds_status.get("desiredNumberScheduled", 0))
-    failure = (_agent_failure(ctx, body, ds, ready, expected) if ready < expected or
-               (ds is not None and not expected) else None)
+        sets = _sync_daemonset(ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING
+                               else None, end)
+    counts = [(ds.get("status") or {}) for ds in sets]
+    ready = sum(int(st.get("numberReady", 0)) for st in counts)
+    expected = sum(int(st.get("desiredNumberScheduled", 0)) for st in counts)
+    failure = (_agent_failure(ctx, body, sets) if ready < expected or
+               any(not int(st.get("desiredNumberScheduled", 0)) for st in counts) else None)
 
     if step.phase is Phase.RUNNING:
         _publish_recent(ctx, entry, body)
@@ -365,7 +391,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     status.update(
         phase=step.phase.value, reason=step.reason, message=step.message,
         nodes=len(nodes), pods=len(targets), everMatched=ever,
-        agents={"ready": ready, "expected": expected},
+        agents={"ready": ready, "expected": expected, "daemonSets": len(sets)},
         agentsReady=f"{ready}/{expected}",
         conditions=[
             condition("TargetsResolved", bool(targets),

@@ -37,9 +37,10 @@ def _promtool(promtool: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _idle(pod: str, node: str, gpu: str) -> str:
+    """A session's series, as the operator exports it."""
     return (
-        f'kubeprof_gpu_idle_ratio{{job="{JOB}",namespace="ml",session="train",'
-        f'node="{node}",gpu="{gpu}",pod="ml/{pod}"}}'
+        f'kubeprof_gpu_idle_ratio{{job="{JOB}",session_namespace="ml",session="train",'
+        f'namespace="ml",node="{node}",gpu="{gpu}",pod="{pod}"}}'
     )
 
 
@@ -47,11 +48,20 @@ def _idle_labels(pod: str, node: str, gpu: str, severity: str = "warning") -> di
     return {
         "severity": severity,
         "namespace": "ml",
+        "session_namespace": "ml",
         "session": "train",
         "node": node,
         "gpu": gpu,
-        "pod": f"ml/{pod}",
+        "pod": pod,
     }
+
+
+def _light(pod: str, node: str, gpu: str) -> str:
+    """A light agent's series: the pod's namespace, name and container; no session."""
+    return (
+        f'kubeprof_gpu_idle_ratio{{job="kubeprof-light",namespace="ml",pod="{pod}",'
+        f'container="main",node="{node}",gpu="{gpu}"}}'
+    )
 
 
 def _gpu_tests(threshold: float, for_min: int) -> list[dict[str, Any]]:
@@ -70,7 +80,7 @@ def _gpu_tests(threshold: float, for_min: int) -> list[dict[str, Any]]:
             "summary": f"GPU 3 on gpu-a idle {round((threshold + 0.1) * 100):g}% "
             "for pod ml/busy-idle",
             "description": (
-                f"GPU 3 on node gpu-a, used by pod ml/busy-idle in namespace ml, ran no "
+                f"GPU 3 on node gpu-a, used by pod busy-idle in namespace ml, ran no "
                 f"kernel {round((threshold + 0.1) * 100):g}% of the time (ProfilingSession "
                 f"ml/train), above {threshold:g} for at least {for_min}m. See the "
                 "session's findings: kubectl get profilingsession -n ml train -o yaml"
@@ -97,6 +107,47 @@ def _gpu_tests(threshold: float, for_min: int) -> list[dict[str, Any]]:
                 },
                 {
                     "eval_time": f"{for_min + 5}m",
+                    "alertname": "KubeprofGPUIdleRatioHigh",
+                    "exp_alerts": [fired],
+                },
+            ],
+        }
+    ]
+
+
+def _light_tests() -> list[dict[str, Any]]:
+    """The light agent's series fire too, and their description names no session."""
+    fired = {
+        "exp_labels": {
+            "severity": "warning",
+            "namespace": "ml",
+            "pod": "loader-starved",
+            "container": "main",
+            "node": "gpu-d",
+            "gpu": "2",
+        },
+        "exp_annotations": {
+            "summary": "GPU 2 on gpu-d idle 90% for pod ml/loader-starved",
+            "description": (
+                "GPU 2 on node gpu-d, used by pod loader-starved in namespace ml, ran no "
+                "kernel 90% of the time (light agent, container main), above 0.5 for at "
+                "least 10m. Profiles a ProfilingPolicy captured for it: kubectl get "
+                "profilingsessions -n ml -l kubeprof.dev/policy-pod=loader-starved"
+            ),
+            "runbook_url": RUNBOOK + "kubeprofgpuidleratiohigh",
+        },
+    }
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": _light("loader-starved", "gpu-d", "2"), "values": "0.9x30"},
+                {"series": _light("busy", "gpu-d", "3"), "values": "0.1x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "9m", "alertname": "KubeprofGPUIdleRatioHigh", "exp_alerts": []},
+                {
+                    "eval_time": "12m",
                     "alertname": "KubeprofGPUIdleRatioHigh",
                     "exp_alerts": [fired],
                 },
@@ -251,6 +302,11 @@ def test_gpu_idle_alert_follows_the_values(promtool: Path, tmp_path: Path):
     # The default-valued expectations do not hold for these values: the test can fail.
     r = _run_tests(promtool, tmp_path, rules, _gpu_tests(0.5, 10))
     assert r.returncode != 0 and "KubeprofGPUIdleRatioHigh" in r.stdout + r.stderr
+
+
+def test_gpu_idle_alert_on_light_agent_series(promtool: Path, tmp_path: Path):
+    r = _run_tests(promtool, tmp_path, _rules(tmp_path, {}), _light_tests())
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_operator_down_alert(promtool: Path, tmp_path: Path):

@@ -171,7 +171,7 @@ SESSION_RULES = [
     {
         "apiGroups": ["apps"],
         "resources": ["daemonsets"],
-        "verbs": ["get", "create", "patch", "delete"],
+        "verbs": ["get", "list", "create", "patch", "delete"],
     },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
 ]

@@ -88,12 +88,15 @@ def test_running_gauge_drops_series_that_left_the_window():
     metrics.publish_recent_gpu_idle("ns", "live", {"n1": {0: fig, 1: fig}},
                                     {("n1", 0): ["u1"]}, {"u1": "ns/trainer-0"})
     text = metrics.render().decode()
-    assert 'gpu="0",namespace="ns",node="n1",pod="ns/trainer-0",session="live"} 0.8' in text
-    assert 'gpu="1",namespace="ns",node="n1",pod="",session="live"} 0.8' in text
+    assert ('gpu="0",namespace="ns",node="n1",pod="trainer-0",session="live",'
+            'session_namespace="ns"} 0.8') in text
+    assert 'gpu="1",namespace="ns",node="n1",pod="",session="live",session_namespace="ns"} 0.8' \
+        in text
     metrics.publish_recent_gpu_idle("ns", "live", {"n1": {0: fig}}, {("n1", 0): ["u1"]},
                                     {"u1": "ns/trainer-0"})
     text = metrics.render().decode()
-    assert 'gpu="1",namespace="ns",node="n1",pod="",session="live"' not in text
+    assert 'gpu="1",namespace="ns",node="n1",pod="",session="live",session_namespace="ns"' \
+        not in text
     metrics.forget_session("ns", "live")
 
 

@@ -57,7 +57,7 @@ def test_deleting_a_session_removes_its_series(small_caps):
 
 
 def test_forget_session_clears_both_real_gauges():
-    metrics.BOUNDED_GPU_IDLE.put(("ns", "gone", "n1", "0", "ns/p"), 0.3)
+    metrics.BOUNDED_GPU_IDLE.put(("ns", "gone", "ns", "n1", "0", "p"), 0.3)
     metrics.BOUNDED_FINDINGS.put(("ns", "gone", "gpu_starved", "high"), 1)
     metrics.forget_session("ns", "gone")
     text = metrics.render().decode()

@@ -41,14 +41,18 @@ def nvml_readings(mode: str, pid: int) -> tuple[list[GpuMetricSample], float]:
     """A light-agent recording's NVML readings as the agent's collector ships them (device
     utilisation, per-process SM utilisation) for `pid`, and the workload's own idle."""
     out = []
-    for line in (FIX / "light" / f"light_{mode}.jsonl").read_text().splitlines():
+    for line in (FIX / "light" / f"nvml_{mode}.jsonl").read_text().splitlines():
         r = json.loads(line)
-        ts = int(r["ts_s"] * 1e9)
-        out.append(GpuMetricSample(ts, r["gpu"], gpu_idle.UTIL_METRIC, r["gpu_util_pct"]))
-        for p in r["procs"]:
-            if p.get("sm_pct") is not None:
-                out.append(GpuMetricSample(ts, r["gpu"], PROC_SM_METRIC, p["sm_pct"], pid=pid))
-    truth = json.loads((FIX / "light" / "light_truth.json").read_text())
+        ts = int(r["t"] * 1e9)
+        for d in r["devices"]:
+            if not d["processes"]:
+                continue  # before the workload's process held the GPU, or after it left
+            out.append(GpuMetricSample(ts, d["gpu"], gpu_idle.UTIL_METRIC, d["util_gpu"]))
+            sm = [x["smUtil"] for x in d["samples"]]  # NVML's samples since the last poll
+            if sm:
+                out.append(GpuMetricSample(ts, d["gpu"], PROC_SM_METRIC, sum(sm) / len(sm),
+                                           pid=pid))
+    truth = json.loads((FIX / "light" / "nvml_truth.json").read_text())
     return out, next(m["truth_idle"] for m in truth["modes"] if m["mode"] == mode)
 
 
@@ -150,11 +154,11 @@ def test_aggregation_status_and_metrics_label_each_pods_source(tmp_path: Path) -
     metrics.publish_gpu_idle("ml", "s", s, names)
     text = metrics.render().decode()
     assert (
-        'kubeprof_pod_gpu_idle_ratio{namespace="ml",pod="ml/pod-a",session="s",'
-        'source="cupti"}' in text
+        'kubeprof_pod_gpu_idle_ratio{namespace="ml",pod="pod-a",session="s",'
+        'session_namespace="ml",source="cupti"}' in text
     )
-    assert 'pod="ml/pod-c",session="s",source="nvml"}' in text
-    assert 'pod="ml/pod-d"' not in text.split("kubeprof_pod_gpu_idle_ratio", 1)[1]
+    assert 'pod="pod-c",session="s",session_namespace="ml",source="nvml"}' in text
+    assert 'pod="pod-d"' not in text.split("kubeprof_pod_gpu_idle_ratio", 1)[1]
     metrics.forget_session("ml", "s")
     with store.engine.begin() as conn:
         aggregate.store(conn, sid, s)

@@ -60,6 +60,11 @@ class FakeKube:
     def get_daemonset(self, namespace, name):
         return self.objects.get(f"daemonsets/{name}")
 
+    def list_daemonsets(self, namespace, selector):
+        want = dict(kv.split("=", 1) for kv in selector.split(","))
+        return [o for k, o in self.objects.items() if k.startswith("daemonsets/")
+                and want.items() <= o["metadata"]["labels"].items()]
+
     def patch_daemonset(self, namespace, name, patch):
         ds = self.objects[f"daemonsets/{name}"]
         ds["spec"]["template"]["spec"]["affinity"] = patch["spec"]["template"]["spec"][
@@ -149,8 +154,8 @@ def test_full_lifecycle_and_restart(env):
     assert "daemonsets/kubeprof-s-agent" not in kube.objects
     assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"
     exposed = metrics.render().decode()
-    assert ('kubeprof_gpu_idle_ratio{gpu="0",namespace="ml",node="n1",pod="ml/p1",'
-            'session="s"} 0.7') in exposed
+    assert ('kubeprof_gpu_idle_ratio{gpu="0",namespace="ml",node="n1",pod="p1",'
+            'session="s",session_namespace="ml"} 0.7') in exposed
     assert st["startTime"] == "2026-01-01T00:00:00Z" and st["endTime"] == "2026-01-01T00:01:00Z"
 
     again = _pass(ctx, body)  # terminal: nothing changes
