@@ -9,6 +9,18 @@
 # Pin the base by digest for reproducible builds. Not built in this repository's CI: its
 # machines have no container engine (the bundle's layout is tested over a fake tree in
 # tests/unit/gpu/test_tracer_bundle.py).
+#
+# The tracer's C launch hook (agent/kubeprof/agent/gpu/_launchhook.c), built once per CPython
+# minor the bundle supports, against the oldest glibc of the manylinux2014 toolchain so it
+# loads in pods of any distribution from 2014 on (it needs only libc and libdl).
+FROM quay.io/pypa/manylinux2014_x86_64 AS hooks
+COPY scripts/build_launchhook.sh /b/scripts/
+COPY agent/kubeprof/agent/gpu/_launchhook.c /b/agent/kubeprof/agent/gpu/
+RUN for t in 310 311 312 313; do \
+      /b/scripts/build_launchhook.sh /opt/python/cp$t-cp$t/bin/python /out || exit 1; \
+      ls /out/_launchhook.cpython-$t-*.so || exit 1; \
+    done
+
 FROM docker.io/library/debian:12.11-slim
 ARG CUPTI_PYTHON=13.4.0
 RUN apt-get update \
@@ -27,7 +39,8 @@ RUN python3 -m venv --system-site-packages /opt/kubeprof \
  && find /opt/kubeprof -name '__pycache__' -prune -exec rm -rf {} +
 # The tracer bundle (kubeprof.agent.gpu.bundle) for pods of any Python 3.10-3.13: the
 # kubeprof package in lib/, libcupti and pure-Python dependencies in deps/, and
-# cupti-python with its compiled dependencies once per CPython minor in py/cp3XY/. The init
+# cupti-python with its compiled dependencies once per CPython minor in py/cp3XY/, and the C
+# launch hook once per CPython minor beside the tracer in lib/ (from the hooks stage). The init
 # container copies all of it (it cannot know the pod's Python); the tracer appends deps/
 # and its own py/cp3XY/ to the end of sys.path at start, or says why it cannot.
 RUN T=/opt/kubeprof/tracer \
@@ -43,8 +56,9 @@ RUN T=/opt/kubeprof/tracer \
         --target "/opt/kubeprof/tracer/py/cp$t" \
         "cupti-python==$CUPTI_PYTHON" "cuda-bindings>=13.0.2" "numpy>=1.23" || exit 1; \
     done \
- && find $T -name '__pycache__' -prune -exec rm -rf {} + \
- && /opt/kubeprof/bin/python -c 'import sys; from pathlib import Path; from kubeprof.agent.gpu import bundle; have = bundle.builds(Path(sys.argv[1])); assert have == list(bundle.VERSIONS), have' $T
+ && find $T -name '__pycache__' -prune -exec rm -rf {} +
+COPY --from=hooks /out/ /opt/kubeprof/tracer/lib/kubeprof/agent/gpu/
+RUN /opt/kubeprof/bin/python -c 'import sys; from pathlib import Path; from kubeprof.agent.gpu import bundle; t = Path(sys.argv[1]); have = (bundle.builds(t), bundle.hooks(t)); assert have == (list(bundle.VERSIONS),) * 2, have' /opt/kubeprof/tracer
 WORKDIR /
 ENV PATH=/opt/kubeprof/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -22,6 +22,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if PY_VERSION_HEX < 0x030B0000
+/* 3.10: PyFrame_Type and PyFrame_GetBack are declared in frameobject.h, and there is no
+ * PyFrame_GetLasti; f_lasti serves the same purpose here (a per-line part of the key). */
+#include <frameobject.h>
+static inline int PyFrame_GetLasti(PyFrameObject *f) { return f->f_lasti; }
+#endif
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>

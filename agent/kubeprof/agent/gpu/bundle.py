@@ -6,6 +6,9 @@ cannot know which interpreter the workload uses. So the agent image carries one 
 supported version and the init container copies them all (docker/agent.Dockerfile)::
 
     <root>/lib/kubeprof/...          on PYTHONPATH (sitecustomize imports it at start)
+    <root>/lib/kubeprof/agent/gpu/_launchhook.cpython-3XY-x86_64-linux-gnu.so
+                                     the C launch hook, one per CPython minor (side by side:
+                                     each interpreter imports the one with its EXT_SUFFIX)
     <root>/deps/{nvidia,cuda_pathfinder,elftools}/...   pure Python and libcupti: any version
     <root>/py/cp310/{cupti,cuda,numpy}/...              one folder per CPython minor
     <root>/py/cp311/...  <root>/py/cp312/...  <root>/py/cp313/...
@@ -34,6 +37,13 @@ def tag(version: tuple[int, int]) -> str:
 def builds(root: Path) -> list[tuple[int, int]]:
     """The Python versions the bundle at ``root`` has a cupti-python build for."""
     return [v for v in VERSIONS if (root / "py" / tag(v) / "cupti").is_dir()]
+
+
+def hooks(root: Path) -> list[tuple[int, int]]:
+    """The Python versions the bundle at ``root`` has a built C launch hook for (without
+    one, that Python's tracer falls back to its pure-Python callback, slower per launch)."""
+    gpu = root / "lib" / "kubeprof" / "agent" / "gpu"
+    return [v for v in VERSIONS if any(gpu.glob(f"_launchhook.cpython-{v[0]}{v[1]}-*.so"))]
 
 
 def pick(root: Path, version: tuple[int, int]) -> tuple[list[Path], str]:
