@@ -66,6 +66,9 @@ def start_pod(node: Path, name: str) -> subprocess.Popen[str]:
         "KUBEPROF_GPU_KINDS": "kernel",
         "KUBEPROF_GPU_FLUSH_MS": "100",
         "KUBEPROF_POD_UID": name,
+        # The fake CUPTI is a Python module: the C launch hook (built by make setup) would
+        # look for the real libcupti's cuptiSubscribe and refuse to start.
+        "KUBEPROF_GPU_HOOK": "python",
     }
     script = (
         f"mount --bind {empty} {ctl} && mount --bind {node / 'rx'} {rx} && "
