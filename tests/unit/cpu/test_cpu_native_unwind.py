@@ -41,6 +41,20 @@ def test_unwind_follows_rsp_and_rbp_rules_and_stops_outside_the_copy():
     assert pcs == [0x1000, 0x2000, 0x3000]
 
 
+def test_unwind_reads_slots_off_the_word_grid_and_not_past_the_copy():
+    # The fast path reads 8-byte words from sp; a frame pointer off that grid (hand-made
+    # code may keep one) must walk the same, and a slot half outside the copy is not read.
+    base = 0x7FFF0000
+    rules = {0x1000: Rule(RSP, 16, -8, None), 0x1FFF: Rule(RBP, 16, -8, -16)}
+    stack = bytearray(0x40)
+    struct.pack_into("<Q", stack, 0x08, 0x2000)  # f's return address at CFA-8
+    struct.pack_into("<Q", stack, 0x24, 0x3000)  # g's, at rbp+8: off the grid
+    regs = (0x1000, base, base + 0x1C)
+    assert unwind(regs, bytes(stack), rules.get) == [0x1000, 0x2000, 0x3000]
+    assert unwind(regs, bytes(stack[:0x2B]), rules.get) == [0x1000, 0x2000]
+    assert unwind(regs, bytes(stack[:0x2C]), rules.get) == [0x1000, 0x2000, 0x3000]
+
+
 def test_unwind_plt_and_broken_chains():
     base = 0x1000
     stack = struct.pack("<QQ", 0x5000, 0)

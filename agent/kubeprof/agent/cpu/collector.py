@@ -187,7 +187,7 @@ class CpuCollector:
         sym = self._symbolizer
         pcs: list[int] = []
         if rec.stack:
-            pcs = unwind(rec.regs, rec.stack, lambda a: sym.unwind_rule(rec.pid, a))
+            pcs = unwind(rec.regs, rec.stack, sym.rules_of(rec.pid))
         if len(rec.ustack) > len(pcs):
             pcs = list(rec.ustack)
         if not pcs:

@@ -88,9 +88,9 @@ def interleave(
     no Python frames. Kernel frames go at the leaf end.
     """
     out: list[Frame] = []
-    g = 0
+    g, groups = 0, len(python_groups)
     for frame in reversed(native):  # leaf first
-        if is_eval_frame(frame) and g < len(python_groups):
+        if g < groups and is_eval_frame(frame):
             out.extend(reversed(python_groups[g]))
             g += 1
         out.append(frame)

@@ -9,6 +9,7 @@ unit-tested on hand-made stacks.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable
 
 from kubeprof.agent.cpu.eh_frame import PLT, RBP, RSP, Rule
@@ -28,12 +29,17 @@ def unwind(
     if not ip:
         return []
     base, end = sp, sp + len(stack)
+    # Saved slots are 8-byte aligned when sp is (always, past a call): read them as one
+    # memoryview of words, the hot path of every sample; unpack_from covers odd offsets.
+    top = len(stack) & ~7
+    words = memoryview(stack)[:top].cast("Q") if sys.byteorder == "little" else None
     out = [ip]
 
     def read(addr: int) -> int | None:
-        if base <= addr and addr + 8 <= end:
-            return int(struct.unpack_from("<Q", stack, addr - base)[0])
-        return None
+        off = addr - base
+        if off < 0 or addr + 8 > end:
+            return None
+        return int(struct.unpack_from("<Q", stack, off)[0])
 
     for depth in range(MAX_FRAMES - 1):
         rule = rule_at(ip if depth == 0 else ip - 1)
@@ -47,12 +53,22 @@ def unwind(
             cfa = sp + 8 + (8 if (ip & 15) >= 11 else 0)
         else:
             break
-        ra = read(cfa + rule.ra_off) if rule.ra_off is not None else None
+        ra = None
+        if rule.ra_off is not None:
+            off = cfa + rule.ra_off - base
+            if words is not None and not off & 7 and 0 <= off < top:
+                ra = words[off >> 3]  # the common case, inline
+            else:
+                ra = read(cfa + rule.ra_off)
         if rule.rbp_off is not None:
             # Below sp (an epilogue past its `pop rbp`, which GCC does not mark with a
             # restore rule) the register already holds the caller's value.
-            saved = read(cfa + rule.rbp_off)
-            bp = saved if saved is not None else bp
+            off = cfa + rule.rbp_off - base
+            if words is not None and not off & 7 and 0 <= off < top:
+                bp = words[off >> 3]
+            else:
+                saved = read(cfa + rule.rbp_off)
+                bp = saved if saved is not None else bp
         if not ra or cfa <= sp:
             break
         sp, ip = cfa, ra

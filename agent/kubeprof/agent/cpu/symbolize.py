@@ -2,7 +2,10 @@
 
 A process's maps are read while it lives and cached per pid, so samples drained just
 after the process exits still resolve; ELF symbol tables are cached per file (by device,
-inode and mtime) because many processes share libc and the interpreter.
+inode and mtime) because many processes share libc and the interpreter. Names and unwind
+rules are also cached per (file, offset in it): a new process of an interpreter already
+seen (every pod of one image on a node, every run of ``kubeprof record``) resolves its
+return addresses without parsing a symbol table or an FDE again.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import bisect
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kubeprof.agent.cpu.demangle import demangle
@@ -107,7 +110,10 @@ def parse_kallsyms(text: str) -> SymbolTable:
     return SymbolTable(starts, ends, [n for _, n in syms])
 
 
-_CACHE_MAX = 1 << 16  # per-process address caches are dropped whole past this size
+_CACHE_MAX = 1 << 16  # address caches are dropped whole past this size
+
+_MISSING = object()
+_FileKey = tuple[int, int, float, str]  # device, inode, mtime, path as mapped
 
 
 @dataclass(slots=True)
@@ -120,6 +126,8 @@ class _Process:
     # Return addresses repeat sample after sample: each is named and ruled once.
     frames: dict[int, Frame] = field(default_factory=dict)
     rules: dict[int, Rule | None] = field(default_factory=dict)
+    # Per mapping (by start): the path to open and the file's identity, stat()ed once.
+    files: dict[int, tuple[str, _FileKey] | None] = field(default_factory=dict)
 
 
 class Symbolizer:
@@ -132,9 +140,12 @@ class Symbolizer:
         self._debug_root = debug_root
         self._perf_map_dir = perf_map_dir
         self._procs: dict[int, _Process] = {}
-        self._elfs: dict[tuple[int, int, float, str], ElfSymbols | None] = {}
+        self._elfs: dict[_FileKey, ElfSymbols | None] = {}
         self._kernel: SymbolTable | None = None
-        self._eh: dict[tuple[int, int, float, str], EhFrame | None] = {}
+        self._eh: dict[_FileKey, EhFrame | None] = {}
+        # Shared by every process mapping the same file: keyed by (file, file offset).
+        self._names: dict[tuple[_FileKey, int], str | None] = {}
+        self._rules: dict[tuple[_FileKey, int], Rule | None] = {}
 
     # -- processes ---------------------------------------------------------------------
     def refresh(self, pid: int) -> bool:
@@ -149,6 +160,7 @@ class Symbolizer:
             entry.maps, entry.loaded_at = maps, time.monotonic()
             entry.frames.clear()
             entry.rules.clear()
+            entry.files.clear()
         entry.starts = [m.start for m in maps]
         self._load_perf_map(pid, entry)
         return True
@@ -203,7 +215,24 @@ class Symbolizer:
             m = _find(self._procs[pid], addr)  # a library dlopen()ed since
         return m
 
-    def _elf(self, pid: int, m: Mapping) -> ElfSymbols | None:
+    def _elf(self, m: Mapping, open_path: str, key: _FileKey) -> ElfSymbols | None:
+        if key not in self._elfs:
+            try:
+                self._elfs[key] = self._with_debug(read_symbols(m.path, open_path))
+            except (OSError, ElfError):
+                self._elfs[key] = None
+        return self._elfs[key]
+
+    def _opened(self, pid: int, m: Mapping) -> tuple[str, _FileKey] | None:
+        """The mapping's file (path to open, identity), stat()ed once per mapping."""
+        entry = self._procs.get(pid)
+        if entry is None:
+            return self._open(pid, m)
+        if m.start not in entry.files:
+            entry.files[m.start] = self._open(pid, m)
+        return entry.files[m.start]
+
+    def _open(self, pid: int, m: Mapping) -> tuple[str, _FileKey] | None:
         # Read through the process's root so container paths resolve from the host.
         open_path = f"{self._proc}/{pid}/root{m.path}"
         try:
@@ -214,25 +243,21 @@ class Symbolizer:
                 st = os.stat(open_path)
             except OSError:
                 return None
-        key = (st.st_dev, st.st_ino, st.st_mtime, m.path)
-        if key not in self._elfs:
-            try:
-                self._elfs[key] = self._with_debug(read_symbols(m.path, open_path))
-            except (OSError, ElfError):
-                self._elfs[key] = None
-        return self._elfs[key]
-
-    def _open(self, pid: int, m: Mapping) -> tuple[str, tuple[int, int, float, str]] | None:
-        open_path = f"{self._proc}/{pid}/root{m.path}"
-        try:
-            st = os.stat(open_path)
-        except OSError:
-            open_path = m.path
-            try:
-                st = os.stat(open_path)
-            except OSError:
-                return None
         return open_path, (st.st_dev, st.st_ino, st.st_mtime, m.path)
+
+    def rules_of(self, pid: int) -> Callable[[int], Rule | None]:
+        """``unwind_rule`` for one pid, as the unwinder calls it per frame: the pid's
+        cache is looked up once per sample, not once per frame."""
+        entry = self._procs.get(pid)
+        if entry is None:
+            return lambda addr: self.unwind_rule(pid, addr)
+        rules, slow = entry.rules, self.unwind_rule
+
+        def rule_at(addr: int) -> Rule | None:
+            rule = rules.get(addr, _MISSING)
+            return slow(pid, addr) if rule is _MISSING else rule  # type: ignore[return-value]
+
+        return rule_at
 
     def unwind_rule(self, pid: int, addr: int) -> Rule | None:
         """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
@@ -251,21 +276,28 @@ class Symbolizer:
         m = self._mapping(pid, addr)
         if m is None or not m.path or m.path.startswith("["):
             return None
-        opened = self._open(pid, m)
+        opened = self._opened(pid, m)
         if opened is None:
             return None
         open_path, key = opened
+        at = (key, addr - m.start + m.offset)
+        if at in self._rules:
+            return self._rules[at]
         if key not in self._eh:
             try:
                 with open(open_path, "rb") as f:
                     self._eh[key] = EhFrame(f.read())
             except (OSError, ValueError, IndexError):
                 self._eh[key] = None
-        eh, elf = self._eh[key], self._elf(pid, m)
-        if eh is None or elf is None:
-            return None
-        vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
-        return eh.rule(vaddr) if vaddr is not None else None
+        eh, elf = self._eh[key], self._elf(m, open_path, key)
+        rule = None
+        if eh is not None and elf is not None:
+            vaddr = elf.file_offset_to_vaddr(at[1])
+            rule = eh.rule(vaddr) if vaddr is not None else None
+        if len(self._rules) > _CACHE_MAX:
+            self._rules.clear()
+        self._rules[at] = rule
+        return rule
 
     def _with_debug(self, elf: ElfSymbols) -> ElfSymbols:
         """Stripped binaries get the symbols of their installed debug file (-dbgsym)."""
@@ -300,13 +332,19 @@ class Symbolizer:
             if name:
                 return Frame(name, FrameKind.NATIVE, f"{self._perf_map_dir}/perf-{pid}.map")
             return Frame(UNKNOWN, FrameKind.NATIVE, m.path if m else "")
-        elf = self._elf(pid, m)
-        name = None
-        if elf is not None:
-            vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
-            if vaddr is not None:
-                name = elf.lookup(vaddr)
-        return Frame(demangle(name) if name else UNKNOWN, FrameKind.NATIVE, m.path)
+        opened = self._opened(pid, m)
+        if opened is None:
+            return Frame(UNKNOWN, FrameKind.NATIVE, m.path)
+        open_path, key = opened
+        at = (key, addr - m.start + m.offset)
+        if at not in self._names:
+            elf = self._elf(m, open_path, key)
+            vaddr = elf.file_offset_to_vaddr(at[1]) if elf is not None else None
+            name = elf.lookup(vaddr) if elf is not None and vaddr is not None else None
+            if len(self._names) > _CACHE_MAX:
+                self._names.clear()
+            self._names[at] = demangle(name) if name else None
+        return Frame(self._names[at] or UNKNOWN, FrameKind.NATIVE, m.path)
 
     def user_stack(self, pid: int, leaf_first: Sequence[int]) -> list[Frame]:
         """A kernel-walked user stack (leaf first) as frames, root first."""
