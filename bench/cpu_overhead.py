@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/cpu_overhead.py [--rounds 6] [--hz 99]
     sudo .venv/bin/python bench/cpu_overhead.py --replay [--passes 5]
+    sudo .venv/bin/python bench/cpu_overhead.py --phases [--rounds 3] [--py-iters N]
 
 Fixed-work workloads (a CPU-bound Python loop on Debian's CPython 3.11 and on pyenv's
 3.11 build, a CPU-bound C loop) run in alternating rounds: bare, under `CpuCollector`
@@ -271,6 +272,62 @@ def replay(args: argparse.Namespace) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def phases(args: argparse.Namespace) -> None:
+    """Where the collector's user-space CPU goes, per phase, over whole runs.
+
+    One collector profiles `--rounds` successive runs of the Debian CPython loop; each of
+    its phases (drain and decode of the ring buffer, symbolization, start of a target) is
+    wrapped with a process-CPU timer. The first run also pays the
+    collector's one-time reads (/proc/kallsyms, each binary's symbols and .eh_frame).
+    """
+    c = CpuCollector(hz=args.hz)
+    acc: dict[str, float] = {}
+
+    def timed(obj: object, name: str, key: str) -> None:
+        inner = getattr(obj, name)
+
+        def wrapper(*a: object, **k: object) -> object:
+            t0 = time.process_time()
+            try:
+                return inner(*a, **k)
+            finally:
+                acc[key] = acc.get(key, 0.0) + time.process_time() - t0
+
+        setattr(obj, name, wrapper)
+
+    timed(c._sampler, "drain", "drain + decode")
+    timed(c, "_ingest", "symbolize")
+    timed(c, "add_target", "start of target")
+    cmd = ["/usr/bin/python3.11", "-c", PY_WORK.format(iters=args.py_iters)]
+    print(
+        "| run | samples | collector CPU per sampled CPU-s | µs per sample: drain + decode "
+        "| symbolize | other | start of target, ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for run in range(1, args.rounds + 1):
+        acc.clear()
+        proc = subprocess.Popen(cmd)
+        t0 = time.process_time()
+        c.add_target(proc.pid)
+        n = 0
+        while True:
+            pid, _, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            n += len(c.poll().samples)
+            time.sleep(0.5)
+        n += len(c.poll().samples)
+        total = time.process_time() - t0
+        start = acc.get("start of target", 0.0)
+        drain, sym = acc.get("drain + decode", 0.0), acc.get("symbolize", 0.0)
+        other = total - drain - sym - start  # exec checks, batches, the poll loop
+        print(
+            f"| {run} | {n} | {total / cpu_s(ru) * 100:.2f} % | {drain / n * 1e6:.0f} "
+            f"| {sym / n * 1e6:.0f} | {other / n * 1e6:.0f} | {start * 1e3:.1f} |"
+        )
+    c.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=6)
@@ -279,8 +336,9 @@ def main() -> None:
     ap.add_argument("--c-iters", type=int, default=2_000_000_000)
     ap.add_argument("--replay", action="store_true", help="steady-state µs per sample")
     ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--phases", action="store_true", help="collector CPU per phase")
     args = ap.parse_args()
-    (replay if args.replay else overhead)(args)
+    (replay if args.replay else phases if args.phases else overhead)(args)
 
 
 if __name__ == "__main__":
