@@ -34,12 +34,19 @@ class KubeApi:
         ctx.load_cert_chain(str(self.cert), str(self.key))
         self._ctx = ctx
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 10) -> Any:
-        """Send one request; returns decoded JSON (or text for non-JSON answers)."""
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float = 10, accept: str = ""
+    ) -> Any:
+        """Send one request; returns decoded JSON (or text for non-JSON answers).
+
+        `accept` asks for another representation, e.g. metadata-only lists, which keep
+        counting thousands of objects cheap for the apiserver and the caller."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        if accept:
+            req.add_header("Accept", accept)
         try:
             with urllib.request.urlopen(req, context=self._ctx, timeout=timeout) as r:
                 raw = r.read().decode()
