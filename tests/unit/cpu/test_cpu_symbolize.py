@@ -74,6 +74,13 @@ def test_live_process_addresses_resolve_through_load_bias(binary):
         # looked up at return address - 1.
         frames = sym.user_stack(proc.pid, [alpha + 1, beta + 1])
         assert [f.name for f in frames] == ["beta_fn", "alpha_fn"]
+        # A stack of callers only (the collector caches those apart from the leaf):
+        # every address is a return address, the first one included.
+        assert sym.user_stack(proc.pid, [alpha])[0].name == "alpha_fn"
+        assert sym.user_stack(proc.pid, [alpha], callers=True)[0].name != "alpha_fn"
+        assert [f.name for f in sym.user_stack(proc.pid, [beta + 1], callers=True)] == [
+            "beta_fn"
+        ]
     finally:
         proc.kill()
         proc.wait()

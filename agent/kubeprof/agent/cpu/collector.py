@@ -61,7 +61,7 @@ class CpuCollector:
         self._known: dict[int, str] = {}  # pid -> exe when first seen
         self._threads: set[int] = set()  # ids in the kernel's target set that are threads
         self._next_scan = 0.0
-        self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *pcs) -> frames
+        self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *callers) -> frames
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
@@ -192,13 +192,17 @@ class CpuCollector:
             pcs = list(rec.ustack)
         if not pcs:
             self._counters["cpu_ustack_missing"] += 1
-        key = (rec.pid, *pcs)
-        frames = self._native_cache.get(key)
-        if frames is None:
+            return []
+        # The leaf is wherever the sample hit (any instruction of a hot function: 225 of
+        # 600 samples of an interpreter loop had their own), its callers repeat (13):
+        # cache the callers' frames and add the leaf's, itself cached per address.
+        key = (rec.pid, *pcs[1:])
+        callers = self._native_cache.get(key)
+        if callers is None:
             if len(self._native_cache) > _CACHE_MAX:
                 self._native_cache.clear()
-            frames = self._native_cache[key] = sym.user_stack(rec.pid, pcs)
-        return frames
+            callers = self._native_cache[key] = sym.user_stack(rec.pid, pcs[1:], callers=True)
+        return [*callers, sym.user_frame(rec.pid, pcs[0])]
 
     def _sample(self, rec: RawRecord) -> CpuSample:
         native = self._native(rec)

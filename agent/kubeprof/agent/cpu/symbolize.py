@@ -346,10 +346,13 @@ class Symbolizer:
             self._names[at] = demangle(name) if name else None
         return Frame(self._names[at] or UNKNOWN, FrameKind.NATIVE, m.path)
 
-    def user_stack(self, pid: int, leaf_first: Sequence[int]) -> list[Frame]:
-        """A kernel-walked user stack (leaf first) as frames, root first."""
+    def user_stack(self, pid: int, leaf_first: Sequence[int], callers: bool = False) -> list[Frame]:
+        """A kernel-walked user stack (leaf first) as frames, root first.
+
+        Every address but the leaf is a return address, looked up one byte earlier (in
+        the call); with `callers` the stack has no leaf, so every address is one."""
         frames = [
-            self.user_frame(pid, addr if i == 0 else addr - 1)  # return address -> call
+            self.user_frame(pid, addr if i == 0 and not callers else addr - 1)
             for i, addr in enumerate(leaf_first)
         ]
         frames.reverse()
