@@ -260,7 +260,9 @@ def replay(args: argparse.Namespace) -> None:
         t0 = time.process_time()
         frames = 0
         for _ in range(args.passes):
-            c._native_cache.clear()
+            c._native_cache.clear()  # and the other per-stack caches: unwind memo, Python
+            c._memos.clear()
+            c._py_cache.clear()
             for r in recs:
                 frames += len(c._sample(r).stack)
         per = (time.process_time() - t0) / (args.passes * len(recs))

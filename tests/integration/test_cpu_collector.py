@@ -214,3 +214,40 @@ def test_pyspy_fallback_gives_each_sample_its_phase(python_exe, tmp_path):
     print({"judged": judged, "python": py_right, "samples": len(samples)})
     assert judged >= 80, (judged, len(samples))
     assert py_right >= 0.9 * judged, (py_right, judged)
+
+
+def test_cached_unwind_and_names_agree_with_an_uncached_walk(python_exe):
+    """The unwind memo (callers' walks reused while the words they read are unchanged)
+    and the per-range rule and name caches change no frame: every live sample of a
+    Python -> C -> Python program walks and names the same as with no cache at all."""
+    from kubeprof.agent.cpu.native_unwind import unwind
+
+    pyenv = Path("/root/.pyenv/versions/3.11.7/bin/python3.11")  # no frame pointers
+    exe = str(pyenv) if pyenv.exists() else python_exe
+    c = CpuCollector(hz=99)
+    proc = subprocess.Popen([exe, str(FIXTURES / "callback_tree.py"), "2", os.devnull])
+    recs = []
+    try:
+        c.add_target(proc.pid)
+        while proc.poll() is None:
+            time.sleep(0.3)
+            recs += c._sampler.drain()  # stacks copied out of the ring
+    finally:
+        recs += c._sampler.drain()
+        c.stop()
+        proc.wait()
+    sym = c._symbolizer
+    recs = [r for r in recs if r.pid == proc.pid and r.stack]
+    assert len(recs) >= 100
+    memo: dict = {}
+    deep = 0
+    for r in recs:
+        cached = unwind(r.regs, r.stack, sym.rules_of(r.pid), memo)
+        fresh = unwind(r.regs, r.stack, lambda a, pid=r.pid: sym._unwind_rule(pid, a))
+        assert cached == fresh
+        deep += len(fresh) >= 4  # from the leaf up to libffi's callback trampoline or _start
+        for i, pc in enumerate(fresh):
+            addr = pc if i == 0 else pc - 1
+            assert sym.user_frame(r.pid, addr) == sym._user_frame(r.pid, addr)
+    assert deep >= 0.8 * len(recs)
+    assert len(memo) < len(recs) / 2  # the memo was used, not just filled

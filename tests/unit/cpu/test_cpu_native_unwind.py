@@ -75,3 +75,66 @@ def test_fsbase_offset_from_kernel_btf():
     assert off > 0 and off % 8 == 0
     with pytest.raises(btf.BtfError, match="no member nope"):
         btf.member_offset(path, "task_struct", ["nope"])
+
+
+def _chain_stack():
+    """leaf f (CFA = rsp+16) <- g (CFA = rsp+32) <- h (CFA = rsp+16) <- root (no rule)."""
+    base = 0x7FFF0000
+    words = [0x1111, 0x2005, 0xAAAA, 0xBBBB, 0xCCCC, 0x3005, 0xDDDD, 0x4005]
+    rules = {
+        0x1000: Rule(RSP, 16, -8, None),
+        0x1001: Rule(RSP, 16, -8, None),
+        0x2004: Rule(RSP, 32, -8, None),
+        0x3004: Rule(RSP, 16, -8, None),
+    }
+    return base, words, rules
+
+
+def _pack(words):
+    return b"".join(struct.pack("<Q", w) for w in words)
+
+
+def test_memo_reuses_the_callers_walk_and_only_while_the_words_read_are_the_same():
+    base, words, rules = _chain_stack()
+    calls = []
+
+    def rule_at(addr):
+        calls.append(addr)
+        return rules.get(addr)
+
+    memo: dict = {}
+    want = [0x1000, 0x2005, 0x3005, 0x4005]
+    assert unwind((0x1000, base, 0), _pack(words), rule_at, memo) == want
+    assert len(memo) == 1
+    calls.clear()
+    # Another leaf address, and g's local variables changed: the callers' walk is reused
+    # (only the leaf's rule is looked up).
+    words2 = [0x9999, 0x2005, 0x1234, 0x5678, 0x9ABC, 0x3005, 0xDDDD, 0x4005]
+    assert unwind((0x1001, base, 0), _pack(words2), rule_at, memo) == [0x1001, *want[1:]]
+    assert calls == [0x1001]
+    # A different caller of h (its return address slot changed): walked again, not reused.
+    words3 = [0x1111, 0x2005, 0xAAAA, 0xBBBB, 0xCCCC, 0x3005, 0xDDDD, 0x5005]
+    calls.clear()
+    assert unwind((0x1000, base, 0), _pack(words3), rule_at, memo) == [*want[:3], 0x5005]
+    assert len(calls) > 1
+    # With and without the memo, the same answer.
+    assert unwind((0x1000, base, 0), _pack(words3), rules.get) == [*want[:3], 0x5005]
+
+
+def test_memo_keys_on_bp_where_a_caller_s_cfa_comes_from_it():
+    # g's CFA is rbp-based and nothing reloads rbp before it: two samples that differ
+    # only in bp must not share a walk.
+    base = 0x7FFF0000
+    rules = {0x1000: Rule(RSP, 16, -8, None), 0x2004: Rule(RBP, 16, -8, None)}
+    words = [0, 0x2005, 0, 0, 0x3005, 0, 0, 0, 0x4005, 0]
+    memo: dict = {}
+    assert unwind((0x1000, base, base + 0x18), _pack(words), rules.get, memo) == [
+        0x1000,
+        0x2005,
+        0x3005,
+    ]
+    assert unwind((0x1000, base, base + 0x38), _pack(words), rules.get, memo) == [
+        0x1000,
+        0x2005,
+        0x4005,
+    ]

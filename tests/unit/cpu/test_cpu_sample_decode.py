@@ -3,6 +3,8 @@
 
 import ctypes
 
+import pytest
+
 from kubeprof.agent.cpu import bpf_program
 from kubeprof.agent.cpu.sampler import decode
 
@@ -36,8 +38,7 @@ def test_every_field_lands_where_the_bpf_program_wrote_it():
     raw.kstack[0], raw.kstack[1] = 0xFFFF0001, 0xFFFF0002
     raw.py[0].code, raw.py[0].instr, raw.py[0].flags = 0xC0DE, 0x10, 1
     raw.py[1].code, raw.py[1].instr, raw.py[1].flags = 0xC0DF, 0x20, 0
-    fixed = bytes(buf)[: ctypes.sizeof(bpf_program.RawSample)]
-    rec = decode(fixed, ctypes.addressof(buf))
+    rec = decode(bytes(buf)[:-1])  # create_string_buffer's NUL is not part of the record
     assert (rec.ts_ns, rec.pid, rec.tid, rec.cpu, rec.comm) == (
         123456789012,
         4242,
@@ -59,3 +60,15 @@ def test_errors_and_empty_parts():
     assert rec.kstack == () and rec.kstack_err == 0
     assert rec.python == () and rec.python_err == -3
     assert rec.comm == "x" * 16 and rec.stack == b""  # a full comm has no NUL
+
+
+def test_a_record_inside_the_ring_reads_only_its_own_bytes():
+    fixed, _ = record(pid=7, stack_len=64, sp=0x1000)
+    stack = bytes(range(64))
+    ring = b"\xee" * 24 + fixed + stack + b"\xff" * 40  # neighbours on both sides
+    rec = decode(ring, 24, len(fixed) + 64)
+    assert rec.pid == 7 and rec.stack == stack
+    short = decode(ring, 24, len(fixed) + 16)  # a record claiming more stack than it has
+    assert short.stack == stack[:16]
+    with pytest.raises(ValueError, match="fixed part"):
+        decode(ring, 24, len(fixed) - 1)

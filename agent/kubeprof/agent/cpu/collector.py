@@ -18,7 +18,7 @@ from collections import deque
 from kubeprof.agent.cpu import cpython_code, cpython_process, preflight, procfs
 from kubeprof.agent.cpu.cpython_code import CodeReader
 from kubeprof.agent.cpu.merge import interleave
-from kubeprof.agent.cpu.native_unwind import unwind
+from kubeprof.agent.cpu.native_unwind import Memo, unwind
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
 from kubeprof.model import Batch, CpuSample, Frame, ProcessInfo
@@ -26,6 +26,7 @@ from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
+_MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
 
 
 class CollectorError(RuntimeError):
@@ -62,6 +63,9 @@ class CpuCollector:
         self._threads: set[int] = set()  # ids in the kernel's target set that are threads
         self._next_scan = 0.0
         self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *callers) -> frames
+        self._memos: dict[int, Memo] = {}  # pid -> its callers' walks (native_unwind)
+        # (pid, raw Python frames) -> named groups: a loop's stacks repeat sample after sample
+        self._py_cache: dict[tuple[int, tuple[int, ...]], list[list[Frame]]] = {}
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
@@ -119,9 +123,11 @@ class CpuCollector:
         """Samples taken since the last poll, and processes first seen."""
         if self._sampler is None:
             return Batch()
-        records = self._sampler.drain()
+        # Held: the records' stacks are read in the ring, released once all are in.
+        records = self._sampler.drain(hold=True)
         self._check_exec({r.pid for r in records})
         self._ingest(records)
+        self._sampler.release()
         now = time.monotonic()
         if now >= self._next_scan:  # reading BPF maps costs ms: every _SCAN_S, not per poll
             self._next_scan = now + _SCAN_S
@@ -141,7 +147,7 @@ class CpuCollector:
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             with contextlib.suppress(Exception):
-                self._ingest(sampler.drain())
+                self._ingest(sampler.drain(hold=True))  # the ring is closed after this
             with contextlib.suppress(Exception):  # whatever an interrupted poll left
                 self._ingest([])
             with contextlib.suppress(Exception):
@@ -169,6 +175,8 @@ class CpuCollector:
                 continue
             self._known.pop(pid, None)
             self._native_cache.clear()  # its addresses mean other code now
+            self._py_cache.clear()
+            self._memos.pop(pid, None)
             self._see(pid)
 
     def _ingest(self, records: list[RawRecord]) -> None:
@@ -187,7 +195,12 @@ class CpuCollector:
         sym = self._symbolizer
         pcs: list[int] = []
         if rec.stack:
-            pcs = unwind(rec.regs, rec.stack, sym.rules_of(rec.pid))
+            memo = self._memos.get(rec.pid)
+            if memo is None:
+                if len(self._memos) >= _MEMOS_MAX:
+                    self._memos.clear()
+                memo = self._memos[rec.pid] = {}
+            pcs = unwind(rec.regs, rec.stack, sym.rules_of(rec.pid), memo)
         if len(rec.ustack) > len(pcs):
             pcs = list(rec.ustack)
         if not pcs:
@@ -210,10 +223,18 @@ class CpuCollector:
         reader = self._readers.get(rec.pid)
         groups: list[list[Frame]] = []
         if reader is not None:
-            for raw_group in cpython_code.groups(list(rec.python), reader.layout):
-                frames = [f for raw in reversed(raw_group) if (f := reader.frame(raw))]
-                if frames:
-                    groups.append(frames)
+            key = (rec.pid, rec.py_words)
+            cached = self._py_cache.get(key)
+            if cached is None:
+                cached = []
+                for raw_group in cpython_code.groups(list(rec.python), reader.layout):
+                    frames = [f for raw in reversed(raw_group) if (f := reader.frame(raw))]
+                    if frames:
+                        cached.append(frames)
+                if len(self._py_cache) > _CACHE_MAX:
+                    self._py_cache.clear()
+                self._py_cache[key] = cached
+            groups = cached
             if not groups:
                 self._counters["cpu_python_missing"] += 1
         self._total += 1

@@ -175,6 +175,13 @@ class EhFrame:
 
     def rule(self, vaddr: int) -> Rule | None:
         """The unwind rule at a link-time address, or None (no FDE, or an unusual rule)."""
+        row = self.row(vaddr)
+        return row[2] if row is not None else None
+
+    def row(self, vaddr: int) -> tuple[int, int, Rule | None] | None:
+        """(lo, hi, rule): the rule at vaddr and the addresses [lo, hi) it holds for
+        (one row of the FDE's table), or None where no FDE covers vaddr. A function's
+        body is one or a few rows, so callers cache rows, not addresses."""
         k = bisect.bisect_right(self._starts, vaddr) - 1
         if k < 0:
             return None
@@ -187,7 +194,12 @@ class EhFrame:
             self._tables[k] = table
         locs, rules, end = table
         i = bisect.bisect_right(locs, vaddr) - 1
-        return rules[i] if i >= 0 and vaddr < end else None
+        if i < 0 or vaddr >= end:
+            return None
+        hi = min(locs[i + 1] if i + 1 < len(locs) else end, end)
+        if k + 1 < len(self._starts):
+            hi = min(hi, self._starts[k + 1])
+        return locs[i], hi, rules[i]
 
     def _table(self, fde: int) -> tuple[list[int], list[Rule | None], int]:
         """Every row of one FDE's CFA program: (row start addresses, rules, FDE end).

@@ -55,10 +55,19 @@ class ElfSymbols:
 
     def lookup(self, vaddr: int) -> str | None:
         """The function containing vaddr, or None."""
+        found = self.symbol(vaddr)
+        return found[2] if found is not None else None
+
+    def symbol(self, vaddr: int) -> tuple[int, int, str] | None:
+        """(lo, hi, name): the function containing vaddr and the addresses [lo, hi)
+        that `lookup` names the same (up to the next symbol's start), or None."""
         i = bisect.bisect_right(self.starts, vaddr) - 1
-        if i >= 0 and vaddr < self.ends[i]:
-            return self.names[i]
-        return None
+        if i < 0 or vaddr >= self.ends[i]:
+            return None
+        hi = self.ends[i]
+        if i + 1 < len(self.starts):
+            hi = min(hi, self.starts[i + 1])
+        return self.starts[i], hi, self.names[i]
 
 
 def read_symbols(path: str, open_path: str | None = None) -> ElfSymbols:

@@ -1,20 +1,23 @@
 """The kernel side at run time: target tgids in, raw per-sample records out.
 
-Records are copied out of the ring buffer into plain Python tuples at once, because the
-buffer memory is reused as soon as the callback returns.
+Records are decoded out of the ring buffer's mapped pages into plain Python tuples at
+once (`ringbuf.RingReader`), because the kernel reuses a record's bytes as soon as it
+is released.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import mmap
 import struct
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubeprof.agent.cpu import bpf_program, btf
 from kubeprof.agent.cpu.cpython_layout import Layout
+from kubeprof.agent.cpu.ringbuf import RingReader
 
+Buffer = bytes | bytearray | memoryview | mmap.mmap  # what decode() reads records from
 _STACK_AT = ctypes.sizeof(bpf_program.RawSample)  # the stack bytes follow the fixed part
 _PY_AT = bpf_program.RawSample.py.offset
 _USTACK_AT = bpf_program.RawSample.ustack.offset
@@ -26,9 +29,15 @@ _HEAD = struct.Struct(f"<QIIIiii{bpf_program.COMM_LEN}sQQQII")
 assert _HEAD.size == _USTACK_AT, "RawSample and _HEAD disagree: keep them in step"
 
 
-@dataclass(frozen=True, slots=True)
-class RawRecord:
-    """One sample as the kernel saw it: addresses, not names yet."""
+_WORDS = [
+    struct.Struct(f"<{n}Q") for n in range(max(bpf_program.MAX_DEPTH, 3 * bpf_program.MAX_PY) + 1)
+]
+_COMMS: dict[bytes, str] = {}  # raw comm -> name: a handful of distinct thread names
+
+
+class RawRecord(NamedTuple):
+    """One sample as the kernel saw it: addresses, not names yet (a tuple: built per
+    sample, and a frozen dataclass's field-by-field init costs a µs of it)."""
 
     ts_ns: int  # bpf_ktime_get_ns(): CLOCK_MONOTONIC
     pid: int
@@ -39,46 +48,85 @@ class RawRecord:
     kstack: tuple[int, ...]  # leaf first; () in user mode
     ustack_err: int = 0  # negative errno from bpf_get_stack, 0 if fine
     kstack_err: int = 0
-    python: tuple[tuple[int, int, int], ...] = ()  # (code, instr, flags), innermost first
+    py_words: tuple[int, ...] = ()  # code, instr, flags of each frame, innermost first
     python_err: int = 0  # negative: the BPF walk found no thread state for the thread
     regs: tuple[int, int, int] = (0, 0, 0)  # user ip, sp, bp at the sample
-    stack: bytes = b""  # user stack from sp up, for the DWARF unwinder
+    stack: bytes | memoryview = b""  # user stack from sp up, for the DWARF unwinder
+
+    @property
+    def python(self) -> tuple[tuple[int, int, int], ...]:
+        """The Python frames as (code, instr, flags), innermost first. Built on demand:
+        the flat words are the cache key, and a loop's stacks repeat sample after sample."""
+        words = iter(self.py_words)
+        return tuple(zip(words, words, words, strict=True))
 
 
-def _stack(fixed: bytes, at: int, length: int) -> tuple[tuple[int, ...], int]:
+def _stack(buf: Buffer, at: int, length: int) -> tuple[tuple[int, ...], int]:
     """(addresses, 0) of a bpf_get_stack() array of ``length`` bytes, or ((), -errno)."""
     if length < 0:
         return (), length
-    n = min(length // 8, bpf_program.MAX_DEPTH)
-    return struct.unpack_from(f"<{n}Q", fixed, at), 0
+    return _WORDS[min(length >> 3, bpf_program.MAX_DEPTH)].unpack_from(buf, at), 0
 
 
-def decode(fixed: bytes, data: int = 0) -> RawRecord:
-    """One ring-buffer record: ``fixed`` is its first ``sizeof(RawSample)`` bytes, the
-    user stack bytes follow at ``data + sizeof(RawSample)`` (read only when ``data``)."""
+def _comm(raw: bytes) -> str:
+    name = _COMMS.get(raw)
+    if name is None:
+        if len(_COMMS) > 4096:
+            _COMMS.clear()
+        name = _COMMS[raw] = raw.split(b"\0", 1)[0].decode(errors="replace")
+    return name
+
+
+def decode(buf: Buffer, at: int = 0, size: int | None = None, *, copy: bool = True) -> RawRecord:
+    """The record of ``size`` bytes at offset ``at`` of ``buf`` (the mapped ring, or a
+    copy of one record): the fixed part, then ``stack_len`` bytes of user stack.
+
+    Only the parts the record uses are read; a record shorter than its fixed part is
+    refused with ValueError, a stack longer than the record is cut to it. Without
+    `copy`, ``buf`` must be a memoryview and the stack is a view into it (the unwinder
+    reads a few words of several KiB: copying them all costs more than the walk)."""
+    size = len(memoryview(buf)) - at if size is None else size
+    if size < _STACK_AT:
+        raise ValueError(f"ring-buffer record of {size} bytes: the fixed part is {_STACK_AT}")
     ts, pid, tid, cpu, ulen, klen, py_len, comm, ip, sp, bp, stack_len, _ = _HEAD.unpack_from(
-        fixed
+        buf, at
     )
-    ustack, uerr = _stack(fixed, _USTACK_AT, ulen)
-    kstack, kerr = _stack(fixed, _KSTACK_AT, klen)
-    n_py = max(0, min(py_len, bpf_program.MAX_PY))
-    words = iter(struct.unpack_from(f"<{3 * n_py}Q", fixed, _PY_AT))
-    n_stack = min(stack_len, _STACK_MAX)
+    ustack, uerr = _stack(buf, at + _USTACK_AT, ulen)
+    kstack, kerr = _stack(buf, at + _KSTACK_AT, klen) if klen else ((), 0)
+    py_words = (
+        _WORDS[3 * min(py_len, bpf_program.MAX_PY)].unpack_from(buf, at + _PY_AT)
+        if py_len > 0
+        else ()
+    )
+    n_stack = min(stack_len, _STACK_MAX, size - _STACK_AT)
+    stack: bytes | memoryview = b""
+    if n_stack > 0:
+        first = at + _STACK_AT
+        view = (
+            buf[first : first + n_stack]
+            if type(buf) is memoryview
+            else memoryview(buf)[first : first + n_stack]
+        )
+        stack = bytes(view) if copy else view
     return RawRecord(
-        ts_ns=ts,
-        pid=pid,
-        tid=tid,
-        cpu=cpu,
-        comm=comm.split(b"\0", 1)[0].decode(errors="replace"),
-        ustack=ustack,
-        kstack=kstack,
-        ustack_err=uerr,
-        kstack_err=kerr,
-        python=tuple(zip(words, words, words, strict=True)),
-        python_err=min(py_len, 0),
-        regs=(ip, sp, bp),
-        stack=ctypes.string_at(data + _STACK_AT, n_stack) if data and n_stack else b"",
+        ts,
+        pid,
+        tid,
+        cpu,
+        _comm(comm),
+        ustack,
+        kstack,
+        uerr,
+        kerr,
+        py_words,
+        min(py_len, 0),
+        (ip, sp, bp),
+        stack,
     )
+
+
+def _decode_view(buf: memoryview, at: int, size: int) -> RawRecord:
+    return decode(buf, at, size, copy=False)
 
 
 class Sampler:
@@ -86,14 +134,15 @@ class Sampler:
 
     def __init__(self, hz: int) -> None:
         self._bpf: Any = bpf_program.load(hz, btf.fsbase_offset())
-        self._pending: list[RawRecord] = []
         self._targets = self._bpf[b"targets"]
         self._py_conf = self._bpf[b"py_conf"]
-        self._bpf[b"events"].open_ring_buffer(self._on_event)
-
-    def _on_event(self, _ctx: int, data: int, _size: int) -> int:
-        self._pending.append(decode(ctypes.string_at(data, _STACK_AT), data))
-        return 0  # bcc's wrapper int()s the result: None would raise and be caught, per record
+        try:
+            self._ring: RingReader | None = RingReader(
+                self._bpf[b"events"].map_fd, bpf_program.RINGBUF_PAGES * 4096
+            )
+        except BaseException:
+            self._bpf.cleanup()
+            raise
 
     def add_tgid(self, tgid: int) -> None:
         """Sample this process from now on (its later forks join in the kernel)."""
@@ -128,11 +177,20 @@ class Sampler:
         """Every tgid in the kernel's target set (children forked since included)."""
         return {k.value for k in self._targets.keys()}  # noqa: SIM118 (bcc table)
 
-    def drain(self) -> list[RawRecord]:
-        """Everything the ring buffer holds now, oldest first."""
-        self._bpf.ring_buffer_consume()
-        out, self._pending = self._pending, []
-        return out
+    def drain(self, *, hold: bool = False) -> list[RawRecord]:
+        """Everything the ring buffer holds now, oldest first.
+
+        With `hold`, each record's stack is a view into the ring, valid until
+        `release()` (the records stay reserved in the ring until then); without, a copy.
+        """
+        if self._ring is None:
+            return []
+        return self._ring.consume(_decode_view if hold else decode, hold=hold)
+
+    def release(self) -> None:
+        """Hand the records of every `drain(hold=True)` so far back to the kernel."""
+        if self._ring is not None:
+            self._ring.release()
 
     @property
     def dropped(self) -> int:
@@ -141,6 +199,9 @@ class Sampler:
 
     def close(self) -> None:
         """Detach and free the program; safe to call twice."""
+        if self._ring is not None:
+            ring, self._ring = self._ring, None
+            ring.close()
         if self._bpf is not None:
             bpf, self._bpf = self._bpf, None
             bpf.cleanup()

@@ -2,10 +2,12 @@
 
 A process's maps are read while it lives and cached per pid, so samples drained just
 after the process exits still resolve; ELF symbol tables are cached per file (by device,
-inode and mtime) because many processes share libc and the interpreter. Names and unwind
-rules are also cached per (file, offset in it): a new process of an interpreter already
+inode and mtime) because many processes share libc and the interpreter, and so are
+.eh_frame tables (each FDE's rows built once): a new process of an interpreter already
 seen (every pod of one image on a node, every run of ``kubeprof record``) resolves its
-return addresses without parsing a symbol table or an FDE again.
+return addresses without parsing a symbol table or an FDE again. Per process, names and
+rules are cached per address and per range (a function, an unwind row), so a leaf
+address never seen before inside a known function costs one bisection.
 """
 
 from __future__ import annotations
@@ -117,6 +119,38 @@ _FileKey = tuple[int, int, float, str]  # device, inode, mtime, path as mapped
 
 
 @dataclass(slots=True)
+class _Ranges:
+    """Disjoint address ranges of one process, each with the value that holds across it
+    (a function's name, an unwind row's rule): a leaf address never seen before (the
+    interpreter's loop moves every sample) is then one bisection, not a symbol search."""
+
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    values: list[object] = field(default_factory=list)
+
+    def get(self, addr: int) -> object:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i >= 0 and addr < self.ends[i]:
+            return self.values[i]
+        return _MISSING
+
+    def add(self, lo: int, hi: int, value: object) -> None:
+        if len(self.starts) > _CACHE_MAX:
+            self.clear()
+        i = bisect.bisect_right(self.starts, lo)
+        if (i > 0 and self.ends[i - 1] > lo) or (i < len(self.starts) and self.starts[i] < hi):
+            return  # overlaps a range already there: keep that one
+        self.starts.insert(i, lo)
+        self.ends.insert(i, hi)
+        self.values.insert(i, value)
+
+    def clear(self) -> None:
+        self.starts.clear()
+        self.ends.clear()
+        self.values.clear()
+
+
+@dataclass(slots=True)
 class _Process:
     maps: list[Mapping]
     loaded_at: float
@@ -126,6 +160,8 @@ class _Process:
     # Return addresses repeat sample after sample: each is named and ruled once.
     frames: dict[int, Frame] = field(default_factory=dict)
     rules: dict[int, Rule | None] = field(default_factory=dict)
+    frame_ranges: _Ranges = field(default_factory=_Ranges)
+    rule_ranges: _Ranges = field(default_factory=_Ranges)
     # Per mapping (by start): the path to open and the file's identity, stat()ed once.
     files: dict[int, tuple[str, _FileKey] | None] = field(default_factory=dict)
 
@@ -144,8 +180,8 @@ class Symbolizer:
         self._kernel: SymbolTable | None = None
         self._eh: dict[_FileKey, EhFrame | None] = {}
         # Shared by every process mapping the same file: keyed by (file, file offset).
+        # (Unwind rules need no such cache: each file's EhFrame keeps its parsed tables.)
         self._names: dict[tuple[_FileKey, int], str | None] = {}
-        self._rules: dict[tuple[_FileKey, int], Rule | None] = {}
 
     # -- processes ---------------------------------------------------------------------
     def refresh(self, pid: int) -> bool:
@@ -160,6 +196,8 @@ class Symbolizer:
             entry.maps, entry.loaded_at = maps, time.monotonic()
             entry.frames.clear()
             entry.rules.clear()
+            entry.frame_ranges.clear()
+            entry.rule_ranges.clear()
             entry.files.clear()
         entry.starts = [m.start for m in maps]
         self._load_perf_map(pid, entry)
@@ -262,8 +300,13 @@ class Symbolizer:
     def unwind_rule(self, pid: int, addr: int) -> Rule | None:
         """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
         entry = self._procs.get(pid)
-        if entry is not None and addr in entry.rules:
-            return entry.rules[addr]
+        if entry is not None:
+            if addr in entry.rules:
+                return entry.rules[addr]
+            ranged = entry.rule_ranges.get(addr)
+            if ranged is not _MISSING:
+                entry.rules[addr] = ranged  # type: ignore[assignment]
+                return ranged  # type: ignore[return-value]
         rule = self._unwind_rule(pid, addr)
         entry = self._procs.get(pid)
         if entry is not None:
@@ -280,9 +323,6 @@ class Symbolizer:
         if opened is None:
             return None
         open_path, key = opened
-        at = (key, addr - m.start + m.offset)
-        if at in self._rules:
-            return self._rules[at]
         if key not in self._eh:
             try:
                 with open(open_path, "rb") as f:
@@ -292,12 +332,21 @@ class Symbolizer:
         eh, elf = self._eh[key], self._elf(m, open_path, key)
         rule = None
         if eh is not None and elf is not None:
-            vaddr = elf.file_offset_to_vaddr(at[1])
-            rule = eh.rule(vaddr) if vaddr is not None else None
-        if len(self._rules) > _CACHE_MAX:
-            self._rules.clear()
-        self._rules[at] = rule
+            vaddr = elf.file_offset_to_vaddr(addr - m.start + m.offset)
+            row = eh.row(vaddr) if vaddr is not None else None
+            if row is not None and vaddr is not None:
+                rule = row[2]
+                self._add_range(pid, m, addr - vaddr, row[0], row[1], rule, rules=True)
         return rule
+
+    def _add_range(
+        self, pid: int, m: Mapping, bias: int, lo: int, hi: int, value: object, *, rules: bool
+    ) -> None:
+        """Remember [lo, hi) (link-time, moved by `bias`) of pid, within the mapping."""
+        entry = self._procs.get(pid)
+        lo, hi = max(lo + bias, m.start), min(hi + bias, m.end)
+        if entry is not None and lo < hi:
+            (entry.rule_ranges if rules else entry.frame_ranges).add(lo, hi, value)
 
     def _with_debug(self, elf: ElfSymbols) -> ElfSymbols:
         """Stripped binaries get the symbols of their installed debug file (-dbgsym)."""
@@ -316,6 +365,10 @@ class Symbolizer:
             cached = entry.frames.get(addr)
             if cached is not None:
                 return cached
+            ranged = entry.frame_ranges.get(addr)
+            if ranged is not _MISSING:
+                entry.frames[addr] = ranged  # type: ignore[assignment]
+                return ranged  # type: ignore[return-value]
         frame = self._user_frame(pid, addr)
         entry = self._procs.get(pid)
         if entry is not None and frame.file:  # unmapped: maybe mapped at the next refresh
@@ -337,14 +390,17 @@ class Symbolizer:
             return Frame(UNKNOWN, FrameKind.NATIVE, m.path)
         open_path, key = opened
         at = (key, addr - m.start + m.offset)
+        elf = self._elf(m, open_path, key)
+        vaddr = elf.file_offset_to_vaddr(at[1]) if elf is not None else None
+        found = elf.symbol(vaddr) if elf is not None and vaddr is not None else None
         if at not in self._names:
-            elf = self._elf(m, open_path, key)
-            vaddr = elf.file_offset_to_vaddr(at[1]) if elf is not None else None
-            name = elf.lookup(vaddr) if elf is not None and vaddr is not None else None
             if len(self._names) > _CACHE_MAX:
                 self._names.clear()
-            self._names[at] = demangle(name) if name else None
-        return Frame(self._names[at] or UNKNOWN, FrameKind.NATIVE, m.path)
+            self._names[at] = demangle(found[2]) if found else None
+        frame = Frame(self._names[at] or UNKNOWN, FrameKind.NATIVE, m.path)
+        if found is not None and vaddr is not None:
+            self._add_range(pid, m, addr - vaddr, found[0], found[1], frame, rules=False)
+        return frame
 
     def user_stack(self, pid: int, leaf_first: Sequence[int], callers: bool = False) -> list[Frame]:
         """A kernel-walked user stack (leaf first) as frames, root first.
