@@ -263,6 +263,7 @@ def replay(args: argparse.Namespace) -> None:
             c._native_cache.clear()  # and the other per-stack caches: unwind memo, Python
             c._memos.clear()
             c._py_cache.clear()
+            c._stack_cache.clear()
             for r in recs:
                 frames += len(c._sample(r).stack)
         per = (time.process_time() - t0) / (args.passes * len(recs))

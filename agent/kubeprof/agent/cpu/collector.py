@@ -21,7 +21,7 @@ from kubeprof.agent.cpu.merge import interleave
 from kubeprof.agent.cpu.native_unwind import Memo, unwind
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
-from kubeprof.model import Batch, CpuSample, Frame, ProcessInfo
+from kubeprof.model import Batch, CpuSample, Frame, ProcessInfo, Stack
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
@@ -66,6 +66,8 @@ class CpuCollector:
         self._memos: dict[int, Memo] = {}  # pid -> its callers' walks (native_unwind)
         # (pid, raw Python frames) -> named groups: a loop's stacks repeat sample after sample
         self._py_cache: dict[tuple[int, tuple[int, ...]], list[list[Frame]]] = {}
+        # (callers' key, leaf frame, raw Python frames) -> (user-space stack, no Python?)
+        self._stack_cache: dict[tuple[object, ...], tuple[Stack, bool]] = {}
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
@@ -176,6 +178,7 @@ class CpuCollector:
             self._known.pop(pid, None)
             self._native_cache.clear()  # its addresses mean other code now
             self._py_cache.clear()
+            self._stack_cache.clear()
             self._memos.pop(pid, None)
             self._see(pid)
 
@@ -189,9 +192,10 @@ class CpuCollector:
             self._ready.append(self._sample(rec))
             self._backlog.popleft()
 
-    def _native(self, rec: RawRecord) -> list[Frame]:
-        """Root-first native frames: .eh_frame unwind, or the kernel's frame-pointer walk
-        where that found more (code built with frame pointers but odd unwind tables)."""
+    def _native(self, rec: RawRecord) -> tuple[tuple[int, ...], list[Frame], Frame | None]:
+        """(callers' key, root-first callers' frames, leaf frame) of the native stack:
+        .eh_frame unwind, or the kernel's frame-pointer walk where that found more (code
+        built with frame pointers but odd unwind tables). No leaf: no native stack."""
         sym = self._symbolizer
         pcs: list[int] = []
         if rec.stack:
@@ -205,38 +209,53 @@ class CpuCollector:
             pcs = list(rec.ustack)
         if not pcs:
             self._counters["cpu_ustack_missing"] += 1
-            return []
+            return (rec.pid,), [], None
         # The leaf is wherever the sample hit (any instruction of a hot function: 225 of
         # 600 samples of an interpreter loop had their own), its callers repeat (13):
-        # cache the callers' frames and add the leaf's, itself cached per address.
+        # cache the callers' frames and add the leaf's, itself cached per function.
         key = (rec.pid, *pcs[1:])
         callers = self._native_cache.get(key)
         if callers is None:
             if len(self._native_cache) > _CACHE_MAX:
                 self._native_cache.clear()
             callers = self._native_cache[key] = sym.user_stack(rec.pid, pcs[1:], callers=True)
-        return [*callers, sym.user_frame(rec.pid, pcs[0])]
+        return key, callers, sym.user_frame(rec.pid, pcs[0])
+
+    def _python_groups(self, rec: RawRecord, reader: CodeReader) -> list[list[Frame]]:
+        """The sample's Python frames, grouped per interpreter invocation (cached per
+        raw frame chain)."""
+        key = (rec.pid, rec.py_words)
+        cached = self._py_cache.get(key)
+        if cached is None:
+            cached = []
+            for raw_group in cpython_code.groups(list(rec.python), reader.layout):
+                frames = [f for raw in reversed(raw_group) if (f := reader.frame(raw))]
+                if frames:
+                    cached.append(frames)
+            if len(self._py_cache) > _CACHE_MAX:
+                self._py_cache.clear()
+            self._py_cache[key] = cached
+        return cached
 
     def _sample(self, rec: RawRecord) -> CpuSample:
-        native = self._native(rec)
-        kernel = self._symbolizer.kernel_stack(rec.kstack)
-        reader = self._readers.get(rec.pid)
-        groups: list[list[Frame]] = []
-        if reader is not None:
-            key = (rec.pid, rec.py_words)
-            cached = self._py_cache.get(key)
-            if cached is None:
-                cached = []
-                for raw_group in cpython_code.groups(list(rec.python), reader.layout):
-                    frames = [f for raw in reversed(raw_group) if (f := reader.frame(raw))]
-                    if frames:
-                        cached.append(frames)
-                if len(self._py_cache) > _CACHE_MAX:
-                    self._py_cache.clear()
-                self._py_cache[key] = cached
-            groups = cached
-            if not groups:
-                self._counters["cpu_python_missing"] += 1
+        callers_key, callers, leaf = self._native(rec)
+        # The user-space stack is a function of (callers, leaf function, Python chain):
+        # a loop's samples repeat it, so the interleaving is done once per combination.
+        key = (callers_key, leaf, rec.py_words)
+        user = self._stack_cache.get(key)
+        if user is None:
+            reader = self._readers.get(rec.pid)
+            groups = self._python_groups(rec, reader) if reader is not None else []
+            native = [*callers, leaf] if leaf is not None else []
+            user = (interleave(groups, native, ()), reader is not None and not groups)
+            if len(self._stack_cache) > _CACHE_MAX:
+                self._stack_cache.clear()
+            self._stack_cache[key] = user
+        stack, python_missing = user
+        if python_missing:
+            self._counters["cpu_python_missing"] += 1
+        if rec.kstack:
+            stack = (*stack, *self._symbolizer.kernel_stack(rec.kstack))
         self._total += 1
         return CpuSample(
             ts_ns=rec.ts_ns,
@@ -244,7 +263,7 @@ class CpuCollector:
             tid=rec.tid,
             thread=rec.comm,
             cpu=rec.cpu,
-            stack=interleave(groups, native, kernel),
+            stack=stack,
         )
 
     def _batch(self) -> Batch:
