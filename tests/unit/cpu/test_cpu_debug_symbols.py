@@ -42,12 +42,13 @@ def stripped(tmp_path_factory):
 
 
 def _frame_at(sym, path, vaddr):
-    """Name a link-time address as if the ELF were mapped at its own addresses."""
-    maps = [Mapping(0, 1 << 40, 0, 1, str(path))]
-    sym._procs[1] = _Process(maps, 1e18, starts=[0])
+    """Name a link-time address of the ELF as mapped whole at 0x400000."""
+    base = 0x400000
+    maps = [Mapping(base, base + (1 << 40), 0, 1, str(path))]
+    sym._procs[1] = _Process(maps, 1e18, starts=[base])
     elf = read_symbols(str(path))
     seg = elf.segments[0]
-    return sym.user_frame(1, vaddr - seg.vaddr + seg.offset)
+    return sym.user_frame(1, base + vaddr - seg.vaddr + seg.offset)
 
 
 def test_stripped_binary_is_named_through_build_id_and_debuglink(stripped, tmp_path):

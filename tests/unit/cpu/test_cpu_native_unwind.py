@@ -34,35 +34,35 @@ def test_unwind_follows_rsp_and_rbp_rules_and_stops_outside_the_copy():
     base = 0x7FFF0000
     # leaf f: CFA = rsp + 16 (one push), RA at CFA-8; caller g: CFA = rbp + 16, rbp saved
     # at CFA-16; g's caller h has no rule: the walk ends after naming it.
-    words = [0xAAAA, 0x2000, 0x0, 0x0, base + 0x30, 0x3000]
-    rules = {0x1000: Rule(RSP, 16, -8, None), 0x1FFF: Rule(RBP, 16, -8, -16)}
+    words = [0xAAAA, 0x402000, 0x0, 0x0, base + 0x30, 0x403000]
+    rules = {0x401000: Rule(RSP, 16, -8, None), 0x401FFF: Rule(RBP, 16, -8, -16)}
     _, stack = _stack(base, words)
-    pcs = unwind((0x1000, base, base + 0x20), stack, rules.get)
-    assert pcs == [0x1000, 0x2000, 0x3000]
+    pcs = unwind((0x401000, base, base + 0x20), stack, rules.get)
+    assert pcs == [0x401000, 0x402000, 0x403000]
 
 
 def test_unwind_reads_slots_off_the_word_grid_and_not_past_the_copy():
     # The fast path reads 8-byte words from sp; a frame pointer off that grid (hand-made
     # code may keep one) must walk the same, and a slot half outside the copy is not read.
     base = 0x7FFF0000
-    rules = {0x1000: Rule(RSP, 16, -8, None), 0x1FFF: Rule(RBP, 16, -8, -16)}
+    rules = {0x401000: Rule(RSP, 16, -8, None), 0x401FFF: Rule(RBP, 16, -8, -16)}
     stack = bytearray(0x40)
-    struct.pack_into("<Q", stack, 0x08, 0x2000)  # f's return address at CFA-8
-    struct.pack_into("<Q", stack, 0x24, 0x3000)  # g's, at rbp+8: off the grid
-    regs = (0x1000, base, base + 0x1C)
-    assert unwind(regs, bytes(stack), rules.get) == [0x1000, 0x2000, 0x3000]
-    assert unwind(regs, bytes(stack[:0x2B]), rules.get) == [0x1000, 0x2000]
-    assert unwind(regs, bytes(stack[:0x2C]), rules.get) == [0x1000, 0x2000, 0x3000]
+    struct.pack_into("<Q", stack, 0x08, 0x402000)  # f's return address at CFA-8
+    struct.pack_into("<Q", stack, 0x24, 0x403000)  # g's, at rbp+8: off the grid
+    regs = (0x401000, base, base + 0x1C)
+    assert unwind(regs, bytes(stack), rules.get) == [0x401000, 0x402000, 0x403000]
+    assert unwind(regs, bytes(stack[:0x2B]), rules.get) == [0x401000, 0x402000]
+    assert unwind(regs, bytes(stack[:0x2C]), rules.get) == [0x401000, 0x402000, 0x403000]
 
 
 def test_unwind_plt_and_broken_chains():
-    base = 0x1000
-    stack = struct.pack("<QQ", 0x5000, 0)
-    plt = {0x400: Rule(PLT, 0, -8, None)}  # at a PLT stub's start: CFA = rsp + 8
-    assert unwind((0x400, base, 0), stack, plt.get) == [0x400, 0x5000]
+    base = 0x401000
+    stack = struct.pack("<QQ", 0x405000, 0)
+    plt = {0x400400: Rule(PLT, 0, -8, None)}  # at a PLT stub's start: CFA = rsp + 8
+    assert unwind((0x400400, base, 0), stack, plt.get) == [0x400400, 0x405000]
     assert unwind((0, base, 0), stack, plt.get) == []
-    loop = {0x400: Rule(RSP, 0, -8, None)}  # CFA not above sp: refuse to loop
-    assert unwind((0x400, base, 0), stack, loop.get) == [0x400]
+    loop = {0x400400: Rule(RSP, 0, -8, None)}  # CFA not above sp: refuse to loop
+    assert unwind((0x400400, base, 0), stack, loop.get) == [0x400400]
 
 
 @pytest.mark.skipif(not Path("/sys/kernel/btf/vmlinux").exists(), reason="no kernel BTF")
@@ -80,12 +80,12 @@ def test_fsbase_offset_from_kernel_btf():
 def _chain_stack():
     """leaf f (CFA = rsp+16) <- g (CFA = rsp+32) <- h (CFA = rsp+16) <- root (no rule)."""
     base = 0x7FFF0000
-    words = [0x1111, 0x2005, 0xAAAA, 0xBBBB, 0xCCCC, 0x3005, 0xDDDD, 0x4005]
+    words = [0x1111, 0x402005, 0xAAAA, 0xBBBB, 0xCCCC, 0x403005, 0xDDDD, 0x404005]
     rules = {
-        0x1000: Rule(RSP, 16, -8, None),
-        0x1001: Rule(RSP, 16, -8, None),
-        0x2004: Rule(RSP, 32, -8, None),
-        0x3004: Rule(RSP, 16, -8, None),
+        0x401000: Rule(RSP, 16, -8, None),
+        0x401001: Rule(RSP, 16, -8, None),
+        0x402004: Rule(RSP, 32, -8, None),
+        0x403004: Rule(RSP, 16, -8, None),
     }
     return base, words, rules
 
@@ -103,38 +103,38 @@ def test_memo_reuses_the_callers_walk_and_only_while_the_words_read_are_the_same
         return rules.get(addr)
 
     memo: dict = {}
-    want = [0x1000, 0x2005, 0x3005, 0x4005]
-    assert unwind((0x1000, base, 0), _pack(words), rule_at, memo) == want
+    want = [0x401000, 0x402005, 0x403005, 0x404005]
+    assert unwind((0x401000, base, 0), _pack(words), rule_at, memo) == want
     assert len(memo) == 1
     calls.clear()
     # Another leaf address, and g's local variables changed: the callers' walk is reused
     # (only the leaf's rule is looked up).
-    words2 = [0x9999, 0x2005, 0x1234, 0x5678, 0x9ABC, 0x3005, 0xDDDD, 0x4005]
-    assert unwind((0x1001, base, 0), _pack(words2), rule_at, memo) == [0x1001, *want[1:]]
-    assert calls == [0x1001]
+    words2 = [0x9999, 0x402005, 0x1234, 0x5678, 0x9ABC, 0x403005, 0xDDDD, 0x404005]
+    assert unwind((0x401001, base, 0), _pack(words2), rule_at, memo) == [0x401001, *want[1:]]
+    assert calls == [0x401001]
     # A different caller of h (its return address slot changed): walked again, not reused.
-    words3 = [0x1111, 0x2005, 0xAAAA, 0xBBBB, 0xCCCC, 0x3005, 0xDDDD, 0x5005]
+    words3 = [0x1111, 0x402005, 0xAAAA, 0xBBBB, 0xCCCC, 0x403005, 0xDDDD, 0x405005]
     calls.clear()
-    assert unwind((0x1000, base, 0), _pack(words3), rule_at, memo) == [*want[:3], 0x5005]
+    assert unwind((0x401000, base, 0), _pack(words3), rule_at, memo) == [*want[:3], 0x405005]
     assert len(calls) > 1
     # With and without the memo, the same answer.
-    assert unwind((0x1000, base, 0), _pack(words3), rules.get) == [*want[:3], 0x5005]
+    assert unwind((0x401000, base, 0), _pack(words3), rules.get) == [*want[:3], 0x405005]
 
 
 def test_memo_keys_on_bp_where_a_caller_s_cfa_comes_from_it():
     # g's CFA is rbp-based and nothing reloads rbp before it: two samples that differ
     # only in bp must not share a walk.
     base = 0x7FFF0000
-    rules = {0x1000: Rule(RSP, 16, -8, None), 0x2004: Rule(RBP, 16, -8, None)}
-    words = [0, 0x2005, 0, 0, 0x3005, 0, 0, 0, 0x4005, 0]
+    rules = {0x401000: Rule(RSP, 16, -8, None), 0x402004: Rule(RBP, 16, -8, None)}
+    words = [0, 0x402005, 0, 0, 0x403005, 0, 0, 0, 0x404005, 0]
     memo: dict = {}
-    assert unwind((0x1000, base, base + 0x18), _pack(words), rules.get, memo) == [
-        0x1000,
-        0x2005,
-        0x3005,
+    assert unwind((0x401000, base, base + 0x18), _pack(words), rules.get, memo) == [
+        0x401000,
+        0x402005,
+        0x403005,
     ]
-    assert unwind((0x1000, base, base + 0x38), _pack(words), rules.get, memo) == [
-        0x1000,
-        0x2005,
-        0x4005,
+    assert unwind((0x401000, base, base + 0x38), _pack(words), rules.get, memo) == [
+        0x401000,
+        0x402005,
+        0x404005,
     ]

@@ -78,14 +78,37 @@ def test_live_process_addresses_resolve_through_load_bias(binary):
         # every address is a return address, the first one included.
         assert sym.user_stack(proc.pid, [alpha])[0].name == "alpha_fn"
         assert sym.user_stack(proc.pid, [alpha], callers=True)[0].name != "alpha_fn"
-        assert [f.name for f in sym.user_stack(proc.pid, [beta + 1], callers=True)] == [
-            "beta_fn"
-        ]
+        assert [f.name for f in sym.user_stack(proc.pid, [beta + 1], callers=True)] == ["beta_fn"]
     finally:
         proc.kill()
         proc.wait()
     # Cached maps keep working after the process is gone.
     assert sym.user_frame(proc.pid, alpha + 1).name == "alpha_fn"
+
+
+def test_per_process_caches_survive_bad_addresses_and_added_mappings(binary):
+    """A broken walk's value (0x5) re-reads no maps, and a re-read that only finds
+    added mappings (dlopen) keeps what was cached; a leaf inside a known function is
+    named from the function's range, the same as looked up afresh."""
+    proc = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
+    try:
+        alpha, _ = (int(a, 16) for a in proc.stdout.readline().split())
+        sym = Symbolizer()
+        assert sym.user_frame(proc.pid, alpha + 1).name == "alpha_fn"
+        entry = sym._procs[proc.pid]
+        entry.loaded_at = 0.0  # long ago: an unknown address may re-read the maps
+        assert sym.user_frame(proc.pid, 0x5).name == UNKNOWN
+        assert entry.loaded_at == 0.0  # not re-read for an impossible address
+        assert sym.user_frame(proc.pid, 1 << 46).name == UNKNOWN  # unmapped, plausible
+        assert entry.loaded_at > 0.0 and alpha + 1 in entry.frames  # re-read, kept
+        before = len(entry.frames)
+        assert sym.user_frame(proc.pid, alpha + 2) == sym._user_frame(proc.pid, alpha + 2)
+        assert entry.frame_ranges.get(alpha + 2) is entry.frames[alpha + 1]
+        assert len(entry.frames) == before + 1
+        assert sym.unwind_rule(proc.pid, alpha + 2) == sym._unwind_rule(proc.pid, alpha + 2)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_perf_map_names_anonymous_code(tmp_path):

@@ -26,6 +26,7 @@ from kubeprof.agent.cpu.eh_frame import PLT, RBP, RSP, Rule
 MAX_FRAMES = 128
 _REST = MAX_FRAMES - 2  # callers after the leaf's own
 _MEMO_MAX = 4096  # states remembered per process (dropped whole past this)
+_LOWEST_CODE = 0x10000  # vm.mmap_min_addr's default: nothing executable lies below
 _LITTLE = sys.byteorder == "little"
 
 
@@ -160,8 +161,8 @@ def _walk(
             saved = slot(cfa + rule.rbp_off)
             if saved is not None:
                 bp, bp_live = saved, False
-        if not ra or cfa <= sp:
-            break
+        if ra is None or ra < _LOWEST_CODE or cfa <= sp:
+            break  # (a return address below any mapping is a wrong slot, not code)
         sp, ip = cfa, ra
         pcs.append(ip)
     return _Walk(pcs, ip, sp, bp, used_bp, memoizable)

@@ -113,6 +113,7 @@ def parse_kallsyms(text: str) -> SymbolTable:
 
 
 _CACHE_MAX = 1 << 16  # address caches are dropped whole past this size
+_USER_LOW, _USER_HIGH = 0x10000, 1 << 47  # vm.mmap_min_addr's default; x86-64 user space
 
 _MISSING = object()
 _FileKey = tuple[int, int, float, str]  # device, inode, mtime, path as mapped
@@ -192,6 +193,8 @@ class Symbolizer:
         entry = self._procs.get(pid)
         if entry is None:
             self._procs[pid] = entry = _Process(maps, time.monotonic())
+        elif set(entry.maps) <= set(maps):  # only added (dlopen): cached addresses hold
+            entry.maps, entry.loaded_at = maps, time.monotonic()
         else:
             entry.maps, entry.loaded_at = maps, time.monotonic()
             entry.frames.clear()
@@ -243,6 +246,8 @@ class Symbolizer:
             pass
 
     def _mapping(self, pid: int, addr: int) -> Mapping | None:
+        if not _USER_LOW <= addr < _USER_HIGH:
+            return None  # a broken walk's value: no maps re-read can place it
         entry = self._procs.get(pid)
         if entry is None:
             if not self.refresh(pid):
