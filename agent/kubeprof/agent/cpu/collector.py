@@ -1,12 +1,12 @@
 """`CpuCollector`: the CPU sampler that `kubeprof record` and the node agent drive.
 
-Dataflow per poll: drain raw records from BPF -> native frames by .eh_frame unwinding of
-the copied user stack (or the kernel's frame-pointer walk where that finds more) and
-symbols, resolved at once (the process may exit any moment) -> Python frames from the
-code objects the BPF program walked, interleaved with the native frames at each
-`_PyEval_EvalFrameDefault` -> Batch. Nothing is held back: a sample is in the batch of
-the poll that drained it. `stop()` drains and hands back everything, so samples are never
-lost on Ctrl-C or early exit.
+Dataflow per poll: drain raw records from BPF (held in the ring until symbolized) ->
+native frames by .eh_frame unwinding of the copied user stack (or the kernel's
+frame-pointer walk where that finds more) and symbols, resolved at once (the process may
+exit any moment) -> Python frames from the code objects the BPF program walked,
+interleaved with the native frames at each `_PyEval_EvalFrameDefault` -> Batch. Nothing
+is held back: a sample is in the batch of the poll that drained it. `stop()` drains and
+hands back everything, so samples are never lost on Ctrl-C or early exit.
 """
 
 from __future__ import annotations

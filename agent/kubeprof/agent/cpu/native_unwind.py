@@ -73,11 +73,7 @@ def unwind(
     key = (first.ip, first.sp, end)
     view = words[(first.sp - base) >> 3 :]
     chain = memo.get(key)
-    if (
-        chain is not None
-        and (chain.bp is None or chain.bp == first.bp)
-        and (chain.words is None or chain.words(view) == chain.values)
-    ):
+    if chain is not None and _same(chain, first.bp, view):
         out += chain.pcs
         return out
     read: list[int] = []
@@ -94,6 +90,16 @@ def unwind(
             tuple(rest.pcs),
         )
     return out
+
+
+def _same(chain: _Chain, bp: int, view: memoryview) -> bool:
+    """Whether walking from here would read what `chain`'s walk read."""
+    if chain.bp is not None and chain.bp != bp:
+        return False
+    try:
+        return chain.words is None or chain.words(view) == chain.values
+    except IndexError:  # a shorter copy than the chain's (its key says same end): no reuse
+        return False
 
 
 class _Walk(NamedTuple):
