@@ -41,7 +41,30 @@ def daemonset_caps() -> list[str]:
 
 
 @pytest.fixture
-def node() -> Iterator[Path]:
+def reachable() -> Iterator[None]:
+    """Let uid 1000 reach this checkout's Python (a checkout under a 0700 folder, such as
+    `mktemp -d` makes, would refuse it): folders on the way get the others' search bit
+    (not read) for the test, and get their mode back after."""
+    import stat
+
+    needed = [HERE / "tracer_pod_child.py", Path(sys.executable), Path(sys.prefix)]
+    needed += [Path(p) for p in package_roots()]
+    changed: dict[Path, int] = {}
+    for path in needed:
+        for folder in [*reversed(path.parents), *([path] if path.is_dir() else [])]:
+            mode = stat.S_IMODE(folder.stat().st_mode)
+            if folder not in changed and not mode & stat.S_IXOTH:
+                changed[folder] = mode
+                folder.chmod(mode | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(mode)
+
+
+@pytest.fixture
+def node(reachable: None) -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="kp-", dir="/tmp"))  # short: socket paths <= 108
     root.chmod(0o755)
     (root / "rx").mkdir(mode=0o755)  # the node's rx/ folder: root's, as kubelet creates it
