@@ -194,8 +194,10 @@ class Sampler:
 
     @property
     def dropped(self) -> int:
-        """Samples the kernel could not reserve ring-buffer space for."""
-        return int(self._bpf[b"dropped"][ctypes.c_int(0)].value)
+        """Samples lost: the kernel could not reserve ring-buffer space for them, or the
+        reader could not decode them (`RingReader.bad`)."""
+        bad = self._ring.bad if self._ring is not None else 0
+        return int(self._bpf[b"dropped"][ctypes.c_int(0)].value) + bad
 
     def close(self) -> None:
         """Detach and free the program; safe to call twice."""
