@@ -98,10 +98,10 @@ class RingReader:
         """Unmap; safe to call twice. Views a caller still holds keep the data pages
         mapped until they are dropped (the mapping refuses to close under them)."""
         self._cons = None
-        for view in (self._words, self._halves, self._bytes):
-            if view is not None:
-                view.release()
+        with contextlib.suppress(BufferError):  # never in the way of detaching the program
+            for view in (self._words, self._halves, self._bytes):
+                if view is not None:
+                    view.release()
+            self._data_map.close()
         self._words = self._halves = self._bytes = None
         self._cons_map.close()
-        with contextlib.suppress(BufferError):
-            self._data_map.close()
