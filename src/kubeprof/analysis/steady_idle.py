@@ -15,6 +15,7 @@ from kubeprof.analysis.gpu_trace import GpuTrace
 from kubeprof.analysis.phases import Phases, Window
 
 BUCKET_NS = 100_000_000  # timeline resolution: 100 ms
+MAX_BUCKETS = 4_096  # a longer window gets wider buckets, so memory never follows the span
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +87,19 @@ def phase_figures(trace: GpuTrace, phases: Phases) -> PhaseFigures:
     )
 
 
+def bucket_width(duration_ns: int, bucket_ns: int = BUCKET_NS) -> int:
+    """``bucket_ns``, or a whole multiple of it wide enough that ``duration_ns`` fits in
+    ``MAX_BUCKETS``: a claimed span of years must not allocate a slot per 100 ms."""
+    if duration_ns <= bucket_ns * MAX_BUCKETS:
+        return bucket_ns
+    per = -(-duration_ns // MAX_BUCKETS)
+    return -(-per // bucket_ns) * bucket_ns
+
+
 def timeline(trace: GpuTrace, window: Window, bucket_ns: int = BUCKET_NS) -> Timeline:
-    """Busy ns per bucket over ``window``; the last bucket may be partly outside it."""
+    """Busy ns per bucket over ``window`` (at most ``MAX_BUCKETS`` buckets, widened for long
+    windows); the last bucket may be partly outside it."""
+    bucket_ns = bucket_width(window.duration_ns, bucket_ns)
     n = max(0, -(-window.duration_ns // bucket_ns))
     out = [0] * n
     for iv in trace.busy.values():

@@ -146,3 +146,21 @@ def test_one_kernel_autotuned_in_many_configurations_is_not_the_loop():
     r = analyse(acts, [], None, Window(*loop.session))
     assert r.phases.anchor != "gemm_fusion_dot_1"
     assert r.headline.ratio is not None and r.headline.ratio < 0.05
+
+
+def test_a_claimed_span_of_years_is_bucketed_in_bounded_memory():
+    """A hostile or broken record claiming a huge span must not allocate a slot per 100 ms."""
+    year = 365 * 24 * 3600 * 1_000_000_000
+    acts = [
+        GpuActivity("kernel", "k", 0, MS, 0, 1, 0),
+        GpuActivity("kernel", "k", 50 * year, 50 * year + MS, 0, 1, 0),
+    ]
+    trace = gpu_trace.build(acts)
+    tl = steady_idle.timeline(trace, Window(0, 100 * year))
+    assert len(tl.busy_ns) <= steady_idle.MAX_BUCKETS
+    assert tl.bucket_ns % steady_idle.BUCKET_NS == 0
+    assert len(tl.busy_ns) * tl.bucket_ns >= 100 * year
+    assert sum(tl.busy_ns) == 2 * MS
+    r = analyse(acts, [], None, Window(0, 100 * year))
+    assert len(r.timeline.busy_ns) <= steady_idle.MAX_BUCKETS
+    assert sum(r.timeline.busy_ns) == r.figures.session.busy_ns
