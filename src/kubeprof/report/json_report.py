@@ -13,8 +13,8 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
   ``window`` {start_ns, end_ns}, ``devices``, ``reason`` when null.
 - ``phases``: ``method``, ``anchor`` kernel, ``steps``, ``step_ns``, and for each of
   startup / warmup / steady / tail / session: start_ns, end_ns, idle_ratio, reason.
-- ``timeline``: start_ns, bucket_ns (100 ms; wider past 4,096 buckets), devices, ``busy_ns`` per bucket (summed over
-  devices) and ``idle_ratio`` per bucket.
+- ``timeline``: start_ns, bucket_ns (100 ms; wider past 4,096 buckets), devices, ``busy_ns``
+  per bucket (summed over devices) and ``idle_ratio`` per bucket.
 - ``breakdown``: steady-state idle by cause: idle_ns, host_ns, host_on_cpu_ns, other_ns,
   sync_ns, copy_ns, launch_ns, cpu_source, ``shares`` (of the idle time); null without kernels.
 - ``cpu_during_idle``: the launching thread (pid, tid, thread), CPU ``source``, samples,
