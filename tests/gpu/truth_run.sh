@@ -81,6 +81,15 @@ modes=("$@")
 for m in "${modes[@]}"; do
   case $m in
     pageable_pinned) record "$m" 75 $PY examples/gpu_truth.py --mode pageable --pinned ;;
+    # off the training-loop shape (issue 26): examples/gpu_shapes.py
+    serve) record "$m" 75 $PY examples/gpu_shapes.py --mode serve --name serve --seconds 6 ;;
+    copyonly) record "$m" 75 $PY examples/gpu_shapes.py --mode copyonly --name copyonly --steps 300 ;;
+    loader_starved) record "$m" 90 $PY examples/gpu_shapes.py --mode loader --name "$m" \
+      --workers 4 --pinned --item-ms 1.0 --steps 300 ;;
+    loader_pageable) record "$m" 90 $PY examples/gpu_shapes.py --mode loader --name "$m" \
+      --workers 4 --item-ms 1.0 --side 384 --steps 200 ;;
+    loader_ok) record "$m" 90 $PY examples/gpu_shapes.py --mode loader --name "$m" \
+      --workers 8 --pinned --item-ms 0.1 --matmuls 6 --steps 200 ;;
     train_torch) ;;
     *) record "$m" 75 $PY examples/gpu_truth.py --mode "$m" ;;
   esac
