@@ -82,6 +82,39 @@ class CpuSample:
     stack: Stack  # root first, leaf last; kernel frames (if any) at the leaf end
 
 
+class OffCpuSource(StrEnum):
+    """How an off-CPU sample was taken: it decides what its time means."""
+
+    BPF_SCHED = "bpf-sched"  # measured: switch-out to switch-in, from the sched_switch tracepoint
+    SAMPLED_WALL = "sampled-wall"  # sampled: a thread seen not running (py-spy --idle, /proc)
+
+
+@dataclass(frozen=True, slots=True)
+class OffCpuSample:
+    """A span one thread spent off CPU (blocked or sleeping), with the stack it waited in.
+
+    Kept apart from CpuSample: an on-CPU sample stands for one sampling period, an
+    off-CPU sample for a measured (or sampled) stretch of waiting, so the two add up to a
+    thread's wall-clock time only through `weight_ns`.
+    """
+
+    ts_ns: int  # CLOCK_MONOTONIC ns when the thread left the CPU (bpf-sched) or was seen idle
+    pid: int  # process id (tgid) in the profiler's PID namespace
+    tid: int  # thread id
+    thread: str  # thread name (comm)
+    # bpf-sched: ns off CPU from ts_ns until the wait ended (the sum of its off-CPU spans
+    # when one wait switched out more than once); sampled-wall: the sampling interval.
+    blocked_ns: int
+    # Wall time this sample stands for in a profile: blocked_ns times the switch-sampling
+    # factor (1-in-N switch-outs kept), or the sampling interval for sampled-wall.
+    weight_ns: int
+    # Why it waited: the blocking syscall ("read", "futex", "clock_nanosleep", ...), else
+    # "wchan:<kernel function>" or the thread state ("sleeping", "disk"); "" when unknown.
+    reason: str
+    source: str  # an OffCpuSource value
+    stack: Stack  # root first, leaf last, as in CpuSample; () when it could not be read
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
     """A process seen during a session, so reports can name it after it exits."""
@@ -151,3 +184,4 @@ class Batch:
     gpu_metrics: tuple[GpuMetricSample, ...] = ()
     counters: dict[str, int] = field(default_factory=dict)  # e.g. {"gpu_dropped": 3}
     gpu_tracers: tuple[GpuTracerState, ...] = ()  # injected tracers' answers (node agent)
+    offcpu_samples: tuple[OffCpuSample, ...] = ()  # waits of target threads (off-CPU view)

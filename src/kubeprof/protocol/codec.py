@@ -38,6 +38,7 @@ from kubeprof.model import (
     GpuActivity,
     GpuMetricSample,
     GpuTracerState,
+    OffCpuSample,
     ProcessInfo,
     Stack,
 )
@@ -78,12 +79,14 @@ def _text(max_chars: int, no_nul: bool) -> Any:
 
 
 _STACK = "Stack"
-_I64 = ("ts_ns", "start_ns", "end_ns", "correlation_id", "stream", "shared_mem", "bytes")
+_I64 = ("ts_ns", "start_ns", "end_ns", "correlation_id", "stream", "shared_mem", "bytes",
+        "blocked_ns", "weight_ns")
 _PIDS = ("pid", "tid", "ppid")
 _I32 = ("cpu", "device", "line", "registers")
 _SHORT_TEXT = {"kind": lim.KIND_MAX, "metric": lim.METRIC_MAX, "pod_uid": lim.POD_UID_MAX,
                "container_id": lim.CONTAINER_ID_MAX, "state": lim.KIND_MAX,
-               "socket": lim.SOCKET_NAME_MAX, "reason": lim.REASON_MAX}
+               "socket": lim.SOCKET_NAME_MAX, "reason": lim.REASON_MAX,
+               "source": lim.KIND_MAX}
 
 
 def _wire_type(name: str, annotation: str, limits: IngestLimits, no_nul: bool) -> Any:
@@ -139,6 +142,7 @@ RECORDS = (
     _Record.of(GpuActivity, "gpu_activities"),
     _Record.of(GpuMetricSample, "gpu_metrics"),
     _Record.of(GpuTracerState, "gpu_tracers"),
+    _Record.of(OffCpuSample, "offcpu_samples"),
 )
 _FRAME = _Record.of(Frame, "frames")
 _BY_KEY = {r.key: r for r in (*RECORDS, _FRAME)}

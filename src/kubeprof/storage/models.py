@@ -236,3 +236,27 @@ class StackCountRow(Base):
     stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"), primary_key=True)
     thread: Mapped[str] = mapped_column(default="")
     samples: Mapped[int] = mapped_column(default=0)
+
+
+class OffCpuSampleRow(Base):
+    """A span one thread spent off CPU, with the stack it waited in (`OffCpuSample`).
+
+    Not pre-counted like `stack_counts`: the agent keeps only waits at least the minimum
+    blocked time long, so a session holds far fewer of these than CPU samples.
+    """
+
+    __tablename__ = "offcpu_samples"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node: Mapped[str] = mapped_column(default="")
+    ts_ns: Mapped[int]  # CLOCK_MONOTONIC ns when the thread left the CPU
+    pid: Mapped[int] = mapped_column(Integer)
+    tid: Mapped[int] = mapped_column(Integer)
+    thread: Mapped[str]
+    blocked_ns: Mapped[int]  # measured (bpf-sched) or the sampling interval (sampled-wall)
+    weight_ns: Mapped[int]  # wall time it stands for in a profile
+    reason: Mapped[str] = mapped_column(default="")
+    source: Mapped[str] = mapped_column(String(16))  # bpf-sched | sampled-wall
+    stack_id: Mapped[int | None] = mapped_column(ForeignKey("stacks.id"), nullable=True)
+    __table_args__ = (Index("ix_offcpu_samples_session_stack", "session_id", "stack_id"),)

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.model import GpuActivity, GpuMetricSample, GpuTracerState, Stack
 from kubeprof.reportdata import Profile, WeightedStack
+from kubeprof.storage import offcpu
 from kubeprof.storage import stack_counts as sc
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
@@ -288,7 +289,8 @@ def load_profile(conn: Connection, session: SessionInfo) -> Profile:
     if session.command:
         meta.setdefault("command", session.command)
     return Profile(session=session.name, hz=session.hz, duration_s=session.duration_s,
-                   cpu=cpu_stacks(conn, session), meta=meta)
+                   cpu=cpu_stacks(conn, session), meta=meta,
+                   offcpu=offcpu.offcpu_stacks(conn, session.id))
 
 
 def latest_gpu_ns(conn: Connection, session_id: int) -> dict[str, int]:

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import migrate, sessions, stack_counts
+from kubeprof.storage import migrate, offcpu, sessions, stack_counts
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
@@ -161,8 +161,9 @@ def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Ba
     _upsert_processes(conn, session_id, node, batch)
     _add_counters(conn, session_id, node, batch.counters)
     _upsert_tracers(conn, session_id, node, batch)
+    waits = offcpu.write(conn, interner, session_id, node, batch.offcpu_samples)
     return (len(samples) + len(activities) + len(metrics) + len(batch.processes)
-            + len(batch.gpu_tracers))
+            + len(batch.gpu_tracers) + waits)
 
 
 def _upsert_tracers(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
