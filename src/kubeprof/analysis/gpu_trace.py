@@ -1,8 +1,13 @@
-"""One GPU trace model, built once: kernels sorted by time, busy and idle intervals per device.
+"""One GPU trace model, built once: device work sorted by time, busy and idle intervals per
+device.
 
-Every analysis of the findings layer reads this instead of re-walking the activity list
-(HTA's habit: load the trace once, ask it many questions). Built in a few passes over the
-activities, so a million kernels take about a second in pure Python.
+Every analysis reads this instead of re-walking the activity list (HTA's habit: load the
+trace once, ask it many questions). Built in a few passes over the activities, so a million
+kernels take about a second in pure Python.
+
+Busy means any engine: the device is busy while a kernel, a copy or a memset runs on it (a
+loop whose GPU work is one copy a step keeps the device as busy as its copies last).
+Kernel-busy and copy-busy are indexed apart, so a report shows them beside the headline.
 """
 
 from __future__ import annotations
@@ -17,32 +22,23 @@ from kubeprof.analysis.gpu_timeline import Interval, gaps
 from kubeprof.model import GpuActivity
 
 COPY_KINDS = frozenset({"memcpy", "memset"})
+WORK_KINDS = frozenset({"kernel"}) | COPY_KINDS  # what keeps a device busy
 # Sync records that mean "the host thread was blocked"; stream_wait_event is a GPU-side wait.
 HOST_SYNCS = frozenset({"event_sync", "stream_sync", "context_sync"})
 
 
 @dataclass(frozen=True, slots=True)
-class GpuTrace:
-    """Kernels and the other GPU records of a session, indexed for window questions."""
+class BusyIndex:
+    """Merged busy intervals per device, with running totals for two-bisection queries."""
 
-    kernels: tuple[GpuActivity, ...]  # sorted by start_ns
-    starts: tuple[int, ...]  # kernels' start_ns, for bisection
-    busy: dict[int, list[Interval]]  # merged kernel intervals per device
-    copies: tuple[GpuActivity, ...]  # memcpy/memset, sorted by start
-    syncs: tuple[GpuActivity, ...]  # sync records, sorted by start
-    pids: frozenset[int]  # processes that ran kernels
-    # per device: busy interval starts and the running total of busy time (for bisection)
-    index: dict[int, tuple[list[int], list[int]]]
+    intervals: dict[int, list[Interval]]
+    index: dict[int, tuple[list[int], list[int]]]  # interval starts, cumulative busy ns
 
-    @property
-    def devices(self) -> tuple[int, ...]:
-        return tuple(self.busy)
-
-    def busy_ns(self, start: int, end: int) -> int:
-        """Kernel-busy time in [start, end), summed over devices (two bisections each)."""
+    def ns(self, start: int, end: int) -> int:
+        """Busy time in [start, end), summed over devices."""
         out = 0
-        for dev, iv in self.busy.items():
-            i, j = self._slice(dev, start, end)
+        for dev, iv in self.intervals.items():
+            i, j = self.slice(dev, start, end)
             if i >= j:
                 continue
             cum = self.index[dev][1]
@@ -53,21 +49,62 @@ class GpuTrace:
             out += max(0, inner)
         return out
 
-    def idle(self, start: int, end: int) -> dict[int, list[Interval]]:
-        """Idle intervals of [start, end) per device."""
-        out = {}
-        for dev, iv in self.busy.items():
-            i, j = self._slice(dev, start, end)
-            out[dev] = gaps(iv[i:j], start, end)
-        return out
-
-    def _slice(self, dev: int, start: int, end: int) -> tuple[int, int]:
+    def slice(self, dev: int, start: int, end: int) -> tuple[int, int]:
         """Index range of the device's busy intervals that overlap [start, end)."""
         starts = self.index[dev][0]
         i = max(0, bisect_right(starts, start) - 1)
-        if i < len(starts) and self.busy[dev][i][1] <= start:
+        if i < len(starts) and self.intervals[dev][i][1] <= start:
             i += 1
         return i, bisect_left(starts, end)
+
+
+def busy_index(work: Sequence[GpuActivity]) -> BusyIndex:
+    """Index of the union of ``work`` (sorted by start) per device."""
+    busy = _merge_sorted(work)
+    index = {}
+    for dev, iv in busy.items():
+        cum = [0]
+        for s, e in iv:
+            cum.append(cum[-1] + e - s)
+        index[dev] = ([s for s, _ in iv], cum)
+    return BusyIndex(busy, index)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTrace:
+    """Device work and the other GPU records of a session, indexed for window questions."""
+
+    kernels: tuple[GpuActivity, ...]  # sorted by start_ns
+    starts: tuple[int, ...]  # kernels' start_ns, for bisection
+    copies: tuple[GpuActivity, ...]  # memcpy/memset, sorted by start
+    syncs: tuple[GpuActivity, ...]  # sync records, sorted by start
+    pids: frozenset[int]  # processes that ran device work
+    work: tuple[GpuActivity, ...]  # kernels, copies and memsets on a device, sorted by start
+    work_starts: tuple[int, ...]
+    any_busy: BusyIndex  # any engine: what the headline counts
+    kernel_busy: BusyIndex  # kernels only (SMs busy)
+    copy_busy: BusyIndex  # copies and memsets only (copy engines busy)
+
+    @property
+    def busy(self) -> dict[int, list[Interval]]:
+        """Merged any-engine busy intervals per device."""
+        return self.any_busy.intervals
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return tuple(self.busy)
+
+    def busy_ns(self, start: int, end: int) -> int:
+        """Any-engine busy time in [start, end), summed over devices (two bisections each)."""
+        return self.any_busy.ns(start, end)
+
+    def idle(self, start: int, end: int) -> dict[int, list[Interval]]:
+        """Idle intervals (no engine busy) of [start, end) per device."""
+        out = {}
+        for dev, iv in self.busy.items():
+            i, j = self.any_busy.slice(dev, start, end)
+            out[dev] = gaps(iv[i:j], start, end)
+        return out
 
 
 def build(activities: Sequence[GpuActivity]) -> GpuTrace:
@@ -87,26 +124,24 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
     kernels.sort(key=by_start)
     copies.sort(key=by_start)
     syncs.sort(key=by_start)
-    busy = _merge_sorted(kernels)
-    index = {}
-    for dev, iv in busy.items():
-        cum = [0]
-        for s, e in iv:
-            cum.append(cum[-1] + e - s)
-        index[dev] = ([s for s, _ in iv], cum)
+    on_device = [c for c in copies if c.device >= 0 and c.end_ns > c.start_ns]
+    work = sorted((*kernels, *on_device), key=by_start)
     return GpuTrace(
         kernels=tuple(kernels),
         starts=tuple(k.start_ns for k in kernels),
-        busy=busy,
         copies=tuple(copies),
         syncs=tuple(syncs),
-        pids=frozenset(k.pid for k in kernels),
-        index=index,
+        pids=frozenset(w.pid for w in work),
+        work=tuple(work),
+        work_starts=tuple(w.start_ns for w in work),
+        any_busy=busy_index(work),
+        kernel_busy=busy_index(kernels),
+        copy_busy=busy_index(on_device),
     )
 
 
 def _merge_sorted(kernels: Sequence[GpuActivity]) -> dict[int, list[Interval]]:
-    """Union of kernel intervals per device; input sorted by start, so one pass."""
+    """Union of work intervals per device; input sorted by start, so one pass."""
     out: dict[int, list[Interval]] = defaultdict(list)
     last: dict[int, list[int]] = {}
     for k in kernels:

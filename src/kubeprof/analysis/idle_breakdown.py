@@ -3,14 +3,15 @@ idle-time breakdown, with the records kubeprof has).
 
 - ``sync``: a CUDA synchronization record overlaps it (the host blocked in
   cudaStreamSynchronize/cudaEventSynchronize/.item(), or a stream waiting on an event);
-- ``copy``: a memcpy/memset ran while no kernel did (SMs idle, copy engine busy);
 - ``launch``: a gap shorter than LAUNCH_GAP_NS between kernels: launch and queue overhead;
 - ``host``: nothing was queued: the launching process had not issued the next work.
   With CPU samples it splits into ``host_on_cpu`` (the launching thread on CPU in non-CUDA
   work: data loading, Python) and ``other`` (the thread off CPU: sleeping, I/O, locks),
   estimated from the sample count times the sampling period.
 
-Categories are taken in that order, so they add up to the idle time exactly.
+Categories are taken in that order, so they add up to the idle time exactly. A copy or memset
+is not idle time at all: it keeps the device busy (``gpu_trace``), and the headline shows
+copy-busy beside kernel-busy instead.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from kubeprof.analysis.cpu_samples import ThreadSamples
 from kubeprof.analysis.gpu_timeline import Interval, merge, total
-from kubeprof.analysis.gpu_trace import COPY_KINDS, GpuTrace, intersect, subtract
+from kubeprof.analysis.gpu_trace import GpuTrace, intersect, subtract
 from kubeprof.analysis.phases import Window
 
 LAUNCH_GAP_NS = 10_000  # gaps below this are launch overhead (HTA's "kernel wait")
@@ -33,7 +34,6 @@ class IdleBreakdown:
     window: Window
     idle_ns: int
     sync_ns: int
-    copy_ns: int
     launch_ns: int
     host_ns: int  # nothing queued; = host_on_cpu_ns + other_ns when CPU samples exist
     host_on_cpu_ns: int | None = None  # None: no CPU samples of the launching thread
@@ -47,7 +47,7 @@ class IdleBreakdown:
         """Share of the idle time per category (host split when CPU samples exist)."""
         if self.idle_ns <= 0:
             return {}
-        parts = {"sync": self.sync_ns, "copy": self.copy_ns, "launch": self.launch_ns}
+        parts = {"sync": self.sync_ns, "launch": self.launch_ns}
         if self.host_on_cpu_ns is None:
             parts["host"] = self.host_ns
         else:
@@ -61,7 +61,6 @@ class IdleParts:
     """The classified idle intervals (all devices), for the analyses that need them."""
 
     sync: list[Interval]
-    copy: list[Interval]
     launch: list[Interval]
     host: list[Interval]
 
@@ -74,21 +73,15 @@ def split(
     for s in trace.syncs:
         for dev in trace.busy if s.device < 0 else (s.device,):
             syncs[dev].append((s.start_ns, s.end_ns))
-    copies: dict[int, list[Interval]] = defaultdict(list)
-    for c in trace.copies:
-        if c.kind in COPY_KINDS:
-            copies[c.device].append((c.start_ns, c.end_ns))
     out = {}
     if idle is None:
         idle = trace.idle(window.start_ns, window.end_ns)
     for dev, dev_idle in idle.items():
         sync = intersect(dev_idle, merge(syncs.get(dev, ())))
         rest = subtract(dev_idle, sync)
-        copy = intersect(rest, merge(copies.get(dev, ())))
-        rest = subtract(rest, copy)
         launch = [iv for iv in rest if iv[1] - iv[0] < LAUNCH_GAP_NS]
         host = [iv for iv in rest if iv[1] - iv[0] >= LAUNCH_GAP_NS]
-        out[dev] = IdleParts(sync, copy, launch, host)
+        out[dev] = IdleParts(sync, launch, host)
     return out
 
 
@@ -117,11 +110,8 @@ def breakdown(
         on_cpu = min(host_ns, round(samples * period_ns))
     return IdleBreakdown(
         window=window,
-        idle_ns=sum(
-            total(p.sync) + total(p.copy) + total(p.launch) + total(p.host) for p in parts.values()
-        ),
+        idle_ns=sum(total(p.sync) + total(p.launch) + total(p.host) for p in parts.values()),
         sync_ns=sum(total(p.sync) for p in parts.values()),
-        copy_ns=sum(total(p.copy) for p in parts.values()),
         launch_ns=sum(total(p.launch) for p in parts.values()),
         host_ns=total(host),
         host_on_cpu_ns=on_cpu,

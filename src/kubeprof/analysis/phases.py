@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubeprof.analysis.gpu_trace import GpuTrace
+from kubeprof.model import GpuActivity
 
 MIN_RUN = 5  # consecutive regular periods that make a steady state
 REGULAR = (0.5, 1.5)  # a period is regular within these factors of the anchor's median
@@ -73,14 +75,21 @@ class _Candidate:
 def detect(trace: GpuTrace, session: Window) -> Phases:
     """Phases of a session from its kernels (an empty trace gives an empty steady window)."""
     s0 = session.start_ns
-    if not trace.kernels:
+    if not trace.work:
         empty = Window(session.end_ns, session.end_ns)
         return Phases(session, session, empty, empty, empty, "no kernels")
-    first = trace.kernels[0].start_ns
+    first = trace.work[0].start_ns
     last = max(iv[-1][1] for iv in trace.busy.values())
     s0 = min(s0, first)
     s1 = max(session.end_ns, last)
-    best = _anchor(trace)
+    # Kernels first: a kernel rhythm is the loop's own; copies and memsets (evaluation,
+    # logging, checkpoints) may recur at a coarser period. Without a kernel rhythm, any
+    # device work (a loop whose GPU work is one copy a step) anchors the steady state.
+    seq, starts = trace.kernels, trace.starts
+    best = _anchor(seq, starts)
+    if best is None and len(trace.work) > len(trace.kernels):
+        seq, starts = trace.work, trace.work_starts
+        best = _anchor(seq, starts)
     if best is None:
         steady = Window(first, last)
         method = "active window (first kernel to last): no kernel recurs at a steady period"
@@ -92,7 +101,7 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
             Window(last, s1),
             method,
         )
-    a, b = trace.starts[best.first], trace.starts[best.last]
+    a, b = starts[best.first], starts[best.last]
     steps = best.steps
     period = (b - a) / steps
     method = (
@@ -112,7 +121,7 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
     )
 
 
-def _anchor(trace: GpuTrace) -> _Candidate | None:
+def _anchor(work: Sequence[GpuActivity], starts: Sequence[int]) -> _Candidate | None:
     """The kernel that marks the step: the one whose regular periods hold the most kernel time
     and the most of its window's time.
 
@@ -131,7 +140,7 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
     acc = 0
     last_end = 0
     low, high = GAP_CLASSES
-    for i, k in enumerate(trace.kernels):
+    for i, k in enumerate(work):
         # The same kernel is the same name and launch configuration (autotuning tries one
         # name in many configurations). Keyed also by the class of gap before it: the first
         # kernel of a step that launches one kernel many times follows the host gap
@@ -153,12 +162,12 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
         same = (ident, len(idx), idx[0], idx[-1])
         if len(idx) >= MIN_OCCURRENCES and same not in seen:
             seen.add(same)
-            cand = _regular_span(names[ident], idx, trace, cum)
+            cand = _regular_span(names[ident], idx, work, starts, cum)
             if cand is not None:
                 cands.append(cand)
     repeats: dict[tuple[int, int], bool] = {}
     cands.sort(key=lambda c: -c.score)
-    kept = [c for c in cands[:MAX_CHECKED] if _repeats_itself(c, trace, repeats)]
+    kept = [c for c in cands[:MAX_CHECKED] if _repeats_itself(c, work, repeats)]
     if not kept:
         return None
     top = kept[0].score
@@ -166,8 +175,9 @@ def _anchor(trace: GpuTrace) -> _Candidate | None:
     return min(near, key=lambda c: ((c.last - c.first) / c.steps, -c.score))
 
 
-def _regular_span(name: str, idx: list[int], trace: GpuTrace, cum: list[int]) -> _Candidate | None:
-    starts, kernels = trace.starts, trace.kernels
+def _regular_span(
+    name: str, idx: list[int], kernels: Sequence[GpuActivity], starts: Sequence[int], cum: list[int]
+) -> _Candidate | None:
     pairs = list(itertools.pairwise(idx))
     periods = [starts[b] - starts[a] for a, b in pairs]
     counts = [b - a for a, b in pairs]
@@ -240,7 +250,9 @@ def _settled_start(
     return runs[-1][0]
 
 
-def _repeats_itself(c: _Candidate, trace: GpuTrace, cache: dict[tuple[int, int], bool]) -> bool:
+def _repeats_itself(
+    c: _Candidate, work: Sequence[GpuActivity], cache: dict[tuple[int, int], bool]
+) -> bool:
     """True when the window runs the same kernels every step (not autotuning candidates).
 
     Autotuning recurs regularly too, but each period tries different kernels: the window
@@ -249,6 +261,6 @@ def _repeats_itself(c: _Candidate, trace: GpuTrace, cache: dict[tuple[int, int],
     key = (c.first, c.last)
     if key not in cache:
         per_step = (c.last - c.first) / c.steps
-        names = {k.name for k in trace.kernels[c.first : c.last]}
+        names = {k.name for k in work[c.first : c.last]}
         cache[key] = len(names) <= DIVERSITY * per_step + 8
     return cache[key]

@@ -1,8 +1,9 @@
 """The honest GPU idle figure: idle over the steady state, each phase shown apart, and a
 100 ms timeline that backs every figure.
 
-Idle means no kernel ran on a device (copies and syncs do not keep the SMs busy); over
-several devices it is busy time summed over devices against the window times the devices.
+Idle means no engine of a device was busy: no kernel, copy or memset ran on it (a copy-bound
+loop is busy, not idle; kernel-busy and copy-busy are given beside it). Over several devices
+it is busy time summed over devices against the window times the devices.
 A figure without data behind it is ``None`` with the reason, never 0 % or 100 %.
 """
 
@@ -23,14 +24,30 @@ class IdleFigure:
     """Idle share of one window; ``ratio`` is None when no data backs it (see ``reason``)."""
 
     window: Window
-    busy_ns: int  # kernel-busy time, summed over devices
+    busy_ns: int  # any-engine busy time, summed over devices
     devices: int
     ratio: float | None  # 0..1
     reason: str = ""  # why ratio is None
+    kernel_busy_ns: int = 0  # of which a kernel ran (SMs busy)
+    copy_busy_ns: int = 0  # a copy or memset ran (copy engines; overlaps kernel time)
 
     @property
     def idle_ns(self) -> int:
         return self.window.duration_ns * self.devices - self.busy_ns
+
+    @property
+    def capacity_ns(self) -> int:
+        return self.window.duration_ns * self.devices
+
+    @property
+    def kernel_busy(self) -> float | None:
+        """Share of the window a kernel ran (None without a figure)."""
+        return self.kernel_busy_ns / self.capacity_ns if self.ratio is not None else None
+
+    @property
+    def copy_busy(self) -> float | None:
+        """Share of the window a copy or memset ran (None without a figure)."""
+        return self.copy_busy_ns / self.capacity_ns if self.ratio is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +81,32 @@ def no_data(window: Window, reason: str) -> IdleFigure:
     return IdleFigure(window, 0, 0, None, reason)
 
 
+NO_WORK = "the GPU tracer recorded no kernels, copies or memsets"
+
+
 def figure(trace: GpuTrace, window: Window, *, empty_reason: str = "") -> IdleFigure:
-    """Idle of ``window`` over the devices that ran kernels in the session."""
+    """Idle of ``window`` over the devices that ran work in the session: THE definition the
+    report, the operator's status, the metric and the light agent's fixture check share."""
     devices = len(trace.busy)
     if not devices:
-        return no_data(window, "the GPU tracer recorded no kernels")
+        return no_data(window, NO_WORK)
     if window.duration_ns <= 0:
         return IdleFigure(window, 0, devices, None, empty_reason or "empty window")
-    busy = trace.busy_ns(window.start_ns, window.end_ns)
-    return IdleFigure(window, busy, devices, 1.0 - busy / (window.duration_ns * devices))
+    a, b = window.start_ns, window.end_ns
+    busy = trace.busy_ns(a, b)
+    return IdleFigure(
+        window,
+        busy,
+        devices,
+        1.0 - busy / (window.duration_ns * devices),
+        kernel_busy_ns=trace.kernel_busy.ns(a, b),
+        copy_busy_ns=trace.copy_busy.ns(a, b),
+    )
 
 
 def phase_figures(trace: GpuTrace, phases: Phases) -> PhaseFigures:
     return PhaseFigures(
-        startup=figure(trace, phases.startup, empty_reason="no start-up before the first kernel"),
+        startup=figure(trace, phases.startup, empty_reason="no start-up before the first GPU work"),
         warmup=figure(
             trace, phases.warmup, empty_reason="no warm-up: steady from the first kernel"
         ),
@@ -97,8 +126,8 @@ def bucket_width(duration_ns: int, bucket_ns: int = BUCKET_NS) -> int:
 
 
 def timeline(trace: GpuTrace, window: Window, bucket_ns: int = BUCKET_NS) -> Timeline:
-    """Busy ns per bucket over ``window`` (at most ``MAX_BUCKETS`` buckets, widened for long
-    windows); the last bucket may be partly outside it."""
+    """Any-engine busy ns per bucket over ``window`` (at most ``MAX_BUCKETS`` buckets, widened
+    for long windows); the last bucket may be partly outside it."""
     bucket_ns = bucket_width(window.duration_ns, bucket_ns)
     n = max(0, -(-window.duration_ns // bucket_ns))
     out = [0] * n

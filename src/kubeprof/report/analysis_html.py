@@ -151,8 +151,8 @@ def idle_html(a: Analysis) -> str:
         )
         out.append(
             f"<p>Why idle in the steady state: waiting on the host <b>{e(pct(host))}</b>"
-            f"{e(split)}, synchronization <b>{e(pct(share['sync']))}</b>, copies "
-            f"<b>{e(pct(share['copy']))}</b>, launch gaps <b>{e(pct(share['launch']))}</b>.</p>"
+            f"{e(split)}, synchronization <b>{e(pct(share['sync']))}</b>, "
+            f"launch gaps <b>{e(pct(share['launch']))}</b>.</p>"
         )
     out.append(f"<p>{e(cpu_during_idle_line(a))}</p>")
     c = a.cpu_during_idle

@@ -103,10 +103,7 @@ def _breakdown_line(b: IdleBreakdown) -> str:
             f"waiting on the host {pct(share['host'] + share['other'])} (launching thread on "
             f"CPU {pct(share['host'])}, off CPU {pct(share['other'])}; {b.cpu_source})"
         )
-    return (
-        f"{host}, synchronization {pct(share['sync'])}, copies {pct(share['copy'])}, "
-        f"launch gaps {pct(share['launch'])}"
-    )
+    return f"{host}, synchronization {pct(share['sync'])}, launch gaps {pct(share['launch'])}"
 
 
 def cpu_during_idle_line(a: Analysis) -> str:

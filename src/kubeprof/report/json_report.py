@@ -16,7 +16,7 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
 - ``timeline``: start_ns, bucket_ns (100 ms; wider past 4,096 buckets), devices, ``busy_ns``
   per bucket (summed over devices) and ``idle_ratio`` per bucket.
 - ``breakdown``: steady-state idle by cause: idle_ns, host_ns, host_on_cpu_ns, other_ns,
-  sync_ns, copy_ns, launch_ns, cpu_source, ``shares`` (of the idle time); null without kernels.
+  sync_ns, launch_ns, cpu_source, ``shares`` (of the idle time); null without kernels.
 - ``cpu_during_idle``: the launching thread (pid, tid, thread), CPU ``source``, samples,
   stretches, idle_ns, on_cpu_share, ``hot`` frame and top ``frames`` / ``leaves`` (label,
   samples, share); null with ``cpu_note`` saying why.
@@ -167,7 +167,6 @@ def _analysis(a: Analysis) -> dict[str, Any]:
             "host_on_cpu_ns": b.host_on_cpu_ns,
             "other_ns": b.other_ns,
             "sync_ns": b.sync_ns,
-            "copy_ns": b.copy_ns,
             "launch_ns": b.launch_ns,
             "cpu_source": b.cpu_source or None,
             "shares": b.shares(),

@@ -67,12 +67,25 @@ def test_without_a_rhythm_the_active_window_is_used_and_said():
     assert r.headline.ratio is not None and 0 < r.headline.ratio < 1
 
 
-def test_no_kernels_gives_no_figure_but_a_reason():
+def test_no_device_work_gives_no_figure_but_a_reason():
     r = analyse([], [], None, Window(0, 10 * MS))
-    assert r.headline.ratio is None and "no kernels" in r.headline.reason
+    assert r.headline.ratio is None and "no kernels, copies or memsets" in r.headline.reason
     assert r.findings == () and r.breakdown is None
-    copies_only = [GpuActivity("memcpy", "memcpy HtoD", 1, 5, 0, 1, 1)]
-    assert analyse(copies_only, [], None, Window(0, 10)).headline.ratio is None
+
+
+def test_copies_keep_the_device_busy():
+    """A loop whose GPU work is one copy a step is busy while it copies, not 100 % idle."""
+    loop = Loop()
+    acts = []
+    t = loop.t0
+    for _ in range(60):  # 9 ms copy, 1 ms host gap
+        acts.append(GpuActivity("memcpy", "memcpy HtoD (pageable)", t, t + 9 * MS, 0, 1, 1))
+        t += 10 * MS
+    r = analyse(acts, [], None, Window(loop.t0 - 100 * MS, t + 100 * MS))
+    h = r.headline
+    assert h.ratio is not None and abs(h.ratio - 0.1) < 0.02, h
+    assert h.kernel_busy == 0 and h.copy_busy is not None and abs(h.copy_busy - 0.9) < 0.02
+    assert r.phases.steps >= 50 and r.phases.anchor == "memcpy HtoD (pageable)"
 
 
 def test_tracer_off_says_why():

@@ -8,7 +8,7 @@ The facade for reports, the operator and the metric::
     result.phases            # start-up / warm-up / steady / tail windows and how they were found
     result.figures           # idle of each phase
     result.timeline          # busy ns per 100 ms bucket over the session
-    result.breakdown         # steady-state idle by cause (host, sync, copy, launch, other)
+    result.breakdown         # steady-state idle by cause (host, sync, launch, other)
     result.cpu_during_idle   # the launching thread's CPU frames during steady-state idle
     result.findings          # Finding list, most severe first
 
@@ -77,11 +77,11 @@ def analyse(
     ph = phases.detect(trace, session)
     figures = steady_idle.phase_figures(trace, ph)
     tl = steady_idle.timeline(trace, ph.session)
-    if not gpu_traced or not trace.kernels:
+    if not gpu_traced or not trace.work:
         reason = (
             f"GPU tracing was off: {untraced_reason}"
             if not gpu_traced
-            else "the GPU tracer ran but recorded no kernels"
+            else "the GPU tracer ran but recorded no kernels, copies or memsets"
         )
         off = steady_idle.no_data(ph.steady, reason)
         figures = PhaseFigures(
@@ -108,7 +108,7 @@ def analyse(
         stretches = sorted(
             iv
             for p in parts.values()
-            for iv in (*p.host, *p.sync, *p.copy)
+            for iv in (*p.host, *p.sync)
             if iv[1] - iv[0] >= LAUNCH_GAP_NS
         )
         during = cdi.during(cpu, launcher, stretches)
