@@ -64,8 +64,9 @@ if [ ! -f "$STAMP" ]; then
 fi
 # The GPU tracer's C launch hook for this venv's Python (the tracer falls back to its Python
 # callback where it is not built); rebuilt when the source is newer than the module.
-HOOK_SO=$(ls agent/kubeprof/agent/gpu/_launchhook.cpython-*"$(.venv/bin/python -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"*.so 2>/dev/null | head -n 1 || true)
-if [ -z "$HOOK_SO" ] || [ agent/kubeprof/agent/gpu/_launchhook.c -nt "$HOOK_SO" ]; then
+# One stable-ABI build (_launchhook.abi3.so) serves every Python >= 3.10.
+HOOK_SO=agent/kubeprof/agent/gpu/_launchhook.abi3.so
+if [ ! -f "$HOOK_SO" ] || [ agent/kubeprof/agent/gpu/_launchhook.c -nt "$HOOK_SO" ]; then
     scripts/build_launchhook.sh .venv/bin/python
 fi
 .venv/bin/python -c 'import bcc, kubeprof.cli' || { log "the venv cannot import bcc or kubeprof"; exit 1; }

@@ -22,7 +22,30 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#if PY_VERSION_HEX < 0x030B0000
+#ifdef Py_LIMITED_API
+/* One build for every CPython >= 3.10: the stable ABI (`_launchhook.abi3.so`, built with
+ * Py_LIMITED_API=0x030A0000 by scripts/build_launchhook.sh). The two frame accessors of the
+ * key are exported by every CPython since 3.9 / 3.11 but are not in the limited API, so they
+ * are declared here; PyFrame_GetLasti is weak: on 3.10 the line number keys the frame
+ * instead (as exact for the key: the same lines give the same stack). */
+PyAPI_FUNC(PyFrameObject *) PyFrame_GetBack(PyFrameObject *frame);
+extern int PyFrame_GetLasti(PyFrameObject *frame) __attribute__((weak));
+static inline int frame_pos(PyFrameObject *f) {
+    return PyFrame_GetLasti ? PyFrame_GetLasti(f) : PyFrame_GetLineNumber(f);
+}
+#define PyObject_CallOneArg(fn, arg) PyObject_CallFunctionObjArgs((fn), (arg), NULL)
+#ifndef Py_XSETREF
+#define Py_XSETREF(op, op2)                                                                   \
+    do {                                                                                      \
+        PyObject *old_ = (PyObject *)(op);                                                    \
+        (op) = (op2);                                                                         \
+        Py_XDECREF(old_);                                                                     \
+    } while (0)
+#endif
+#else
+#define frame_pos PyFrame_GetLasti
+#endif
+#if !defined(Py_LIMITED_API) && PY_VERSION_HEX < 0x030B0000
 /* 3.10: PyFrame_Type and PyFrame_GetBack are declared in frameobject.h, and there is no
  * PyFrame_GetLasti; f_lasti serves the same purpose here (a per-line part of the key). */
 #include <frameobject.h>
@@ -187,7 +210,7 @@ static int64_t site_sid(PyFrameObject *f) {
     for (int d = 0; d < MAX_KEY && cur != NULL; d++) {
         PyCodeObject *co = PyFrame_GetCode(cur);
         key[n] = (uintptr_t)co;
-        key[n + 1] = (uintptr_t)PyFrame_GetLasti(cur);
+        key[n + 1] = (uintptr_t)frame_pos(cur);
         Py_DECREF(co);
         h = (h ^ key[n]) * 1099511628211ULL;
         h = (h ^ key[n + 1]) * 1099511628211ULL;
@@ -533,15 +556,18 @@ static PyObject *install(PyObject *self, PyObject *args, PyObject *kw) {
     PyObject *seq = PySequence_Fast(cbids, "cbids must be a sequence of (domain, cbid)");
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    uint32_t (*ids)[2] = PyMem_Calloc(n ? n : 1, sizeof *ids);
+    Py_ssize_t n = PySequence_Size(seq);
+    uint32_t (*ids)[2] = PyMem_Calloc(n > 0 ? n : 1, sizeof *ids);
     for (Py_ssize_t i = 0; ids != NULL && i < n; i++) {
         unsigned int dom, cb;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "II", &dom, &cb)) {
+        PyObject *pair = PySequence_GetItem(seq, i);
+        if (pair == NULL || !PyArg_ParseTuple(pair, "II", &dom, &cb)) {
+            Py_XDECREF(pair);
             PyMem_Free(ids);
             Py_DECREF(seq);
             return NULL;
         }
+        Py_DECREF(pair);
         ids[i][0] = dom;
         ids[i][1] = cb;
     }
@@ -715,8 +741,13 @@ static PyObject *stats(PyObject *self, PyObject *unused) {
 static PyObject *site_for(PyObject *self, PyObject *args) {
     PyObject *frame, *walk_fn;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!O", &PyFrame_Type, &frame, &walk_fn))
+    if (!PyArg_ParseTuple(args, "OO", &frame, &walk_fn))
         return NULL;
+    PyFrameObject *here = PyEval_GetFrame(); /* the caller's: frame's type, limited API */
+    if (here == NULL || !PyObject_TypeCheck(frame, Py_TYPE((PyObject *)here))) {
+        PyErr_SetString(PyExc_TypeError, "site_for() needs a frame");
+        return NULL;
+    }
     PyObject *saved = g_walk;
     g_walk = walk_fn;
     uint64_t errors = s_errors;
@@ -729,18 +760,18 @@ static PyObject *site_for(PyObject *self, PyObject *args) {
 
 /* For tests without a GPU: feed one activity record (bytes laid out as CUPTI's). */
 static PyObject *convert_record(PyObject *self, PyObject *args) {
-    Py_buffer b;
+    const char *buf;
+    Py_ssize_t len;
     PyObject *intern;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*O", &b, &intern))
+    if (!PyArg_ParseTuple(args, "y#O", &buf, &len, &intern))
         return NULL;
     PyObject *saved = g_intern;
     g_intern = intern;
     uint64_t errors = s_errors;
-    if (b.len >= 8)
-        convert(b.buf);
+    if (len >= 8)
+        convert(buf);
     g_intern = saved;
-    PyBuffer_Release(&b);
     if (s_errors != errors)
         return PyErr_Format(PyExc_RuntimeError, "intern failed");
     Py_RETURN_NONE;

@@ -6,9 +6,10 @@ cannot know which interpreter the workload uses. So the agent image carries one 
 supported version and the init container copies them all (docker/agent.Dockerfile)::
 
     <root>/lib/kubeprof/...          on PYTHONPATH (sitecustomize imports it at start)
-    <root>/lib/kubeprof/agent/gpu/_launchhook.cpython-3XY-x86_64-linux-gnu.so
-                                     the C launch hook, one per CPython minor (side by side:
-                                     each interpreter imports the one with its EXT_SUFFIX)
+    <root>/lib/kubeprof/agent/gpu/_launchhook.abi3.so
+                                     the C launch hook: one build against CPython's stable
+                                     ABI (3.10) that every version imports (per-version
+                                     _launchhook.cpython-3XY-*.so builds count too)
     <root>/deps/{nvidia,cuda_pathfinder,elftools}/...   pure Python and libcupti: any version
     <root>/py/cp310/{cupti,cuda,numpy}/...              one folder per CPython minor
     <root>/py/cp311/...  <root>/py/cp312/...  <root>/py/cp313/...
@@ -43,6 +44,8 @@ def hooks(root: Path) -> list[tuple[int, int]]:
     """The Python versions the bundle at ``root`` has a built C launch hook for (without
     one, that Python's tracer falls back to its pure-Python callback, slower per launch)."""
     gpu = root / "lib" / "kubeprof" / "agent" / "gpu"
+    if (gpu / "_launchhook.abi3.so").is_file():
+        return list(VERSIONS)  # the stable-ABI build: every supported version imports it
     return [v for v in VERSIONS if any(gpu.glob(f"_launchhook.cpython-{v[0]}{v[1]}-*.so"))]
 
 
