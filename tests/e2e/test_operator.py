@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -81,9 +82,12 @@ def test_example_session_completes_with_real_samples(
         # kwok nodes have no GPU, so the NVML collector is off; deliver what it would read
         # on this node (device 0 at 25 % utilization, used by the workload) through the
         # same ingest API and token, to check GPU idle reaches status and /metrics.
-        nvml = Batch(gpu_metrics=(GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
-                                  GpuMetricSample(2, 0, "gpu_util_pct", 30.0),
-                                  GpuMetricSample(2, 0, "proc_sm_util_pct", 25.0,
+        # On this host's CLOCK_MONOTONIC, as NVML's readings are: a node's records must fit
+        # in the session's span (kubeprof.protocol.bounds).
+        t = time.monotonic_ns()
+        nvml = Batch(gpu_metrics=(GpuMetricSample(t + 1, 0, "gpu_util_pct", 20.0),
+                                  GpuMetricSample(t + 2, 0, "gpu_util_pct", 30.0),
+                                  GpuMetricSample(t + 2, 0, "proc_sm_util_pct", 25.0,
                                                   pid=workload.popen.pid)))
         ans = IngestClient(operator.url, NS, NAME, token).post_batch(
             encode(nvml, batch_id=f"{node}-nvml-1", node=node), f"{node}-nvml-1")

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -136,14 +137,17 @@ def test_prometheus_scrapes_the_session_and_the_chart_alert_fires(
         token = h.session_token(c, NS, NAME)
         pid = p.workload.popen.pid
         # GPU 0: 25 % busy (idle 0.75, above the threshold); GPU 1: 90 % busy (idle 0.10).
+        # On this host's CLOCK_MONOTONIC, as NVML's readings are: a node's records must fit
+        # in the session's span (kubeprof.protocol.bounds).
+        t = time.monotonic_ns()
         nvml = Batch(
             gpu_metrics=(
-                GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
-                GpuMetricSample(2, 0, "gpu_util_pct", 30.0),
-                GpuMetricSample(2, 0, "proc_sm_util_pct", 25.0, pid=pid),
-                GpuMetricSample(1, 1, "gpu_util_pct", 90.0),
-                GpuMetricSample(2, 1, "gpu_util_pct", 90.0),
-                GpuMetricSample(2, 1, "proc_sm_util_pct", 90.0, pid=pid),
+                GpuMetricSample(t + 1, 0, "gpu_util_pct", 20.0),
+                GpuMetricSample(t + 2, 0, "gpu_util_pct", 30.0),
+                GpuMetricSample(t + 2, 0, "proc_sm_util_pct", 25.0, pid=pid),
+                GpuMetricSample(t + 1, 1, "gpu_util_pct", 90.0),
+                GpuMetricSample(t + 2, 1, "gpu_util_pct", 90.0),
+                GpuMetricSample(t + 2, 1, "proc_sm_util_pct", 90.0, pid=pid),
             )
         )
         ans = IngestClient(operator.url, NS, NAME, token).post_batch(

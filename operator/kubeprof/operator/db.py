@@ -18,14 +18,20 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.model import Batch
 from kubeprof.storage import sessions
 from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.intern import Interner
-from kubeprof.storage.models import IngestedBatchRow
+from kubeprof.storage.models import (
+    GpuActivityRow,
+    GpuMetricRow,
+    IngestedBatchRow,
+    OffCpuSampleRow,
+    SampleRow,
+)
 from kubeprof.storage.store import write_batch
 
 
@@ -125,3 +131,26 @@ def known_origins(engine: Engine, session_id: int) -> tuple[set[str], set[str]]:
         pods = {k.removeprefix("pod:") for k in sessions.read_meta(conn, session_id)
                 if k.startswith("pod:")}
     return nodes, pods
+
+
+def session_usage(engine: Engine, session_id: int) -> tuple[int, dict[str, tuple[int, int]]]:
+    """Records stored for a session, and each node's earliest and latest timestamp: what
+    bounds its next batches after an operator restart (`kubeprof.operator.usage`)."""
+    extents: dict[str, tuple[int, int]] = {}
+    with engine.connect() as conn:
+        rows = conn.scalar(select(func.coalesce(func.sum(IngestedBatchRow.rows), 0)).where(
+            IngestedBatchRow.session_id == session_id))
+        for table, lo, hi in ((SampleRow, SampleRow.ts_ns, SampleRow.ts_ns),
+                              (GpuActivityRow, GpuActivityRow.start_ns, GpuActivityRow.end_ns),
+                              (GpuMetricRow, GpuMetricRow.ts_ns, GpuMetricRow.ts_ns),
+                              (OffCpuSampleRow, OffCpuSampleRow.ts_ns,
+                               OffCpuSampleRow.ts_ns + OffCpuSampleRow.blocked_ns)):
+            for node, first, last in conn.execute(
+                    select(table.node, func.min(lo), func.max(hi))
+                    .where(table.session_id == session_id).group_by(table.node)):
+                if first is None:
+                    continue
+                old = extents.get(node)
+                extents[node] = ((first, last) if old is None else
+                                 (min(old[0], first), max(old[1], last)))
+    return int(rows or 0), extents

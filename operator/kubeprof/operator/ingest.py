@@ -33,7 +33,7 @@ from aiohttp import web
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from kubeprof.model import Batch
-from kubeprof.operator import db, metrics
+from kubeprof.operator import db, metrics, usage
 from kubeprof.operator.db import BatchWriter, Stored
 from kubeprof.operator.fairpool import FairPool
 from kubeprof.operator.registry import Registry, SessionClosed, SessionEntry
@@ -103,6 +103,7 @@ class IngestApi:
     def __init__(self, registry: Registry, writer: BatchWriter, *, writers: int = 2,
                  limits: IngestLimits | None = None, max_pending: int = 16,
                  session_pending: int = 8, startup_grace_s: float = 60.0,
+                 drain_s: float = 15.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.registry, self.writer = registry, writer
         self.limits = limits or IngestLimits()
@@ -118,6 +119,13 @@ class IngestApi:
         self.auth_log = RateLimitedLog()
         self.error_log = RateLimitedLog()
         self._origins: dict[tuple[str, str, str], Origins] = {}
+        # Each session's stored rows and nodes' time extents bound its next batches (a
+        # writer with no database behind it has nothing stored to start from).
+        engine = getattr(writer, "engine", None)
+        self.usage = usage.SessionUsage(
+            self.limits, drain_s,
+            (lambda sid: db.session_usage(engine, sid)) if engine is not None else
+            (lambda _sid: (0, {})))
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.limits.max_body_bytes)
@@ -217,7 +225,7 @@ class IngestApi:
             metrics.INGEST_REJECTIONS.labels(reason="too_large" if exc.too_large else
                                              "bad_body").inc()
             return _json(exc.status, str(exc))
-        except _Refused as exc:
+        except (_Refused, usage.Refused) as exc:
             metrics.INGEST_REJECTIONS.labels(reason=exc.reason).inc()
             return _json(exc.status, str(exc))
         except SessionClosed as exc:
@@ -248,11 +256,20 @@ class IngestApi:
                      duplicate=stored.duplicate, phase=entry.phase.value)
 
     def _decode_and_store(self, entry: SessionEntry, body: bytes) -> Stored:
-        """On a pool thread: decode under the limits, check the claims, store once."""
+        """On a pool thread: decode under the limits, check the claims (origin, the
+        session's time window and row quota), store once."""
         batch_id, node, batch = codec.decode(body, limits=self.limits)
         self._check_origin(entry, node, batch)
-        return self.writer.store(entry.db_id, batch_id, node, batch,
-                                 committing=entry.committing)
+        rows = self.usage.admit(entry, node, batch)
+        try:
+            stored = self.writer.store(entry.db_id, batch_id, node, batch,
+                                       committing=entry.committing)
+        except BaseException:
+            self.usage.release(entry, rows)
+            raise
+        if stored.duplicate:
+            self.usage.release(entry, rows)
+        return stored
 
     def _origins_of(self, entry: SessionEntry) -> Origins:
         key = (entry.namespace, entry.name, entry.uid)

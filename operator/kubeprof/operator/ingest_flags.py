@@ -17,6 +17,9 @@ _HELP = {
     "max_rows": "most records (samples, processes, GPU activities, GPU metrics) per batch",
     "max_stack_depth": "most frames in one stack",
     "max_string_chars": "longest name, path or command line, in characters",
+    "max_session_rows": "most records one session may store, all its batches together",
+    "max_skew_s": "clock skew allowed between one node's records of a session, seconds: "
+    "all must fit in the session's duration + drain + this",
 }
 
 

@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = Registry()
 
     api = IngestApi(registry, BatchWriter(store.engine), writers=config.ingest_writers,
-                    limits=limits)
+                    limits=limits, drain_s=config.drain_s)
     ui_routes.mount(api, store.engine, access=args.ui_access)  # read-only web UI, same port
     ctx = Context(kube, store.engine, registry, config)
     if light_token:

@@ -308,7 +308,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                                   started_at=datetime.fromtimestamp(start, UTC), meta=run_meta)
         entry = SessionEntry(ns, name, uid, db_id, _token(ctx, body))
         ctx.writer_registry.put(entry)
-    entry.end_time = end
+    entry.start_time, entry.end_time = start, end
     status["storeSession"] = db.store_name(ns, name, uid)
 
     if phase in TERMINAL:

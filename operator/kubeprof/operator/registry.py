@@ -36,6 +36,7 @@ class SessionEntry:
     closed: bool = False  # aggregation started: no more batches
     inflight: int = 0  # batches being received or written (aggregation waits for them)
     sealed: bool = False  # closed and done waiting: no batch may commit any more
+    start_time: float = 0.0  # Unix seconds; 0 = not known (records get the CRD's longest span)
     _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
                                         compare=False)
     _commit_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,

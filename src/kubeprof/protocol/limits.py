@@ -52,6 +52,13 @@ class IngestLimits:
     # in characters. The agent clips longer ones before sending (a C++ template kernel
     # name can reach a few KB).
     max_string_chars: int = 16384
+    # Most records one session may store, all batches together (a day at 99 Hz on 100
+    # busy threads with a GPU tracer stays below it); past it, batches are refused (413).
+    max_session_rows: int = 100_000_000
+    # Clock skew allowed between a node's records of one session, seconds: all of them
+    # must fit in the session's duration + the drain after it + this
+    # (`kubeprof.protocol.bounds`).
+    max_skew_s: int = 60
 
     def check(self) -> None:
         """ValueError naming the setting that is not a positive number."""
@@ -62,6 +69,8 @@ class IngestLimits:
             "max_rows",
             "max_stack_depth",
             "max_string_chars",
+            "max_session_rows",
+            "max_skew_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -8,6 +8,7 @@ analysed once and cached.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from kubeprof.report.gpu import render_gpu_html
 from kubeprof.report.header import items, process_names
 from kubeprof.report.text import function_label, function_times
 from kubeprof.report.views import available_views
-from kubeprof.reportdata import Profile, Report, WeightedStack
+from kubeprof.reportdata import Report, WeightedStack
 from kubeprof.reporting import build_report
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
@@ -95,14 +96,7 @@ def summary(
     if cached is not None:
         return cached
     profile = q.load_profile(conn, info)
-    profile = Profile(
-        profile.session,
-        profile.hz,
-        profile.duration_s,
-        profile.cpu,
-        profile.gpu,
-        safe_meta(profile.meta),
-    )
+    profile = dataclasses.replace(profile, meta=safe_meta(profile.meta))
     acts = q.gpu_activities(conn, info.id)
     metrics = q.gpu_metrics(conn, info.id)
     cpu = q.sample_columns(conn, info)

@@ -1,0 +1,161 @@
+"""The ingest refuses what the session does not allow (time span, rows), storing none of it."""
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from sqlalchemy import func, select
+
+from kubeprof.model import Batch, CpuSample, GpuActivity
+from kubeprof.operator.db import BatchWriter, ensure_session
+from kubeprof.operator.ingest import SERVER_OPTIONS, IngestApi
+from kubeprof.operator.phases import Phase
+from kubeprof.operator.registry import Registry, SessionEntry
+from kubeprof.operator.targets import Target
+from kubeprof.protocol.codec import encode
+from kubeprof.protocol.limits import IngestLimits
+from kubeprof.storage import Store
+from kubeprof.storage.models import GpuActivityRow, IngestedBatchRow, SampleRow
+
+S = 1_000_000_000
+T0 = 5_000 * S  # a node's monotonic clock, some time after boot
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(f"sqlite:///{tmp_path}/k.db")
+    yield s
+    s.close()
+
+
+def _entry(store: Store, reg: Registry, name: str) -> SessionEntry:
+    sid = ensure_session(
+        store.engine, "ns", name, f"uid-{name}", hz=99, started_at=datetime.now(UTC), meta={}
+    )
+    e = SessionEntry(
+        "ns",
+        name,
+        f"uid-{name}",
+        sid,
+        "tok",
+        Phase.RUNNING,
+        1000.0 + 60,
+        [Target("uid-p", "pod", "ns", "n1")],
+        start_time=1000.0,
+    )
+    reg.put(e)
+    return e
+
+
+LIMITS = IngestLimits(max_skew_s=20)
+
+
+def _run(store, fn, limits=LIMITS):
+    reg = Registry()
+    api = IngestApi(
+        reg, BatchWriter(store.engine), writers=1, startup_grace_s=0, drain_s=10, limits=limits
+    )
+
+    async def go():
+        async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
+
+            async def post(name: str, batch: Batch, bid: str):
+                r = await client.post(
+                    f"/v1/sessions/ns/{name}/batches",
+                    data=encode(batch, batch_id=bid, node="n1"),
+                    headers={"Authorization": "Bearer tok", "Content-Encoding": "gzip"},
+                )
+                return r.status, await r.json()
+
+            return await fn(post, reg)
+
+    try:
+        return asyncio.run(go())
+    finally:
+        api.pool.shutdown()
+
+
+def _rows(store: Store, table) -> int:
+    with store.engine.connect() as c:
+        return int(c.scalar(select(func.count()).select_from(table)))
+
+
+def _samples(t: int, n: int = 3) -> tuple[CpuSample, ...]:
+    return tuple(CpuSample(t + i, 7, 7, "py", 0, ()) for i in range(n))
+
+
+@pytest.mark.parametrize("end", [T0 + 115 * 86400 * S, 2**63 - 1])
+def test_a_kernel_spanning_more_than_the_session_is_refused_and_nothing_is_stored(store, end):
+    async def fn(post, reg):
+        _entry(store, reg, "s")
+        bad = Batch(
+            samples=_samples(T0), gpu_activities=(GpuActivity("kernel", "k", T0, end, 0, 7, 1),)
+        )
+        return await post("s", bad, "b-1"), await post("s", Batch(samples=_samples(T0)), "b-2")
+
+    (status, ans), (ok, _) = _run(store, fn)
+    assert status == 422, ans
+    assert "gpu_activities[0].end_ns" in ans["message"] and "90.0 s" in ans["message"], ans
+    assert ok == 200
+    assert _rows(store, GpuActivityRow) == 0 and _rows(store, SampleRow) == 3
+    assert _rows(store, IngestedBatchRow) == 1
+
+
+def test_a_later_batch_outside_the_nodes_window_is_refused(store):
+    async def fn(post, reg):
+        _entry(store, reg, "s")
+        first = await post("s", Batch(samples=_samples(T0)), "b-1")
+        inside = await post("s", Batch(samples=_samples(T0 + 80 * S)), "b-2")
+        later = await post("s", Batch(samples=_samples(T0 + 91 * S)), "b-3")
+        return first, inside, later
+
+    first, inside, (status, ans) = _run(store, fn)
+    assert first[0] == inside[0] == 200
+    assert status == 422 and ans["message"].startswith("invalid batch: samples[0].ts_ns"), ans
+    assert _rows(store, SampleRow) == 6
+
+
+def test_the_window_survives_a_restart_of_the_ingest(store):
+    async def first(post, reg):
+        _entry(store, reg, "s")
+        return await post("s", Batch(samples=_samples(T0)), "b-1")
+
+    async def second(post, reg):
+        reg.put(
+            SessionEntry(
+                "ns",
+                "s",
+                "uid-s",
+                1,
+                "tok",
+                Phase.RUNNING,
+                1060.0,
+                [Target("uid-p", "pod", "ns", "n1")],
+                start_time=1000.0,
+            )
+        )
+        return await post("s", Batch(samples=_samples(T0 + 100 * S)), "b-2")
+
+    assert _run(store, first)[0] == 200
+    status, ans = _run(store, second)
+    assert status == 422 and "samples[0].ts_ns" in ans["message"], ans
+
+
+def test_rows_per_session_are_capped_and_a_duplicate_does_not_count_twice(store):
+    async def fn(post, reg):
+        _entry(store, reg, "s")
+        _entry(store, reg, "t")
+        out = [
+            await post("s", Batch(samples=_samples(T0, 4)), "b-1"),
+            await post("s", Batch(samples=_samples(T0, 4)), "b-1"),  # retried
+            await post("s", Batch(samples=_samples(T0, 4)), "b-2"),
+            await post("s", Batch(samples=_samples(T0, 3)), "b-3"),
+            await post("t", Batch(samples=_samples(T0, 4)), "b-1"),
+        ]  # another session
+        return out
+
+    reg_out = _run(store, fn, IngestLimits(max_skew_s=20, max_session_rows=10))
+    assert [s for s, _ in reg_out] == [200, 200, 200, 413, 200], reg_out
+    assert "limit of 10 per session" in reg_out[3][1]["message"]
+    assert _rows(store, SampleRow) == 12
