@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 GROUP = "kubeprof.dev"
@@ -13,6 +14,23 @@ LABEL_SESSION = "kubeprof.dev/session"  # on every child object: the owning sess
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_SHARD = "kubeprof.dev/agent-shard"  # on agent DaemonSets and pods: the shard's index
 TOKEN_KEY = "token"  # key of the ingest token inside the session's Secret
+# One image name scheme: <IMAGE_REPO>/kubeprof-<component>:<version>, as the chart's values,
+# scripts/build_images.sh (`make images`) and this default agent image spell it.
+IMAGE_REPO = "ghcr.io/kubeprof"
+
+
+def release() -> str:
+    """This package's version: pyproject.toml's, which the chart's appVersion repeats (a unit
+    test holds them equal), so image tags follow the one release number."""
+    try:
+        return version("kubeprof")
+    except PackageNotFoundError:  # a source tree on sys.path without an install
+        return "0.0.0"
+
+
+def default_image(component: str) -> str:
+    """The released image of `component` ("operator" or "agent") under the one scheme."""
+    return f"{IMAGE_REPO}/kubeprof-{component}:{release()}"
 
 
 @dataclass(frozen=True)
@@ -27,7 +45,7 @@ class OperatorConfig:
     # URL agents use to reach the ingest API (the operator Service), written into the DaemonSet.
     ingest_url: str = "http://kubeprof-operator.kubeprof.svc:8080"
     # Image the agent DaemonSet runs (it must contain `kubeprof agent`).
-    agent_image: str = "ghcr.io/kubeprof/kubeprof:0.1.0"
+    agent_image: str = field(default_factory=lambda: default_image("agent"))
     agent_image_pull_policy: str = "IfNotPresent"
     # ServiceAccount for agent pods ("" = the namespace default; agents need no API rights).
     agent_service_account: str = ""
@@ -67,6 +85,10 @@ class OperatorConfig:
     gpu_idle_window_s: float = 60.0
     # Seconds after the session's end during which late batches are still accepted.
     drain_s: float = 15.0
+    # Passes in a row the session-end aggregation may fail (a bug, or data it cannot hold
+    # in memory) before the session is Failed with the reason and its agents and Secret
+    # are removed; a database outage is waited out instead and does not count.
+    aggregation_attempts: int = 3
     # How many top CPU stacks go into .status (the CR must stay small).
     status_top_stacks: int = 5
     # How many nodes / pods get their own line in .status.summary.

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from kubeprof.operator import (
     agent_failures,
@@ -54,6 +55,7 @@ class KubeOps(Protocol):
     def admission_policy(self, name: str) -> tuple[dict | None, dict | None]: ...
     def get_secret(self, namespace: str, name: str) -> dict | None: ...
     def create_secret(self, namespace: str, obj: dict) -> dict | None: ...
+    def delete_secret(self, namespace: str, name: str) -> bool: ...
     def list_daemonsets(self, namespace: str, selector: str) -> list[dict]: ...
     def get_daemonset(self, namespace: str, name: str) -> dict | None: ...
     def create_daemonset(self, namespace: str, obj: dict) -> dict | None: ...
@@ -221,6 +223,29 @@ def _refuse(ctx: Context, body: Mapping[str, Any], status: dict[str, Any], reaso
     return status
 
 
+def _aggregation_failed(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
+                        exc: Exception, now: float) -> dict[str, Any]:
+    """The status after a failed aggregation: retried on the next passes, then, past the
+    budget, Failed with the reason, its agents and Secret removed, so no session stays
+    Aggregating for ever."""
+    meta = body["metadata"]
+    n = int(status.get("aggregationFailures") or 0) + 1
+    budget = ctx.config.aggregation_attempts
+    why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    log.warning("aggregation of %s/%s failed (%d of %d): %s", meta["namespace"], meta["name"],
+                n, budget, why, exc_info=n == 1)
+    status["aggregationFailures"] = n
+    if n < budget:
+        status.update(phase=Phase.AGGREGATING.value, reason="AggregationRetrying",
+                      message=f"aggregation failed ({n} of {budget} attempts): {why}")
+        return status
+    out = _refuse(ctx, body, status, "AggregationFailed",
+                  f"aggregation failed {n} times, the last with {why}; the records stay "
+                  "stored, the session's agents and Secret are removed", now)
+    ctx.kube.delete_secret(meta["namespace"], build.secret_name(body))
+    return out
+
+
 def _invalid_spec(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
                   error: SpecError, now: float) -> dict[str, Any]:
     """The status of a session whose spec cannot run: Failed, saying which field and why."""
@@ -306,7 +331,10 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                     **(spec.carbon.meta() if spec.carbon else {})}
         db_id = db.ensure_session(ctx.engine, ns, name, uid, hz=spec.profilers.cpu.frequency_hz,
                                   started_at=datetime.fromtimestamp(start, UTC), meta=run_meta)
-        entry = SessionEntry(ns, name, uid, db_id, _token(ctx, body))
+        # An ended session takes no data: its Secret (removed when it failed) is not made
+        # again; an unguessable token stands in.
+        token = secrets.token_urlsafe(32) if phase in TERMINAL else _token(ctx, body)
+        entry = SessionEntry(ns, name, uid, db_id, token)
         ctx.writer_registry.put(entry)
     entry.start_time, entry.end_time = start, end
     status["storeSession"] = db.store_name(ns, name, uid)
@@ -364,7 +392,13 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
     if step.reason == "ReadyToAggregate":
         with ctx.engine.connect() as conn:
             pod_names = _pod_names(conn, entry.db_id)
-        status.update(_close_and_aggregate(ctx, entry, body, pod_names))
+        try:
+            status.update(_close_and_aggregate(ctx, entry, body, pod_names))
+        except Exception as exc:  # counted against the retry budget
+            if isinstance(exc, (OperationalError, InterfaceError, KubeError)):
+                raise  # an outage: the handler retries without counting it
+            return _aggregation_failed(ctx, body, status, exc, now)
+        status.pop("aggregationFailures", None)
         step = next_step(Phase.AGGREGATING,
                          Observed(now, end, drain_until, len(targets), ever, aggregated=True))
         status["completionTime"] = iso(ctx.clock())

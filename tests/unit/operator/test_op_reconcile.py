@@ -54,6 +54,9 @@ class FakeKube:
     def create_secret(self, namespace, obj):
         return self._create("secrets", obj)
 
+    def delete_secret(self, namespace, name):
+        return self.objects.pop(f"secrets/{name}", None) is not None
+
     def create_daemonset(self, namespace, obj):
         return self._create("daemonsets", obj)
 
@@ -170,6 +173,39 @@ def test_no_pods_during_whole_session_fails(env):
     st = _pass(ctx, body)
     assert (st["phase"], st["reason"]) == ("Failed", "NoMatchingPods")
     assert "no pod matched" in st["topFinding"]
+
+
+def test_an_aggregation_that_keeps_failing_ends_failed_and_cleans_up(env, monkeypatch):
+    ctx, kube, clock, _ = env
+    body = copy.deepcopy(BODY)
+    kube.pods = [_pod("p1", "n1", "uid-p1")]
+    _pass(ctx, body)
+    assert any(k.startswith("secrets/") for k in kube.objects)
+
+    def boom(*_a, **_k):
+        raise MemoryError("cannot allocate")
+
+    monkeypatch.setattr(aggregate, "aggregate", boom)
+    clock[0] += 61
+    assert _pass(ctx, body)["phase"] == "Aggregating"
+    clock[0] += 6
+    seen = []
+    for _ in range(ctx.config.aggregation_attempts):
+        st = _pass(ctx, body)
+        seen.append((st["phase"], st["reason"]))
+        clock[0] += 5
+    assert seen[:-1] == [("Aggregating", "AggregationRetrying")] * (len(seen) - 1)
+    assert seen[-1] == ("Failed", "AggregationFailed")
+    assert "MemoryError: cannot allocate" in st["message"]
+    cond = {c["type"]: c for c in st["conditions"]}["Completed"]
+    assert (cond["status"], cond["reason"]) == ("False", "AggregationFailed")
+    assert not any(k.startswith(("daemonsets/", "secrets/")) for k in kube.objects)
+    assert ctx.writer_registry.get("ml", "s").closed
+
+    # An operator restart later does not make the Secret again.
+    ctx.writer_registry = Registry()
+    assert _pass(ctx, body)["phase"] == "Failed"
+    assert not any(k.startswith("secrets/") for k in kube.objects)
 
 
 def test_aggregate_gpu_idle_from_activity_spans_when_no_metrics(env):
