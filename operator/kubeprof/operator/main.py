@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeprof.operator import ingest_flags
-from kubeprof.operator.config import OperatorConfig
+from kubeprof.operator.config import OperatorConfig, default_image
 
 DESCRIPTION = """\
 Run the kubeprof operator against the current kubeconfig (or the in-cluster
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="URL agents use to reach the ingest API, written into each agent "
                         "DaemonSet (env KUBEPROF_INGEST_URL, default %(default)s)")
     p.add_argument("--agent-image",
-                   default=_env("KUBEPROF_AGENT_IMAGE", "ghcr.io/kubeprof/kubeprof:0.1.0"),
+                   default=_env("KUBEPROF_AGENT_IMAGE", default_image("agent")),
                    help="image of the agent pods; must provide `kubeprof agent` (env "
                         "KUBEPROF_AGENT_IMAGE, default %(default)s)")
     p.add_argument("--agent-service-account", default=_env("KUBEPROF_AGENT_SERVICE_ACCOUNT"),
