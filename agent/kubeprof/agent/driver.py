@@ -65,13 +65,14 @@ def merge(batches: Iterable[Batch]) -> Batch:
         gpu_metrics=tuple(m for b in parts for m in b.gpu_metrics),
         counters=counters,
         gpu_tracers=tuple(t for b in parts for t in b.gpu_tracers),
+        offcpu_samples=tuple(w for b in parts for w in b.offcpu_samples),
     )
 
 
 def is_empty(batch: Batch) -> bool:
     """True when the batch carries no record and no counter."""
     return not (batch.samples or batch.processes or batch.gpu_activities or batch.gpu_metrics
-                or batch.counters or batch.gpu_tracers)
+                or batch.counters or batch.gpu_tracers or batch.offcpu_samples)
 
 
 class Driver:

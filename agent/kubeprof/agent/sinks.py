@@ -44,12 +44,12 @@ class StoreSink:
         self.fallback = fallback
         self.pending: list[Batch] = []
         self.rows = 0
-        self.records = 0  # CPU samples + GPU activities: what a profile is made of
+        self.records = 0  # CPU samples, waits + GPU activities: what a profile is made of
         self.kept_in: Path | None = None  # set when the last resort was used
 
     def write(self, batch: Batch) -> None:
         if batch.samples or batch.gpu_activities or batch.gpu_metrics or batch.processes \
-                or batch.counters:
+                or batch.counters or batch.offcpu_samples:
             self.pending.append(batch)
         self.flush()
 
@@ -59,7 +59,7 @@ class StoreSink:
             try:
                 self.rows += self.store.write_batch(self.session_id, self.pending[0])
                 self.records += len(self.pending[0].samples) + len(
-                    self.pending[0].gpu_activities)
+                    self.pending[0].gpu_activities) + len(self.pending[0].offcpu_samples)
             except Exception as exc:  # noqa: BLE001 - keep the data, report the cause
                 self.log(f"kubeprof: store write failed, keeping data in memory: {exc}")
                 return False

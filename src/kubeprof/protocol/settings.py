@@ -16,6 +16,9 @@ from typing import Any
 
 DEFAULT_CPU_HZ = 99  # CPU samples per second per thread: off the kernel's 100 Hz tick
 DEFAULT_NVML_INTERVAL_S = 1.0  # seconds between NVML readings
+# Off-CPU probe: waits shorter than this get no stack (counted instead); bench/offcpu_overhead.py
+DEFAULT_OFFCPU_MIN_US = 1000
+DEFAULT_OFFCPU_EVERY = 1  # follow 1 in N switch-outs of target threads; 0 turns the probe off
 DEFAULT_TOKEN_FILE = Path("/var/run/kubeprof/token")
 DEFAULT_SPOOL_DIR = Path("/var/lib/kubeprof/spool")
 NODE_NAME_ENV = "NODE_NAME"  # set by the downward API from spec.nodeName
@@ -50,6 +53,12 @@ class AgentSettings:
     collectors: tuple[str, ...] = field(default=("cpu",), metadata=_var("KUBEPROF_COLLECTORS"))
     # CPU sampling frequency in Hz.
     cpu_hz: int = field(default=DEFAULT_CPU_HZ, metadata=_var("KUBEPROF_CPU_HZ"))
+    # Off-CPU waits shorter than this many microseconds get no stack (counted instead).
+    offcpu_min_us: int = field(default=DEFAULT_OFFCPU_MIN_US,
+                               metadata=_var("KUBEPROF_OFFCPU_MIN_US"))
+    # Follow 1 in N switch-outs of target threads (each kept wait then counts N times); 0: off.
+    offcpu_every: int = field(default=DEFAULT_OFFCPU_EVERY,
+                              metadata=_var("KUBEPROF_OFFCPU_EVERY"))
     # Seconds between NVML readings.
     nvml_interval_s: float = field(default=DEFAULT_NVML_INTERVAL_S,
                                    metadata=_var("KUBEPROF_NVML_INTERVAL_S"))

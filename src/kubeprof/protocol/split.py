@@ -50,8 +50,13 @@ def split(batch: Batch, *, max_rows: int = MAX_ROWS, max_values: int = MAX_VALUE
         + len(batch.gpu_activities)
         + len(batch.gpu_metrics)
         + len(batch.gpu_tracers)
+        + len(batch.offcpu_samples)
     )
-    values = sum(_cost(r) for r in batch.samples) + sum(_cost(r) for r in batch.gpu_activities)
+    values = (
+        sum(_cost(r) for r in batch.samples)
+        + sum(_cost(r) for r in batch.gpu_activities)
+        + sum(_cost(r) for r in batch.offcpu_samples)
+    )
     if rows <= max_rows and values + _FIELDS * len(batch.gpu_metrics) <= max_values:
         return [batch]
     pieces: list[Batch] = [
@@ -67,6 +72,8 @@ def split(batch: Batch, *, max_rows: int = MAX_ROWS, max_values: int = MAX_VALUE
         pieces.append(Batch(gpu_activities=kernels))
     for metrics in _chunks(batch.gpu_metrics, max_rows, max_values):
         pieces.append(Batch(gpu_metrics=metrics))
+    for waits in _chunks(batch.offcpu_samples, max_rows, max_values):
+        pieces.append(Batch(offcpu_samples=waits))
     # Fill the first piece rather than leaving it with processes only, where that fits.
     first, rest = pieces[0], pieces[1:]
     if (
@@ -85,8 +92,8 @@ def split(batch: Batch, *, max_rows: int = MAX_ROWS, max_values: int = MAX_VALUE
 
 
 def _rows(b: Batch) -> int:
-    return len(b.samples) + len(b.gpu_activities) + len(b.gpu_metrics)
+    return len(b.samples) + len(b.gpu_activities) + len(b.gpu_metrics) + len(b.offcpu_samples)
 
 
 def _values(b: Batch) -> int:
-    return sum(_cost(r) for r in (*b.samples, *b.gpu_activities, *b.gpu_metrics))
+    return sum(_cost(r) for r in (*b.samples, *b.gpu_activities, *b.gpu_metrics, *b.offcpu_samples))

@@ -20,6 +20,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from kubeprof.agent.cpu import offcpu_probe
+
 MAX_DEPTH = 127  # the kernel's default perf_event_max_stack
 MAX_PY = 96  # Python frames walked per sample (deeper stacks keep their innermost 96)
 MAX_THREADS = 64  # thread states searched for the sampled thread
@@ -74,6 +76,10 @@ struct sample_t {
     u64 sp;
     u64 bp;
     u32 stack_len;    /* bytes of user stack copied from sp */
+    u32 off;          /* 0: an on-CPU sample; 1: an off-CPU wait (offcpu_probe.py) */
+    u64 blocked_ns;   /* off-CPU: ns off CPU since ts (the first switch-out) */
+    s64 syscall_nr;   /* off-CPU: the syscall it waited in */
+    u32 state;        /* off-CPU: sched_switch prev_state at the switch-out */
     u32 pad;
     u64 ustack[MAX_DEPTH];
     u64 kstack[MAX_DEPTH];
@@ -185,6 +191,38 @@ static __always_inline void copy_stack(struct sample_t *s) {
     s->stack_len = len;
 }
 
+/* Everything a sample holds, taken in the context of the thread `id` (current). */
+static __always_inline void fill_sample(void *ctx, struct sample_t *s, u64 id, int kernel) {
+    u32 tgid = id >> 32;
+    s->ts = bpf_ktime_get_ns();
+    s->pid = tgid;
+    s->tid = (u32)id;
+    s->cpu = bpf_get_smp_processor_id();
+    s->off = 0;
+    s->blocked_ns = 0;
+    s->syscall_nr = -1;
+    s->state = 0;
+    bpf_get_current_comm(&s->comm, sizeof(s->comm));
+    s->ustack_len = bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK);
+    s->kstack_len = kernel ? bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0) : 0;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task_btf();
+    struct pt_regs *r = (struct pt_regs *)bpf_task_pt_regs(t);
+    s->ip = 0; s->sp = 0; s->bp = 0;
+    bpf_probe_read_kernel(&s->ip, 8, &r->ip);
+    bpf_probe_read_kernel(&s->sp, 8, &r->sp);
+    bpf_probe_read_kernel(&s->bp, 8, &r->bp);
+    s->py_len = walk_python(s, tgid, s->tid);
+    copy_stack(s);
+}
+
+/* The record into the ring (only the user stack bytes copied); non-zero when full. */
+static __always_inline int emit_sample(struct sample_t *s) {
+    u64 size = sizeof(struct sample_t) - STACK_BYTES + s->stack_len;
+    if (size > sizeof(struct sample_t))
+        size = sizeof(struct sample_t);
+    return events.ringbuf_output(s, size, 0);
+}
+
 int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
@@ -194,25 +232,8 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     struct sample_t *s = scratch.lookup(&zero);
     if (s == NULL)
         return 0;
-    s->ts = bpf_ktime_get_ns();
-    s->pid = tgid;
-    s->tid = (u32)id;
-    s->cpu = bpf_get_smp_processor_id();
-    bpf_get_current_comm(&s->comm, sizeof(s->comm));
-    s->ustack_len = bpf_get_stack(ctx, s->ustack, sizeof(s->ustack), BPF_F_USER_STACK);
-    s->kstack_len = bpf_get_stack(ctx, s->kstack, sizeof(s->kstack), 0);
-    struct task_struct *t = (struct task_struct *)bpf_get_current_task_btf();
-    struct pt_regs *r = (struct pt_regs *)bpf_task_pt_regs(t);
-    s->ip = 0; s->sp = 0; s->bp = 0;
-    bpf_probe_read_kernel(&s->ip, 8, &r->ip);
-    bpf_probe_read_kernel(&s->sp, 8, &r->sp);
-    bpf_probe_read_kernel(&s->bp, 8, &r->bp);
-    s->py_len = walk_python(s, tgid, s->tid);
-    copy_stack(s);
-    u64 size = sizeof(struct sample_t) - STACK_BYTES + s->stack_len;
-    if (size > sizeof(struct sample_t))
-        size = sizeof(struct sample_t);
-    if (events.ringbuf_output(s, size, 0) != 0) {
+    fill_sample(ctx, s, id, 1);
+    if (emit_sample(s) != 0) {
         u64 *n = dropped.lookup(&zero);
         if (n) __sync_fetch_and_add(n, 1);
     }
@@ -277,6 +298,10 @@ class RawSample(ctypes.Structure):
         ("sp", ctypes.c_uint64),
         ("bp", ctypes.c_uint64),
         ("stack_len", ctypes.c_uint32),
+        ("off", ctypes.c_uint32),
+        ("blocked_ns", ctypes.c_uint64),
+        ("syscall_nr", ctypes.c_int64),
+        ("state", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
         ("ustack", ctypes.c_uint64 * MAX_DEPTH),
         ("kstack", ctypes.c_uint64 * MAX_DEPTH),
@@ -284,9 +309,10 @@ class RawSample(ctypes.Structure):
     ]
 
 
-def program_text(fsbase_offset: int = 0) -> str:
-    """The C text with its constants filled in (bcc's -D flags would work too)."""
-    text = BPF_TEXT
+def program_text(fsbase_offset: int = 0, *, offcpu: bool = False) -> str:
+    """The C text with its constants filled in (bcc's -D flags would work too); with
+    `offcpu`, the off-CPU probe's tracepoints too (offcpu_probe.py)."""
+    text = BPF_TEXT + (offcpu_probe.OFFCPU_TEXT if offcpu else "")
     for key, value in {
         "__MAX_DEPTH__": MAX_DEPTH,
         "__MAX_PY__": MAX_PY,
@@ -299,8 +325,9 @@ def program_text(fsbase_offset: int = 0) -> str:
     return text
 
 
-def load(hz: int, fsbase_offset: int = 0) -> Any:
-    """Compile the program and attach it to a CPU_CLOCK perf event on every CPU.
+def load(hz: int, fsbase_offset: int = 0, *, offcpu: bool = False) -> Any:
+    """Compile the program and attach it to a CPU_CLOCK perf event on every CPU (bcc
+    attaches the tracepoints, the off-CPU probe's among them, by their names).
 
     `fsbase_offset` is where task_struct keeps the user fs base (from the kernel's BTF);
     only CPython 3.10 needs it. Raises whatever bcc raises; the collector turns it into a
@@ -308,7 +335,7 @@ def load(hz: int, fsbase_offset: int = 0) -> Any:
     """
     from bcc import BPF, PerfSWConfig, PerfType
 
-    bpf = BPF(text=program_text(fsbase_offset).encode())
+    bpf = BPF(text=program_text(fsbase_offset, offcpu=offcpu).encode())
     bpf.attach_perf_event(
         ev_type=PerfType.SOFTWARE,
         ev_config=PerfSWConfig.CPU_CLOCK,

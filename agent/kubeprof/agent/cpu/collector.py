@@ -19,9 +19,11 @@ from kubeprof.agent.cpu import cpython_code, cpython_process, preflight, procfs
 from kubeprof.agent.cpu.cpython_code import CodeReader
 from kubeprof.agent.cpu.merge import interleave
 from kubeprof.agent.cpu.native_unwind import Memo, unwind
+from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs, state_name
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
-from kubeprof.model import Batch, CpuSample, Frame, ProcessInfo, Stack
+from kubeprof.agent.cpu.syscalls import syscall_name
+from kubeprof.model import Batch, CpuSample, Frame, OffCpuSample, OffCpuSource, ProcessInfo, Stack
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
@@ -43,14 +45,16 @@ class CpuCollector:
 
     cpu_source = "bpf"  # session meta: which CPU sampler produced the samples
 
-    def __init__(self, hz: int = DEFAULT_CPU_HZ, *, python: bool = True) -> None:
+    def __init__(self, hz: int = DEFAULT_CPU_HZ, *, python: bool = True,
+                 offcpu: OffCpuKnobs | None = None) -> None:
         if not 1 <= hz <= 10_000:
             raise CollectorError(f"sampling rate {hz} Hz is out of range: use 1..10000 (--hz)")
         problem = preflight.check_environment()
         if problem:
             raise CollectorError(problem)
+        self.offcpu = OffCpuKnobs() if offcpu is None else offcpu
         try:
-            self._sampler: Sampler | None = Sampler(hz)
+            self._sampler: Sampler | None = Sampler(hz, self.offcpu)
         except Exception as e:  # bcc raises bare Exceptions with compiler logs
             raise CollectorError(preflight.explain_load_error(e)) from e
         self.hz = hz
@@ -71,8 +75,12 @@ class CpuCollector:
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
+        self._waits: list[OffCpuSample] = []
+        self._offcpu_counters: dict[str, int] = {}  # the probe's totals, read every _SCAN_S
+        self._sent: dict[str, int] = {}  # counter totals already handed out (batches add)
         self._backlog: deque[RawRecord] = deque()
         self._total = 0
+        self._total_waits = 0
         self._counters = {"cpu_ustack_missing": 0, "cpu_python_missing": 0}
         self._stopped = False
 
@@ -134,6 +142,7 @@ class CpuCollector:
         if now >= self._next_scan:  # reading BPF maps costs ms: every _SCAN_S, not per poll
             self._next_scan = now + _SCAN_S
             self.lost = self._sampler.dropped
+            self._offcpu_counters = self._sampler.offcpu_counters()
             for pid in self._sampler.tgids() - self._known.keys() - self._threads:
                 if procfs.is_tgid(pid):
                     self._see(pid)
@@ -155,11 +164,13 @@ class CpuCollector:
             with contextlib.suppress(Exception):
                 self.lost = sampler.dropped
             with contextlib.suppress(Exception):
+                self._offcpu_counters = sampler.offcpu_counters()
+            with contextlib.suppress(Exception):
                 sampler.close()
         for reader in self._readers.values():
             reader.close()
         batch = self._batch()
-        if self._targets and not self._total:
+        if self._targets and not self._total and not self._total_waits:
             pids = ", ".join(map(str, sorted(self._targets)))
             self.warnings.append(
                 f"no CPU samples for PID {pids}: it exited or slept before the first sample "
@@ -189,7 +200,10 @@ class CpuCollector:
         while self._backlog:
             rec = self._backlog[0]
             self._see(rec.pid)
-            self._ready.append(self._sample(rec))
+            if rec.off:
+                self._waits.append(self._wait(rec))
+            else:
+                self._ready.append(self._sample(rec))
             self._backlog.popleft()
 
     def _native(self, rec: RawRecord) -> tuple[tuple[int, ...], list[Frame], Frame | None]:
@@ -237,7 +251,32 @@ class CpuCollector:
             self._py_cache[key] = cached
         return cached
 
+    def _wait(self, rec: RawRecord) -> OffCpuSample:
+        """An off-CPU record: the stack it waited in and why (the syscall, else its state)."""
+        self._total_waits += 1
+        reason = syscall_name(rec.syscall_nr) if rec.syscall_nr >= 0 else state_name(rec.state)
+        every = max(self.offcpu.every, 1)
+        return OffCpuSample(ts_ns=rec.ts_ns, pid=rec.pid, tid=rec.tid, thread=rec.comm,
+                            blocked_ns=rec.blocked_ns, weight_ns=rec.blocked_ns * every,
+                            reason=reason, source=OffCpuSource.BPF_SCHED.value,
+                            stack=self._user_stack(rec))
+
     def _sample(self, rec: RawRecord) -> CpuSample:
+        stack = self._user_stack(rec)
+        if rec.kstack:
+            stack = (*stack, *self._symbolizer.kernel_stack(rec.kstack))
+        self._total += 1
+        return CpuSample(
+            ts_ns=rec.ts_ns,
+            pid=rec.pid,
+            tid=rec.tid,
+            thread=rec.comm,
+            cpu=rec.cpu,
+            stack=stack,
+        )
+
+    def _user_stack(self, rec: RawRecord) -> Stack:
+        """Native frames with the Python frames interleaved, root first (cached)."""
         callers_key, callers, leaf = self._native(rec)
         # The user-space stack is a function of (callers, leaf function, Python chain):
         # a loop's samples repeat it, so the interleaving is done once per combination.
@@ -254,22 +293,18 @@ class CpuCollector:
         stack, python_missing = user
         if python_missing:
             self._counters["cpu_python_missing"] += 1
-        if rec.kstack:
-            stack = (*stack, *self._symbolizer.kernel_stack(rec.kstack))
-        self._total += 1
-        return CpuSample(
-            ts_ns=rec.ts_ns,
-            pid=rec.pid,
-            tid=rec.tid,
-            thread=rec.comm,
-            cpu=rec.cpu,
-            stack=stack,
-        )
+        return stack
 
     def _batch(self) -> Batch:
         ready, self._ready = tuple(self._ready), []
+        waits, self._waits = tuple(self._waits), []
         procs, self._new_procs = tuple(self._new_procs), []
-        return Batch(samples=ready, processes=procs, counters=self._counter_snapshot())
+        return Batch(samples=ready, processes=procs, counters=self._counter_snapshot(),
+                     offcpu_samples=waits)
 
     def _counter_snapshot(self) -> dict[str, int]:
-        return {"cpu_lost": self.lost, **self._counters}
+        """What the counters grew by since the last batch: the store adds them up."""
+        totals = {"cpu_lost": self.lost, **self._counters, **self._offcpu_counters}
+        out = {k: v - self._sent.get(k, 0) for k, v in totals.items() if v != self._sent.get(k, 0)}
+        self._sent.update(totals)
+        return out

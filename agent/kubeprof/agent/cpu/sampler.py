@@ -13,8 +13,9 @@ import mmap
 import struct
 from typing import Any, NamedTuple
 
-from kubeprof.agent.cpu import bpf_program, btf
+from kubeprof.agent.cpu import bpf_program, btf, offcpu_probe
 from kubeprof.agent.cpu.cpython_layout import Layout
+from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs
 from kubeprof.agent.cpu.ringbuf import RingReader
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what decode() reads records from
@@ -25,7 +26,7 @@ _KSTACK_AT = bpf_program.RawSample.kstack.offset
 _STACK_MAX = bpf_program.STACK_PAGES * 4096
 # The fixed head of `struct sample_t` (ts .. pad), read with one unpack per sample: a
 # ctypes view costs a Python object per field access, a measurable share at 99 Hz per CPU.
-_HEAD = struct.Struct(f"<QIIIiii{bpf_program.COMM_LEN}sQQQII")
+_HEAD = struct.Struct(f"<QIIIiii{bpf_program.COMM_LEN}sQQQIIQqII")
 assert _HEAD.size == _USTACK_AT, "RawSample and _HEAD disagree: keep them in step"
 
 
@@ -52,6 +53,10 @@ class RawRecord(NamedTuple):
     python_err: int = 0  # negative: the BPF walk found no thread state for the thread
     regs: tuple[int, int, int] = (0, 0, 0)  # user ip, sp, bp at the sample
     stack: bytes | memoryview = b""  # user stack from sp up, for the DWARF unwinder
+    off: int = 0  # 1: an off-CPU wait (ts_ns is its first switch-out), 0: an on-CPU sample
+    blocked_ns: int = 0  # off-CPU: ns off CPU in the wait
+    syscall_nr: int = -1  # off-CPU: the syscall it waited in
+    state: int = 0  # off-CPU: sched_switch's prev_state (offcpu_probe.state_name)
 
     @property
     def python(self) -> tuple[tuple[int, int, int], ...]:
@@ -88,9 +93,8 @@ def decode(buf: Buffer, at: int = 0, size: int | None = None, *, copy: bool = Tr
     size = len(memoryview(buf)) - at if size is None else size
     if size < _STACK_AT:
         raise ValueError(f"ring-buffer record of {size} bytes: the fixed part is {_STACK_AT}")
-    ts, pid, tid, cpu, ulen, klen, py_len, comm, ip, sp, bp, stack_len, _ = _HEAD.unpack_from(
-        buf, at
-    )
+    (ts, pid, tid, cpu, ulen, klen, py_len, comm, ip, sp, bp, stack_len, off, blocked, nr,
+     state, _) = _HEAD.unpack_from(buf, at)
     ustack, uerr = _stack(buf, at + _USTACK_AT, ulen)
     kstack, kerr = _stack(buf, at + _KSTACK_AT, klen) if klen else ((), 0)
     py_words = (
@@ -122,6 +126,10 @@ def decode(buf: Buffer, at: int = 0, size: int | None = None, *, copy: bool = Tr
         min(py_len, 0),
         (ip, sp, bp),
         stack,
+        off,
+        blocked,
+        nr,
+        state,
     )
 
 
@@ -132,8 +140,14 @@ def _decode_view(buf: memoryview, at: int, size: int) -> RawRecord:
 class Sampler:
     """Owns the loaded BPF program: target map, ring buffer and drop counter."""
 
-    def __init__(self, hz: int) -> None:
-        self._bpf: Any = bpf_program.load(hz, btf.fsbase_offset())
+    def __init__(self, hz: int, offcpu: OffCpuKnobs | None = None) -> None:
+        on = offcpu is not None and offcpu.enabled
+        self._bpf: Any = bpf_program.load(hz, btf.fsbase_offset(), offcpu=on)
+        if offcpu is not None and on:
+            conf = self._bpf[b"off_conf"]
+            conf[ctypes.c_int(0)] = ctypes.c_uint64(offcpu.min_us * 1000)
+            conf[ctypes.c_int(1)] = ctypes.c_uint64(offcpu.every)
+        self.offcpu = on
         self._targets = self._bpf[b"targets"]
         self._py_conf = self._bpf[b"py_conf"]
         try:
@@ -198,6 +212,14 @@ class Sampler:
         reader could not decode them (`RingReader.bad`)."""
         bad = self._ring.bad if self._ring is not None else 0
         return int(self._bpf[b"dropped"][ctypes.c_int(0)].value) + bad
+
+    def offcpu_counters(self) -> dict[str, int]:
+        """The off-CPU probe's counters summed over CPUs (offcpu_probe.COUNTERS); {} off."""
+        if not self.offcpu or self._bpf is None:
+            return {}
+        stats = self._bpf[b"off_stats"]
+        return {name: int(sum(stats.getvalue(ctypes.c_int(i))))
+                for i, name in enumerate(offcpu_probe.COUNTERS)}
 
     def close(self) -> None:
         """Detach and free the program; safe to call twice."""
