@@ -11,13 +11,18 @@ interpreter start-up, imports, allocation, cuDNN/XLA autotuning or compilation b
 - steady: whole steps of the main loop;
 - tail: after the last whole steady step (the last partial step, evaluation, shutdown).
 
-When no kernel recurs regularly (a handful of kernels, a one-shot job) the steady state is
-the active window (first kernel start to last kernel end) and ``method`` says so.
+Kernels anchor first; where no kernel recurs regularly, any device work does (a loop whose
+GPU work is one copy a step). Where nothing recurs, or the anchor recurs irregularly after its
+longest regular run more often than within it (request-driven serving: a few requests in a
+burst look like steps), there is no steady loop: the analysed window is the active window
+after warm-up (``loop=False``) and ``method`` says so. ``too_short`` says when a window is too
+short for any verdict.
 """
 
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +39,10 @@ MAX_CHECKED = 50  # candidates, best first, checked for a repeating kernel mix
 DIVERSITY = 2.0  # distinct kernel names in the window, at most this many per kernel per step
 GAP_CLASSES = (10_000, 1_000_000)  # queued back to back / launch gap / host gap (ns)
 SETTLED = 0.01  # the steady state may hold at most this much more irregular time than its end
+WARMUP_PAUSE_NS = 500_000_000  # without a loop, a pause this long in the first half ends warm-up
+BURST_GAP_NS = 1_000_000  # without a loop, device work after a pause this long starts a burst
+MIN_VERDICT_NS = 200_000_000  # a window shorter than this gives no verdict ...
+MIN_VERDICT_STEPS = 10  # ... nor one with fewer steps (or bursts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +68,9 @@ class Phases:
     tail: Window
     method: str  # how the steady state was found, in words
     anchor: str = ""  # the once-per-step kernel (raw name); "" when none was found
-    steps: int = 0  # whole steps in the steady window (0 when no anchor)
-    step_ns: float = 0.0  # median step period
+    steps: int = 0  # whole steps in the steady window; bursts of work without a loop
+    step_ns: float = 0.0  # median step period (mean time per burst without a loop)
+    loop: bool = True  # False: no steady loop, ``steady`` is the active window after warm-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,35 +100,91 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
     if best is None and len(trace.work) > len(trace.kernels):
         seq, starts = trace.work, trace.work_starts
         best = _anchor(seq, starts)
-    if best is None:
-        steady = Window(first, last)
-        method = "active window (first kernel to last): no kernel recurs at a steady period"
-        return Phases(
-            Window(s0, s1),
-            Window(s0, first),
-            Window(first, first),
-            steady,
-            Window(last, s1),
-            method,
-        )
-    a, b = starts[best.first], starts[best.last]
-    steps = best.steps
-    period = (b - a) / steps
-    method = (
-        f"{steps} whole steps of the main loop, anchored on a kernel launched once per "
-        f"step (median period {period / 1e6:.3g} ms)"
+    if best is not None:
+        a, b = starts[best.first], starts[best.last]
+        inside = sum(1 for w in seq[best.first : best.last] if w.name == best.name)
+        later = sum(1 for w in seq[best.last + 1 :] if w.name == best.name)
+        if later <= inside:
+            steps = best.steps
+            period = (b - a) / steps
+            kind = "a kernel" if seq is trace.kernels else "device work"
+            method = (
+                f"{steps} whole steps of the main loop, anchored on {kind} launched once per "
+                f"step (median period {period / 1e6:.3g} ms)"
+            )
+            return Phases(
+                Window(s0, s1),
+                Window(s0, first),
+                Window(first, a),
+                Window(a, b),
+                Window(b, s1),
+                method,
+                best.name,
+                steps,
+                period,
+            )
+    return _no_loop(trace, Window(s0, s1), first, last, best is not None)
+
+
+def _no_loop(trace: GpuTrace, session: Window, first: int, last: int, short_run: bool) -> Phases:
+    """Phases of a workload without a steady loop (request-driven serving, irregular work).
+
+    The analysed window is the active one (first device work to last) after warm-up: warm-up
+    ends with the longest pause between device work in the window's first half, when that
+    pause lasts WARMUP_PAUSE_NS or more (model loading, then the first requests); else it is
+    empty. Its "steps" are bursts of device work separated by BURST_GAP_NS or more.
+    """
+    ws = trace.work_starts
+    mid = first + (last - first) // 2
+    end_so_far = first
+    best_gap, warm_end = 0, first
+    for w in trace.work:
+        if w.start_ns > mid:
+            break
+        if w.start_ns - end_so_far > best_gap:
+            best_gap, warm_end = w.start_ns - end_so_far, w.start_ns
+        end_so_far = max(end_so_far, w.end_ns)
+    if best_gap < WARMUP_PAUSE_NS:
+        warm_end = first
+    bursts = 0
+    end_so_far = 0
+    for i in range(bisect_left(ws, warm_end), len(ws)):
+        w = trace.work[i]
+        if not bursts or w.start_ns - end_so_far >= BURST_GAP_NS:
+            bursts += 1
+        end_so_far = max(end_so_far, w.end_ns)
+    why = (
+        "the longest regular run of steps is followed by more irregular repeats of its "
+        "anchor than it holds"
+        if short_run
+        else "no device work recurs at a steady period"
     )
+    method = f"no steady loop ({why}): the active window after warm-up, {bursts} bursts of GPU work"
     return Phases(
-        Window(s0, s1),
-        Window(s0, first),
-        Window(first, a),
-        Window(a, b),
-        Window(b, s1),
+        session,
+        Window(session.start_ns, first),
+        Window(first, warm_end),
+        Window(warm_end, last),
+        Window(last, session.end_ns),
         method,
-        best.name,
-        steps,
-        period,
+        "",
+        bursts,
+        (last - warm_end) / bursts if bursts else 0.0,
+        loop=False,
     )
+
+
+def too_short(ph: Phases) -> str:
+    """Why the analysed window is too short for a verdict ("" when it is long enough)."""
+    w = ph.steady
+    if w.duration_ns < MIN_VERDICT_NS or ph.steps < MIN_VERDICT_STEPS:
+        unit = "steps" if ph.loop else "bursts of GPU work"
+        return (
+            f"no verdict: the analysed window ({w.duration_ns / 1e9:.2f} s, {ph.steps} {unit}) "
+            f"is shorter than the minimum of {MIN_VERDICT_NS / 1e9:g} s and "
+            f"{MIN_VERDICT_STEPS} {unit}; record longer"
+        )
+    return ""
 
 
 def _anchor(work: Sequence[GpuActivity], starts: Sequence[int]) -> _Candidate | None:

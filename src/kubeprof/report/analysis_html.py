@@ -172,6 +172,8 @@ def findings_html(a: Analysis) -> str:
         body = "".join(finding_html(f) for f in a.findings)
     elif a.headline.ratio is None:
         body = f"<p>No findings: GPU idle is {escape(figure_text(a.headline))}.</p>"
+    elif a.verdict:
+        body = f"<p>{escape(a.verdict)}.</p>"
     else:
         body = "<p>No findings: nothing in this session matched a known problem.</p>"
     return (

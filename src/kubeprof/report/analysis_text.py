@@ -64,6 +64,8 @@ def findings_text(a: Analysis, width: int = 100) -> list[str]:
     out = ["Findings", "========"]
     if a.headline.ratio is None and not a.findings:
         out.append(f"none: GPU idle is {figure_text(a.headline)}")
+    elif a.verdict:
+        out += _wrap(a.verdict, width, "")
     elif not a.findings:
         out.append("none: nothing in this session matched a known problem")
     for n, f in enumerate(a.findings, 1):

@@ -20,6 +20,8 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
 - ``cpu_during_idle``: the launching thread (pid, tid, thread), CPU ``source``, samples,
   stretches, idle_ns, on_cpu_share, ``hot`` frame and top ``frames`` / ``leaves`` (label,
   samples, share); null with ``cpu_note`` saying why.
+- ``verdict``: null when findings were looked for, else why not (the analysed window is
+  shorter than the minimum for a verdict).
 - ``findings``: most severe first: kind, severity, message, evidence {numbers, frames,
   kernels, lines}, gain {saved_ns, share, model} or null, ``targets`` [{view, search}]: the
   flame-graph frames the finding points at.
@@ -173,6 +175,7 @@ def _analysis(a: Analysis) -> dict[str, Any]:
         },
         "cpu_during_idle": _cpu_during_idle(a.cpu_during_idle),
         "cpu_note": a.cpu_note or None,
+        "verdict": a.verdict or None,
         "findings": [_finding(f) for f in a.findings],
     }
 
@@ -272,6 +275,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "breakdown": None,
         "cpu_during_idle": None,
         "cpu_note": None,
+        "verdict": None,
         "findings": [],
     }
     if report.analysis is not None:

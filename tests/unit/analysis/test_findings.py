@@ -48,9 +48,10 @@ def test_starved_loop_fires_starved_with_gain_and_not_launch_bound():
 
 
 def tiny_loop(frame: Frame | None = None) -> Loop:
-    """60 tiny elementwise ops per step, each launch slower than the kernel."""
+    """60 tiny elementwise ops per step, each launch slower than the kernel (250 steps: a
+    window over the 0.2 s minimum for a verdict)."""
     loop = Loop(
-        steps=50,
+        steps=250,
         kernels=60,
         kernel_ns=3 * US,
         gap_ns=12 * US,
@@ -90,7 +91,7 @@ def test_fusion_needs_short_elementwise_kernels_from_one_frame():
 
 def item_loop(*, with_copy: bool = True) -> Loop:
     """A small matmul then .item() each iteration: DtoH copy, host sync, host relaunch."""
-    loop = Loop(steps=200, kernels=1, kernel_ns=15 * US, gap_ns=0)
+    loop = Loop(steps=4000, kernels=1, kernel_ns=15 * US, gap_ns=0)  # ~0.24 s of steps
     loop.step_frame = ITEM_LINE
     loop.build()
     acts = []
@@ -142,7 +143,7 @@ def test_sync_stall_does_not_fire_without_syncs():
 
 
 def copy_loop(name: str) -> Loop:
-    loop = Loop(steps=40, kernels=4, kernel_ns=1 * MS, host_ns=0).build()
+    loop = Loop(steps=60, kernels=4, kernel_ns=1 * MS, host_ns=0).build()
     acts = []
     for a in loop.acts:
         acts.append(a)
@@ -187,3 +188,37 @@ def test_findings_are_ordered_most_severe_first():
     ranks = ["critical", "warning", "info"]
     order = [ranks.index(f.severity) for f in r.findings]
     assert order == sorted(order) and len(order) >= 2
+
+
+def test_a_window_under_the_minimum_gives_no_verdict_and_says_why():
+    """The same tiny-op loop over 0.01 s (a burst of requests) is no ground for a finding."""
+    loop = Loop(
+        steps=12,
+        kernels=60,
+        kernel_ns=3 * US,
+        gap_ns=12 * US,
+        host_ns=100 * US,
+        kernel_name=ELEMENTWISE,
+    ).build()
+    r = analyse(loop.acts, [], None, Window(*loop.session))
+    assert r.findings == ()
+    assert r.verdict.startswith("no verdict") and "0.2 s" in r.verdict and "10 steps" in r.verdict
+    assert r.headline.ratio is not None  # the figure stays, with its window
+
+
+def test_no_finding_is_critical_or_warning_without_time_at_stake():
+    from kubeprof.analysis.findings.model import Evidence, Finding, Gain
+    from kubeprof.analysis.findings.stake import capped
+
+    def f(saved_ns: int, share: float) -> Finding:
+        return Finding(
+            Kind.LAUNCH_BOUND, Severity.CRITICAL, "m", Evidence(), Gain(saved_ns, share, "x")
+        )
+
+    assert capped(f(0, 0.0)).severity is Severity.INFO
+    assert capped(f(4 * MS, 0.8)).severity is Severity.INFO  # a big share of a tiny window
+    assert capped(f(2_000 * MS, 0.01)).severity is Severity.INFO  # seconds, but 1 % of it
+    assert capped(f(50 * MS, 0.2)).severity is Severity.WARNING
+    assert capped(f(2_000 * MS, 0.6)).severity is Severity.CRITICAL
+    no_gain = Finding(Kind.FUSION, Severity.WARNING, "m", Evidence(), None)
+    assert capped(no_gain).severity is Severity.INFO

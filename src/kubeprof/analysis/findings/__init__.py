@@ -11,6 +11,7 @@ The facade for reports, the operator and the metric::
     result.breakdown         # steady-state idle by cause (host, sync, launch, other)
     result.cpu_during_idle   # the launching thread's CPU frames during steady-state idle
     result.findings          # Finding list, most severe first
+    result.verdict           # "" when findings were looked for; else why none were (too short)
 
 Each finding kind is a module with ``find(ctx) -> Finding | None``; ``run_all`` runs them.
 """
@@ -33,6 +34,7 @@ from kubeprof.analysis.findings import (
 )
 from kubeprof.analysis.findings.context import Context
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
+from kubeprof.analysis.findings.stake import capped
 from kubeprof.analysis.idle_breakdown import LAUNCH_GAP_NS, IdleBreakdown
 from kubeprof.analysis.phases import Phases, Window
 from kubeprof.analysis.steady_idle import IdleFigure, PhaseFigures, Timeline
@@ -61,6 +63,7 @@ class Analysis:
     cpu_during_idle: cdi.CpuDuringIdle | None  # None without CPU samples of the launcher
     findings: tuple[Finding, ...]
     cpu_note: str = ""  # why cpu_during_idle is None
+    verdict: str = ""  # why no finding was looked for ("" when they were)
 
 
 def analyse(
@@ -114,12 +117,15 @@ def analyse(
         during = cdi.during(cpu, launcher, stretches)
         note = ""
     ctx = Context(trace, ph, figures, parts, bd, during, metrics, idle)
-    return Analysis(figures.steady, ph, figures, tl, bd, during, run_all(ctx), note)
+    short = phases.too_short(ph)
+    found = () if short else run_all(ctx)
+    return Analysis(figures.steady, ph, figures, tl, bd, during, found, note, short)
 
 
 def run_all(ctx: Context) -> tuple[Finding, ...]:
-    """Every finder over one context, most severe first."""
-    out = [f for find in FINDERS if (f := find(ctx)) is not None]
+    """Every finder over one context, most severe first; severity capped by what is at stake
+    (``stake``)."""
+    out = [capped(f) for find in FINDERS if (f := find(ctx)) is not None]
     out.sort(key=rank)
     return tuple(out)
 
