@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from kubeprof import reporting
+from kubeprof.progress import TerminalProgress
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage import StoreError
 
@@ -60,9 +62,19 @@ def _carbon_meta(args: argparse.Namespace) -> dict[str, str]:
     return meta
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"kubeprof {version('kubeprof')}"
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "kubeprof (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kubeprof",
                                      description="GPU+CPU profiler for AI workloads.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     rec = sub.add_parser("record", help="profile a command or a running process",
@@ -99,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--view", choices=["cpu", "gpu"], default=None,
                      help="which stacks to show: text/html show all views by default; "
                      "collapsed/pprof/speedscope export CPU unless only GPU data exist")
-    rep.add_argument("--out", metavar="FILE", help="write here (default: stdout for text "
-                     "formats, SESSION.html / SESSION.pb.gz for html / pprof)")
+    rep.add_argument("--out", metavar="FILE", help="write here; - is stdout (default: "
+                     "stdout for text formats, SESSION.html / SESSION.pb.gz for html / pprof)")
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
     rep.add_argument("--keep-interpreter", action="store_true",
                      help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
@@ -113,8 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--store", metavar="URL", help="database URL (as for record)")
     _carbon_flags(cmp_)
 
-    ses = sub.add_parser("sessions", help="list stored sessions")
+    ses = sub.add_parser("sessions", help="list stored sessions (`sessions rm` removes)")
     ses.add_argument("--store", metavar="URL", help="database URL (as for record)")
+    ses_sub = ses.add_subparsers(dest="ses_cmd")
+    rm = ses_sub.add_parser("rm", help="remove sessions and all their data",
+                            epilog="examples:\n  kubeprof sessions rm quick quick-2\n"
+                            "  kubeprof sessions rm --older-than 7d --dry-run",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    rm.add_argument("names", nargs="*", metavar="NAME", help="session names or ids "
+                    "(NAMESPACE/NAME for a cluster session)")
+    rm.add_argument("--older-than", metavar="AGE", help="also every session started more "
+                    "than AGE ago (30m, 12h, 7d, 2w)")
+    rm.add_argument("--dry-run", action="store_true", help="only list what would go")
+    rm.add_argument("--store", dest="rm_store", metavar="URL", help="database URL")
 
     ui = sub.add_parser("ui", help="serve the web UI (sessions, flame graphs, diffs) over a "
                         "store, read-only")
@@ -136,6 +159,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_component(args_list[0], args_list[1:])
     args = build_parser().parse_args(args_list)
     try:
+        return _dispatch(args)
+    except BrokenPipeError:
+        # The reader went away (`kubeprof sessions | head -1`): stop quietly, as `ls` does.
+        # Point stdout at /dev/null so the interpreter's flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by the pipe
+    except KeyboardInterrupt:
+        print("kubeprof: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    try:
         if args.cmd == "record":
             return _record(args)
         if args.cmd == "report":
@@ -143,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             args.store, args.keep_interpreter)
         if args.cmd == "compare":
             return _compare(args)
+        if args.cmd == "sessions" and args.ses_cmd == "rm":
+            from kubeprof.session_removal import rm_command
+
+            return rm_command(args.names, args.older_than, args.rm_store or args.store,
+                              dry_run=args.dry_run)
         if args.cmd == "sessions":
             return reporting.sessions_command(args.store)
         if args.cmd == "ui":
@@ -203,15 +244,23 @@ def _record(args: argparse.Namespace) -> int:
     opts = RecordOptions(command=command, pid=args.pid, duration_s=args.duration, hz=args.hz,
                          name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu,
                          meta=meta)
+    shown = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
+    if shown is not None:  # a status line on a terminal; nothing extra when piped
+        opts.progress, opts.log = shown, shown.log
     try:
         result = record(opts)
     except RecordError as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if shown is not None:
+            shown.done()
     for warning in result.warnings:
         print(f"kubeprof: warning: {warning}", file=sys.stderr)
     print(f"kubeprof: session {result.session_name!r}: {result.rows} rows stored; "
           f"see `kubeprof report {result.session_name}`", file=sys.stderr)
+    if result.status == "interrupted":
+        return 130  # Ctrl-C, after saving: what shells and other tools report for SIGINT
     if result.records == 0:
         return result.exit_code or 3
     return result.exit_code

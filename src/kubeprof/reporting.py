@@ -134,8 +134,13 @@ def report_command(ref: str | None, fmt: str, view: str, out: str | None,
     data = render(report, fmt, view=view)
     if out is None and fmt in ("html", "pprof"):
         out = f"{profile.session}{FORMATS[fmt].suffix}"
-    if out is None:
-        sys.stdout.write(data if isinstance(data, str) else data.decode())
+    if out is None or out == "-":  # `--out -`: stdout, also for html and pprof
+        if isinstance(data, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            sys.stdout.write(data)
         return 0
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,5 +167,5 @@ def sessions_command(store_url: str | None) -> int:
     for s in sessions:
         print(f"{s.id:>4}  {s.name:<32} {s.status:<11} "
               f"{s.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19} {s.duration_s:>7.1f} "
-              f"{s.samples:>8} {s.gpu_activities:>8}  {s.command[:60]}")
+              f"{s.samples:>8} {s.gpu_activities:>8}  {' '.join(s.command.split())[:60]}")
     return 0

@@ -26,7 +26,7 @@ from kubeprof.agent import collectors
 from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import StoreSink
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
-from kubeprof.storage import Store, StoreError
+from kubeprof.storage import Store, StoreError, sessions
 
 
 class RecordError(RuntimeError):
@@ -52,6 +52,9 @@ class RecordOptions:
     # Collectors already built by the caller (tests); None = build them.
     sources: list[Collector] | None = None
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
+    # What the recording is doing, for a terminal's status line: progress("preparing"),
+    # progress("recording", elapsed_s, records_so_far) each poll, progress("storing").
+    progress: Callable[..., None] | None = None
 
 
 @dataclass
@@ -64,6 +67,7 @@ class RecordResult:
     records: int  # CPU samples + GPU activities
     exit_code: int  # the command's exit code (0 for --pid recordings)
     warnings: list[str]
+    status: str = "completed"  # as stored: "completed", or "interrupted" after Ctrl-C
 
 
 def default_name(opts: RecordOptions) -> str:
@@ -180,6 +184,8 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     command = shlex.join(opts.command) if opts.command else f"--pid {opts.pid}"
     tmp = tempfile.mkdtemp(prefix="kubeprof-")
     gpu_socket = os.path.join(tmp, "gpu.sock") if opts.gpu else None
+    progress = opts.progress or (lambda *_: None)
+    progress("preparing")
     if opts.sources is not None:
         running = _named(opts.sources)
         env: dict[str, str] = {}
@@ -193,6 +199,8 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             meta["cpu_source"] = str(source)
     session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
                                       meta=meta)
+    with store.engine.connect() as conn:  # a taken name was suffixed ("quick" -> "quick-2")
+        name = sessions.name_of(conn, session_id)
     sink = StoreSink(store, session_id, fallback=Path(tmp) / "unsaved-batches", log=opts.log)
     driver = Driver(running, sink, interval_s=opts.poll_interval_s)
     child: subprocess.Popen[bytes] | None = None
@@ -218,7 +226,11 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         refused = driver.attach(target)
         if refused:
             raise RecordError(str(next(iter(refused.values()))))
-        driver.run(until, wait=interrupted.wait, on_stop=stop_child)
+        def should_stop() -> bool:
+            progress("recording", (time.monotonic_ns() - start_ns) / 1e9, sink.records)
+            return until()
+
+        driver.run(should_stop, wait=interrupted.wait, on_stop=stop_child)
         exit_code = until.exit_code()
         if until.reason == "interrupted":
             status = "interrupted"
@@ -230,6 +242,7 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         status = "failed"
         raise
     finally:
+        progress("storing")
         stop_child()  # before the drain: a GPU tracer in the command flushes as it exits
         driver.close()  # a no-op when the loop ran; else stops the collectors started
         end_ns = time.monotonic_ns()
@@ -249,7 +262,8 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             and not warnings:
         warnings.append(f"the command exited (code {child.returncode}) before any sample was "
                         "taken; profile a longer-running command or use --pid")
-    return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings)
+    return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings,
+                        status)
 
 
 def _tracer_status(collectors: Iterable[Collector]) -> dict[str, str]:

@@ -100,9 +100,23 @@ def find_session(conn: Connection, ref: str | None) -> SessionInfo:
                               "`kubeprof record -- COMMAND`")
     if ref is None:
         return sessions[-1]
+    return pick_session(sessions, ref)
+
+
+def pick_session(sessions: Sequence[SessionInfo], ref: str) -> SessionInfo:
+    """The session `ref` names among `sessions`: its name, its id, or for a cluster
+    session NAMESPACE/NAME alone when that is unambiguous."""
     for s in sessions:
         if s.name == ref or str(s.id) == ref:
             return s
+    # A cluster session is stored as NAMESPACE/NAME@UID8: NAMESPACE/NAME alone finds it
+    # when only one ProfilingSession of that name was recorded.
+    cluster = [s for s in sessions if s.kind == "cluster" and s.name.startswith(f"{ref}@")]
+    if len(cluster) == 1:
+        return cluster[0]
+    if cluster:
+        raise SessionNotFound(f"{ref!r} names {len(cluster)} sessions: "
+                              f"{', '.join(s.name for s in cluster)}; give the full name")
     names = ", ".join(s.name for s in sessions[-5:])
     raise SessionNotFound(f"no session named {ref!r}; recent sessions: {names} "
                           "(`kubeprof sessions` lists all)")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from kubeprof.storage.bulk import dialect_insert
@@ -76,3 +76,17 @@ def read_meta(conn: Connection, session_id: int) -> dict[str, str]:
 
 def _merged(conn: Connection, session_id: int, meta: Mapping[str, str]) -> str:
     return json.dumps({**read_meta(conn, session_id), **dict(meta)}, sort_keys=True)
+
+
+def name_of(conn: Connection, session_id: int) -> str:
+    """The session's name as stored (`create` may have suffixed the one asked for)."""
+    return str(conn.scalar(select(SessionRow.name).where(SessionRow.id == session_id)))
+
+
+def remove(conn: Connection, session_ids: Collection[int]) -> int:
+    """Delete sessions with all their rows (samples, GPU records, ... cascade by foreign
+    key); interned stacks and frames stay, as other sessions may share them. How many."""
+    if not session_ids:
+        return 0
+    result = conn.execute(delete(SessionRow).where(SessionRow.id.in_(list(session_ids))))
+    return int(result.rowcount or 0)

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
 from kubeprof.storage import migrate, offcpu, sessions, stack_counts
@@ -94,10 +94,11 @@ class Store:
             try:
                 with engine.begin() as conn:
                     migrate.upgrade(conn)
-            except OperationalError as exc:
-                raise StoreError(f"cannot open the store {engine.url!r}: "
-                                 f"{exc.orig}; check the URL and that the database is up "
-                                 "and writable") from exc
+            except DatabaseError as exc:  # OperationalError, or "file is not a database"
+                engine.dispose()
+                why = " ".join(str(exc.orig).split())  # one line (psycopg's span several)
+                raise StoreError(f"cannot open the store {engine.url!r}: {why}; check "
+                                 "the URL and that the database is up and writable") from exc
         return store
 
     def close(self) -> None:
