@@ -40,10 +40,10 @@ class Profile:
     duration_s: float  # wall-clock length of the session
     cpu: tuple[WeightedStack, ...] = ()
     gpu: tuple[WeightedStack, ...] = ()  # stacks end in a FrameKind.GPU frame
+    meta: dict[str, str] = field(default_factory=dict)  # command, host, counters, ...
     # Waits (off-CPU): value_ns is wall time off CPU; each stack ends in a frame naming
     # the wait's reason. The "wall" view is cpu + offcpu per thread.
     offcpu: tuple[WeightedStack, ...] = ()
-    meta: dict[str, str] = field(default_factory=dict)  # command, host, counters, ...
 
 
 @dataclass(frozen=True, slots=True)

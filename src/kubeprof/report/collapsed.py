@@ -7,8 +7,9 @@ valid for naive tools (flamegraph.pl, speedscope, inferno split on ';' and show 
 literally), and `parse_collapsed` undoes it exactly. The count is the last space-separated
 field, so labels may contain spaces.
 
-Counts: the CPU view counts samples (the usual meaning); the GPU view counts nanoseconds of
-GPU time, because launches of different kernels are not comparable. Stacks whose labels are
+Counts: the CPU view counts samples (the usual meaning); the GPU, off-CPU and wall views
+count nanoseconds, because launches of different kernels, or waits of any length, are not
+comparable. Stacks whose labels are
 equal (same frames seen on several threads) are merged into one line.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kubeprof.report.tree import GROUPS, group_frames
-from kubeprof.report.views import view_stacks
+from kubeprof.report.views import view_info, view_stacks
 from kubeprof.reportdata import Profile, WeightedStack
 
 _ESCAPES = (("%", "%25"), (";", "%3B"), ("\n", "%0A"), ("\r", "%0D"))
@@ -54,7 +55,7 @@ def folded_counts(
 
 def render_collapsed(profile: Profile, *, view: str = "cpu", group: str = "none") -> str:
     """Folded lines sorted by stack; `group` "process"/"thread" prefixes "name [pid]" frames."""
-    weight = "ns" if view == "gpu" else "samples"
+    weight = "ns" if view_info(view).weighs_time else "samples"
     counts = folded_counts(view_stacks(profile, view), weight=weight, group=group)
     lines = [
         ";".join(escape_label(label) for label in key) + f" {count}"
