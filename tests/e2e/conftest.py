@@ -3,15 +3,20 @@
 Each starts lazily, only for sessions with a test that asks for it, and is stopped (by the
 PIDs it recorded) at the end. Environment knobs:
   KUBEPROF_E2E_GPU_NODES / KUBEPROF_E2E_CPU_NODES  node counts (default 4 / 2)
-  KUBEPROF_E2E_RUN_DIR   reuse a cluster started by hand (`python -m tests.e2e.cluster up`);
-                         it is left running afterwards
+  KUBEPROF_E2E_RUN_DIR   reuse a cluster started by hand (`python -m tests.e2e.cluster up`),
+                         and its PostgreSQL when that runs; both are left running afterwards
+  KUBEPROF_E2E_PG_DIR    the run's shared PostgreSQL folder (set by tests/conftest.py: every
+                         xdist worker and child pytest of a run uses one server)
   KUBEPROF_E2E_KEEP=1    keep the temporary run folders (logs) after the session
+
+Each test module gets a database of its own (`postgres_dsn`), dropped after the module.
 """
 
 import os
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -22,7 +27,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.e2e.cluster import Cluster, Postgres  # noqa: E402
+from tests.e2e.cluster import Cluster, Postgres, shared  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,13 +94,25 @@ def k8s_client(k8s_cluster: Cluster):
 class PgDsn(NamedTuple):
     """Both spellings of the same database."""
 
-    url: str  # SQLAlchemy: postgresql+psycopg://kubeprof@127.0.0.1:PORT/kubeprof
-    libpq: str  # psycopg.connect / psql: postgresql://kubeprof@127.0.0.1:PORT/kubeprof
+    url: str  # SQLAlchemy: postgresql+psycopg://kubeprof@127.0.0.1:PORT/kp_<module>_<hex>
+    libpq: str  # psycopg.connect / psql: postgresql://kubeprof@127.0.0.1:PORT/kp_<module>_<hex>
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[Postgres]:
-    """A PostgreSQL 15 server in a temp folder on a free port (trust auth, user kubeprof)."""
+    """A PostgreSQL 15 server on a free port (trust auth, user kubeprof), shared by the run.
+
+    In order: the hand-started one of KUBEPROF_E2E_RUN_DIR when it runs, the run's shared one
+    (KUBEPROF_E2E_PG_DIR, started here if no other process has), or one of this session's own.
+    """
+    reuse = os.environ.get("KUBEPROF_E2E_RUN_DIR")
+    if reuse and Postgres(Path(reuse) / "postgres").is_running():
+        yield Postgres(Path(reuse) / "postgres")
+        return
+    pg_dir = os.environ.get(shared.ENV)
+    if pg_dir:
+        yield shared.acquire(Path(pg_dir))  # stopped by the process that named the folder
+        return
     d = _tmp("kubeprof-e2e-pg-")
     pg = Postgres(d / "pg")
     ok = False
@@ -108,7 +125,11 @@ def postgres_server() -> Iterator[Postgres]:
         _cleanup(d, ok)
 
 
-@pytest.fixture(scope="session")
-def postgres_dsn(postgres_server: Postgres) -> PgDsn:
-    """DSNs of the session's PostgreSQL database."""
-    return PgDsn(url=postgres_server.url, libpq=postgres_server.dsn)
+@pytest.fixture(scope="module")
+def postgres_dsn(postgres_server: Postgres, request: pytest.FixtureRequest) -> Iterator[PgDsn]:
+    """DSNs of a new database for this test module on the shared server (dropped after it)."""
+    name = shared.database_name(request.module.__name__, uuid.uuid4().hex)
+    db = postgres_server.create_database(name)
+    yield PgDsn(url=db.url, libpq=db.dsn)
+    if not os.environ.get("KUBEPROF_E2E_KEEP"):
+        postgres_server.drop_database(name)

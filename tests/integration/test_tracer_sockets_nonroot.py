@@ -28,10 +28,13 @@ from kubeprof.agent.gpu.inject import package_roots
 HERE = Path(__file__).resolve().parent
 UID = 1000
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"),
-    reason="needs root, unshare and setpriv (mount namespaces, a non-root uid)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"),
+        reason="needs root, unshare and setpriv (mount namespaces, a non-root uid)",
+    ),
+    pytest.mark.serial,  # changes the modes of folders above the Python for its duration
+]
 
 
 def daemonset_caps() -> list[str]:
