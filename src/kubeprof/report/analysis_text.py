@@ -114,6 +114,18 @@ def cpu_during_idle_line(a: Analysis) -> str:
     if c is None:
         return f"CPU during idle: not measured ({a.cpu_note or 'no CPU samples'})"
     who = f"the launching thread {c.thread} [{c.tid}] (pid {c.pid})"
+    w = a.waits
+    if w is not None and w.blocked and c.on_cpu_share is not None:
+        where = (
+            f"blocked at {w.wait_site.label()} ({w.offcpu_source} off-CPU samples)"
+            if w.wait_site is not None
+            else "off CPU, no stack (no off-CPU samples in this session)"
+        )
+        return (
+            f"CPU during idle ({c.source}): {who} was off CPU "
+            f"{pct(1 - c.on_cpu_share)} of the {seconds(c.idle_ns)} of idle stretches: "
+            f"{where}; its {c.samples:,} on-CPU samples there name no code it waited in"
+        )
     if not c.samples:
         return (
             f"CPU during idle ({c.source}): {who} had no samples during the idle stretches: "

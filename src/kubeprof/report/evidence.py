@@ -21,6 +21,9 @@ TITLES: dict[str, str] = {
     Kind.SYNC_STALL: "Host-device sync stalls",
     Kind.PAGEABLE_MEMCPY: "Pageable memory copies",
     Kind.KERNEL_BOUND: "Memory- vs compute-bound kernels",
+    Kind.WAITING_FOR_WORK: "GPU waiting for work",
+    Kind.INPUT_STARVED: "Input pipeline starved",
+    Kind.COPY_BOUND: "Copy-bound",
 }
 _SHARE = re.compile(r"\s+\d+(?:\.\d+)?\s*%$")
 _RATIO_KEYS = ("share", "idle", "ratio")

@@ -12,6 +12,7 @@ The facade for reports, the operator and the metric::
     result.cpu_during_idle   # the launching thread's CPU frames during steady-state idle
     result.findings          # Finding list, most severe first
     result.verdict           # "" when findings were looked for; else why none were (too short)
+    result.waits             # the launcher in the long host waits: on/off CPU, where, pipeline
 
 Each finding kind is a module with ``find(ctx) -> Finding | None``; ``run_all`` runs them.
 """
@@ -22,25 +23,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kubeprof.analysis import cpu_during_idle as cdi
-from kubeprof.analysis import gpu_trace, idle_breakdown, phases, steady_idle
+from kubeprof.analysis import gpu_trace, host_waits, idle_breakdown, phases, steady_idle
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.findings import (
+    copy_bound,
     fusion,
+    input_starved,
     kernel_bound,
     launch_bound,
     pageable_memcpy,
     starved,
     sync_stall,
+    waiting_for_work,
 )
+from kubeprof.analysis.findings.context import LONG_GAP_NS as LONG_HOST_GAP_NS
 from kubeprof.analysis.findings.context import Context
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.findings.stake import capped
 from kubeprof.analysis.idle_breakdown import LAUNCH_GAP_NS, IdleBreakdown
 from kubeprof.analysis.phases import Phases, Window
 from kubeprof.analysis.steady_idle import IdleFigure, PhaseFigures, Timeline
-from kubeprof.model import GpuActivity, GpuMetricSample
+from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 
 FINDERS: tuple[Callable[[Context], Finding | None], ...] = (
+    copy_bound.find,
+    input_starved.find,
+    waiting_for_work.find,
     starved.find,
     launch_bound.find,
     sync_stall.find,
@@ -64,6 +72,7 @@ class Analysis:
     findings: tuple[Finding, ...]
     cpu_note: str = ""  # why cpu_during_idle is None
     verdict: str = ""  # why no finding was looked for ("" when they were)
+    waits: host_waits.HostWaits | None = None  # the launcher during the long host waits
 
 
 def analyse(
@@ -74,8 +83,12 @@ def analyse(
     *,
     gpu_traced: bool = True,
     untraced_reason: str = "",
+    offcpu: Sequence[OffCpuSample] = (),
 ) -> Analysis:
-    """Analyse a session; ``gpu_traced=False`` (with the reason) when the tracer did not run."""
+    """Analyse a session; ``gpu_traced=False`` (with the reason) when the tracer did not run.
+
+    ``offcpu``: the session's off-CPU samples, where recorded: they say where the launching
+    thread waited while the GPU idled."""
     trace = gpu_trace.build(activities)
     ph = phases.detect(trace, session)
     figures = steady_idle.phase_figures(trace, ph)
@@ -116,10 +129,14 @@ def analyse(
         )
         during = cdi.during(cpu, launcher, stretches)
         note = ""
-    ctx = Context(trace, ph, figures, parts, bd, during, metrics, idle)
+    long_gaps = sorted(
+        iv for p in parts.values() for iv in p.host if iv[1] - iv[0] >= LONG_HOST_GAP_NS
+    )
+    waits = host_waits.analyse(trace, long_gaps, cpu, launcher, offcpu)
+    ctx = Context(trace, ph, figures, parts, bd, during, metrics, idle, waits)
     short = phases.too_short(ph)
     found = () if short else run_all(ctx)
-    return Analysis(figures.steady, ph, figures, tl, bd, during, found, note, short)
+    return Analysis(figures.steady, ph, figures, tl, bd, during, found, note, short, waits)
 
 
 def run_all(ctx: Context) -> tuple[Finding, ...]:

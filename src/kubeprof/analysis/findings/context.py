@@ -14,6 +14,7 @@ from functools import cached_property
 from kubeprof.analysis.cpu_during_idle import CpuDuringIdle
 from kubeprof.analysis.gpu_timeline import Interval
 from kubeprof.analysis.gpu_trace import HOST_SYNCS, GpuTrace
+from kubeprof.analysis.host_waits import HostWaits
 from kubeprof.analysis.idle_breakdown import IdleBreakdown, IdleParts
 from kubeprof.analysis.phases import Phases
 from kubeprof.analysis.steady_idle import PhaseFigures
@@ -34,6 +35,12 @@ class Context:
     cpu: CpuDuringIdle | None
     metrics: Sequence[GpuMetricSample]
     steady_gaps: dict[int, list[Interval]]  # idle gaps of the steady state per device
+    waits: HostWaits | None = None  # the launcher during the long host waits (host_waits)
+
+    @property
+    def long_host_gaps(self) -> list[Interval]:
+        """Idle stretches of LONG_GAP_NS or more with nothing queued (all devices)."""
+        return [iv for p in self.parts.values() for iv in p.host if iv[1] - iv[0] >= LONG_GAP_NS]
 
     @cached_property
     def steady_kernels(self) -> tuple[GpuActivity, ...]:

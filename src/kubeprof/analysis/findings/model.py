@@ -13,6 +13,9 @@ class Kind(StrEnum):
     SYNC_STALL = "sync_stall"  # host-device syncs (.item(), .cpu()) drain the GPU queue
     PAGEABLE_MEMCPY = "pageable_memcpy"  # copies from/to pageable host memory
     KERNEL_BOUND = "kernel_bound"  # memory- vs compute-bound kernels
+    WAITING_FOR_WORK = "waiting_for_work"  # the launcher blocked outside any input pipeline
+    INPUT_STARVED = "input_starved"  # the launcher waits on a DataLoader / producer queue
+    COPY_BOUND = "copy_bound"  # copies take most of the device time
 
 
 class Severity(StrEnum):
@@ -25,8 +28,8 @@ class Severity(StrEnum):
 class Gain:
     """Estimated saving if the finding is fixed, and the model the estimate rests on."""
 
-    saved_ns: int  # per steady-state window
-    share: float  # saved_ns / steady-state duration
+    saved_ns: int  # per analysed window (the steady state, or the active window without a loop)
+    share: float  # saved_ns / the analysed window's duration
     model: str  # in words: what the estimate assumes
 
 

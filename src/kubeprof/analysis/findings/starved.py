@@ -1,4 +1,8 @@
-"""GPU starved by the CPU: long stretches with nothing queued while the host prepares work."""
+"""GPU starved by the CPU: long stretches with nothing queued while the host prepares work.
+
+Must not fire when the launching thread was off CPU most of those stretches, or was fed by an
+input pipeline: those are ``waiting_for_work`` and ``input_starved``, whose advice differs.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ MIN_HOST_SHARE = 0.5  # of the idle time, in long host gaps
 def find(ctx: Context) -> Finding | None:
     idle = ctx.figures.steady.ratio
     if idle is None or idle < MIN_IDLE:
+        return None
+    if ctx.waits is not None and (ctx.waits.blocked or ctx.waits.pipeline):
         return None
     long_gaps = [iv for p in ctx.parts.values() for iv in p.host if iv[1] - iv[0] >= LONG_GAP_NS]
     host_ns = total(long_gaps)

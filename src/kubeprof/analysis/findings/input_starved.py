@@ -1,0 +1,68 @@
+"""Input pipeline starved: the launching thread waits on a DataLoader (or its producers)
+while the GPU idles; the workers cannot keep up.
+
+Must not fire: a pipeline that keeps up (no long waits), or a thread blocked with no
+pipeline behind it (``waiting_for_work``).
+"""
+
+from __future__ import annotations
+
+from kubeprof.analysis.findings.context import Context, pct
+from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
+from kubeprof.analysis.findings.waiting import long_wait, where_blocked, window_words
+
+
+def find(ctx: Context) -> Finding | None:
+    w = ctx.waits
+    found = long_wait(ctx)
+    if found is None or w is None or not w.pipeline:
+        return None
+    idle, wait_ns = found
+    window = ctx.steady_ns
+    numbers: dict[str, float] = {
+        "idle_share": idle,
+        "wait_share_of_window": wait_ns / window,
+        "waits": w.stretches,
+        "mean_wait_ms": wait_ns / max(1, w.stretches) / 1e6,
+    }
+    if w.on_cpu_share is not None:
+        numbers["launcher_on_cpu_share"] = w.on_cpu_share
+    lines: list[str] = []
+    frames: list[str] = []
+    pull = ""
+    if w.pipeline_site is not None:
+        lines.append(w.pipeline_site.line())
+        pull = f" at `{w.pipeline_site.label()}`"
+    workers = ""
+    if w.workers is not None:
+        numbers["worker_processes"] = w.workers.processes
+        numbers["worker_cores"] = w.workers.cores
+        workers = (
+            f"; its {w.workers.processes} worker process(es) were on CPU "
+            f"{w.workers.cores:.2g} cores meanwhile"
+        )
+        if w.workers.hot is not None:
+            hot = w.workers.hot
+            lines.append(hot.line())
+            frames.append(f"{hot.label()} {pct(hot.share)}")
+            workers += f", {pct(hot.share)} of their samples in `{hot.label()}`"
+    blocked = where_blocked(w) if w.blocked else "the launching thread was mostly on CPU"
+    message = (
+        f"Input pipeline starved: GPU idle {pct(idle)} of {window_words(ctx)}; the main "
+        f"thread waits for the next batch from the DataLoader{pull} ({wait_ns / 1e9:.2f} s "
+        f"in {w.stretches:,} waits; {blocked}){workers}. Raise num_workers, "
+        "prefetch_factor, set persistent_workers=True, or make __getitem__ cheaper "
+        "(decode/augment on the GPU, pre-process offline)."
+    )
+    return Finding(
+        Kind.INPUT_STARVED,
+        Severity.CRITICAL if wait_ns >= 0.5 * window else Severity.WARNING,
+        message,
+        Evidence(numbers=numbers, frames=tuple(frames), lines=tuple(lines)),
+        Gain(
+            wait_ns,
+            wait_ns / window,
+            "upper bound: batches ready whenever the loop asks, so each step loses its long "
+            "waits (the step cannot get shorter than its GPU or its own host work)",
+        ),
+    )

@@ -1,0 +1,45 @@
+"""Shared words for the two findings on a launcher that waits: where, and on which window."""
+
+from __future__ import annotations
+
+from kubeprof.analysis.findings.context import Context, pct
+from kubeprof.analysis.host_waits import HostWaits
+
+MIN_IDLE = 0.25  # analysed-window idle share from which waiting is worth a finding
+MIN_WAIT_SHARE = 0.5  # of the idle time, in long host-wait stretches
+
+
+def window_words(ctx: Context) -> str:
+    """ "the steady state (4.98 s, 209 steps)" or "the active window after warm-up (...)"."""
+    ph = ctx.phases
+    secs = f"{ph.steady.duration_ns / 1e9:.2f} s"
+    if ph.loop:
+        return f"the steady state ({secs}, {ph.steps} steps)"
+    return f"the active window after warm-up ({secs}, {ph.steps} bursts of GPU work)"
+
+
+def long_wait(ctx: Context) -> tuple[float, int] | None:
+    """(idle share, long-wait ns) when the GPU idles mostly in long host waits, else None."""
+    idle = ctx.figures.steady.ratio
+    if idle is None or idle < MIN_IDLE or ctx.waits is None:
+        return None
+    wait_ns = ctx.waits.wait_ns
+    if not ctx.breakdown.idle_ns or wait_ns < MIN_WAIT_SHARE * ctx.breakdown.idle_ns:
+        return None
+    return idle, wait_ns
+
+
+def where_blocked(w: HostWaits) -> str:
+    """Where the thread waited: the off-CPU stack's line, or "off CPU, no stack"."""
+    off = pct(1 - w.on_cpu_share) if w.on_cpu_share is not None else "most"
+    if w.wait_site is not None:
+        reason = f" in `{w.wait_reason}`" if w.wait_reason else ""
+        return (
+            f"the launching thread was off CPU {off} of that time, blocked{reason} at "
+            f"`{w.wait_site.label()}` ({w.offcpu_source} off-CPU samples)"
+        )
+    return (
+        f"the launching thread was off CPU {off} of that time (off CPU, no stack: this "
+        "session has no off-CPU samples; record with the BPF sampler or py-spy idle "
+        "sampling to see where it blocked)"
+    )
