@@ -33,6 +33,20 @@ def _hz(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
+def _columns(text: str) -> int:
+    value = int(text)
+    if value != 0 and value < 40:
+        raise argparse.ArgumentTypeError(f"must be 0 (no cut) or at least 40, got {text}")
+    return value
+
+
 def _label(text: str) -> str:
     """A valid KEY=VALUE, kept as text (argparse names the flag when parse_label refuses)."""
     from kubeprof.compare import parse_label
@@ -114,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", metavar="FILE", help="write here; - is stdout (default: "
                      "stdout for text formats, SESSION.html / SESSION.pb.gz for html / pprof)")
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
+    rep.add_argument("--top", type=_count, default=10, metavar="N",
+                     help="rows per table in the text report (default %(default)s)")
+    rep.add_argument("--width", type=_columns, metavar="COLS", help="cut text lines at COLS "
+                     "columns, 0 for never (default: the terminal's width; no cut into a "
+                     "file or pipe)")
+    rep.add_argument("--startup-frames", action="store_true", help="rank start-up frames "
+                     "(<module>, main, __libc_start_main, ...) in 'top by total' too")
     rep.add_argument("--keep-interpreter", action="store_true",
                      help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
                      "and below Python frames; by default they are folded away so self time "
@@ -175,8 +196,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.cmd == "record":
             return _record(args)
         if args.cmd == "report":
-            return reporting.report_command(args.session, args.format, args.view, args.out,
-                                            args.store, args.keep_interpreter)
+            return reporting.report_command(
+                args.session, args.format, args.view, args.out, args.store,
+                args.keep_interpreter, text=reporting.TextOptions(
+                    args.top, args.width, args.startup_frames))
         if args.cmd == "compare":
             return _compare(args)
         if args.cmd == "sessions" and args.ses_cmd == "rm":

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kubeprof.analysis import energy
@@ -120,7 +121,8 @@ def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = Fal
 
 
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,
-                   store_url: str | None, keep_interpreter: bool = False) -> int:
+                   store_url: str | None, keep_interpreter: bool = False, *,
+                   text: TextOptions | None = None) -> int:
     report = load(store_url, ref, keep_interpreter=keep_interpreter)
     profile = report.profile
     if view == "gpu" and not profile.gpu:
@@ -131,7 +133,10 @@ def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                           "--no-cpu?): use --view gpu")
     from kubeprof.report.formats import FORMATS, render
 
-    data = render(report, fmt, view=view)
+    text = text or TextOptions()
+    data = render(report, fmt, view=view, top=text.top,
+                  width=text.width if text.width is not None else _text_width(out),
+                  startup=text.startup)
     if out is None and fmt in ("html", "pprof"):
         out = f"{profile.session}{FORMATS[fmt].suffix}"
     if out is None or out == "-":  # `--out -`: stdout, also for html and pprof
@@ -150,6 +155,23 @@ def report_command(ref: str | None, fmt: str, view: str, out: str | None,
         path.write_text(data)
     print(f"kubeprof: wrote {path}", file=sys.stderr)
     return 0
+
+
+@dataclass(frozen=True, slots=True)
+class TextOptions:
+    """How the text report is laid out (`report --top/--width/--startup-frames`)."""
+
+    top: int = 10  # rows per table
+    width: int | None = None  # columns; None: the terminal's width, no cut when not one
+    startup: bool = False  # rank start-up frames (<module>, main, ...) by total time
+
+
+def _text_width(out: str | None) -> int:
+    """The terminal's width when the report goes to one, else 0 (no cut: a file or a
+    pipe keeps whole stacks, down to the Python line that launched a kernel)."""
+    if out not in (None, "-") or not sys.stdout.isatty():
+        return 0
+    return shutil.get_terminal_size().columns
 
 
 def sessions_command(store_url: str | None) -> int:

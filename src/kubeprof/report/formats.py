@@ -46,8 +46,10 @@ FORMATS: dict[str, Format] = {
 }
 
 
-def render(report: Report, fmt: str, *, view: str | None = None) -> str | bytes:
-    """Render `report` in format `fmt`; `view` picks the flame graph view (cpu, gpu)."""
+def render(report: Report, fmt: str, *, view: str | None = None, top: int = 10,
+           width: int = 100, startup: bool = False) -> str | bytes:
+    """Render `report` in format `fmt`; `view` picks the flame graph view (cpu, gpu);
+    `top`, `width` (0: no cut) and `startup` (rank start-up frames) shape the text."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
     profile = report.profile
@@ -57,7 +59,8 @@ def render(report: Report, fmt: str, *, view: str | None = None) -> str | bytes:
     if fmt == "text":
         pre = [*findings_text(a), *idle_text(a)] if a is not None else []
         pre += energy_text(report)
-        text = render_text(profile, view=view, preamble=pre)
+        text = render_text(profile, view=view, preamble=pre, top=top, width=width,
+                           startup=startup)
         if report.gpu is None:
             return text
         return f"{text}\n{render_gpu_text(report.gpu, off_reason=off, names=names)}"
@@ -69,8 +72,8 @@ def render(report: Report, fmt: str, *, view: str | None = None) -> str | bytes:
             if report.gpu is not None
             else []
         )
-        top = [("Findings", findings_html(a))] if a is not None else []
-        return render_html(profile, view=view, extra_sections=sections, top_sections=top,
+        first = [("Findings", findings_html(a))] if a is not None else []
+        return render_html(profile, view=view, extra_sections=sections, top_sections=first,
                            header_items=items(report))
     single = view or available_views(profile)[0]
     if fmt == "collapsed":

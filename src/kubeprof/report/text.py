@@ -30,8 +30,8 @@ def function_label(key: FuncKey) -> str:
 
 
 def fit(text: str, width: int) -> str:
-    """Cut a line to `width` columns, marking the cut with '...'."""
-    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+    """Cut a line to `width` columns, marking the cut with '...'; 0 cuts nothing."""
+    return text if width <= 0 or len(text) <= width else text[: max(width - 3, 0)] + "..."
 
 
 def pct(part: float, whole: float) -> str:
@@ -54,16 +54,48 @@ def function_times(
     return self_ns, total_ns
 
 
+# The chain from process entry to the program's own code: at the root of nearly every
+# stack, so near 100 % by total and telling nothing. Hidden from "top by total" where they
+# form a stack's root prefix, unless the report is asked for them (--startup-frames).
+STARTUP_FRAMES = frozenset({
+    "<module>", "main", "_start", "__libc_start_main", "__libc_start_call_main",
+    "Py_BytesMain", "Py_RunMain", "Py_Main", "pymain_main", "pymain_run_python",
+    "pymain_run_file", "pymain_run_file_obj", "pymain_run_command", "pymain_run_module",
+    "_PyRun_SimpleFileObject", "_PyRun_AnyFileObject", "PyRun_SimpleFileExFlags",
+    "PyRun_AnyFileExFlags", "PyRun_SimpleStringFlags", "run_mod", "run_eval_code_obj",
+    "PyEval_EvalCode", "start_thread", "clone", "clone3", "thread_run", "pythread_wrapper",
+})
+
+
+def startup_keys(stacks: Iterable[WeightedStack]) -> set[FuncKey]:
+    """Functions seen only in stacks' start-up root prefixes (STARTUP_FRAMES from the root
+    up to the first other frame); one seen anywhere else is real work and stays."""
+    prefix: set[FuncKey] = set()
+    elsewhere: set[FuncKey] = set()
+    for ws in stacks:
+        in_prefix = True
+        last = len(ws.stack) - 1
+        for i, frame in enumerate(ws.stack):  # root first; the leaf is work, never start-up
+            in_prefix = in_prefix and i < last and frame.name in STARTUP_FRAMES
+            (prefix if in_prefix else elsewhere).add(function_key(frame))
+    return prefix - elsewhere
+
+
 def _ranked(values: dict, top: int) -> list:
     """Keys by value descending, then by label, at most `top`."""
     return sorted(values, key=lambda k: (-values[k], str(k)))[:top]
 
 
 def function_table(
-    stacks: Sequence[WeightedStack], total: int, *, by: str, top: int, width: int, indent: str
+    stacks: Sequence[WeightedStack], total: int, *, by: str, top: int, width: int, indent: str,
+    startup: bool = True,
 ) -> list[str]:
-    """Top functions by "self" or "total" time, with both percentages."""
+    """Top functions by "self" or "total" time, with both percentages; without `startup`,
+    "total" leaves out the start-up frames (`startup_keys`) and says so."""
     self_ns, total_ns = function_times(stacks)
+    hidden = startup_keys(stacks) if by == "total" and not startup else set()
+    if hidden:
+        total_ns = defaultdict(int, {k: v for k, v in total_ns.items() if k not in hidden})
     ranked = _ranked(self_ns if by == "self" else total_ns, top)
     ranked = [k for k in ranked if (self_ns if by == "self" else total_ns)[k] > 0]
     lines = [
@@ -76,6 +108,10 @@ def function_table(
             f"{format_ns(self_ns.get(key, 0)):>10}  {function_label(key)}"
         )
         lines.append(fit(row, width))
+    if hidden:
+        names = ", ".join(sorted({key[1] for key in hidden}))
+        lines.append(fit(f"{indent}  (start-up frames not ranked: {names}; "
+                         "--startup-frames ranks them)", width))
     return lines
 
 
@@ -113,8 +149,10 @@ def _by_value(groups: dict[tuple, list[WeightedStack]]) -> list[tuple]:
     return sorted(groups, key=lambda k: (-totals[k], k))
 
 
-def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100) -> list[str]:
-    """One view's sections: processes, then per process its functions, threads and stacks."""
+def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100,
+                startup: bool = False) -> list[str]:
+    """One view's sections: processes, then per process its functions, threads and stacks
+    (threads only when the process has more than one: one thread's tables are its own)."""
     info = view_info(view)
     stacks = view_stacks(profile, view)
     total = sum(ws.value_ns for ws in stacks)
@@ -137,18 +175,20 @@ def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100)
         value = sum(ws.value_ns for ws in members)
         lines += ["", fit(f"-- process {name} [{pid}]: {pct(value, total).strip()} --", width)]
         lines += function_table(members, total, by="self", top=top, width=width, indent="")
-        lines += function_table(members, total, by="total", top=top, width=width, indent="")
+        lines += function_table(members, total, by="total", top=top, width=width, indent="",
+                                startup=startup)
         lines += stack_table(members, total, top=top, width=width, indent="")
         threads = _group(members, "thread")
-        shown = _by_value(threads)[:top]
+        shown = _by_value(threads)[:top] if len(threads) > 1 else []
         for tid, tname in shown:
             tstacks = threads[(tid, tname)]
             tvalue = sum(ws.value_ns for ws in tstacks)
             lines += ["", fit(f"   thread {tname} [{tid}]: {pct(tvalue, total).strip()}", width)]
             sub = max(3, top // 2)
             lines += function_table(tstacks, total, by="self", top=sub, width=width, indent="   ")
-            lines += function_table(tstacks, total, by="total", top=sub, width=width, indent="   ")
-        if len(threads) > len(shown):
+            lines += function_table(tstacks, total, by="total", top=sub, width=width, indent="   ",
+                                    startup=startup)
+        if len(threads) > max(len(shown), 1):
             lines.append(f"   ({len(threads) - len(shown)} more threads not shown)")
     return [*lines, ""]
 
@@ -160,8 +200,10 @@ def render_text(
     top: int = 10,
     width: int = 100,
     preamble: Sequence[str] = (),
+    startup: bool = False,
 ) -> str:
-    """The terminal report; both CPU and GPU views unless `view` names one.
+    """The terminal report; both CPU and GPU views unless `view` names one. `width` 0 cuts
+    no line; `startup` ranks start-up frames (`<module>`, `main`, ...) by total too.
 
     `preamble` (the findings and the GPU idle headline) goes between the header and the tables.
     """
@@ -186,5 +228,6 @@ def render_text(
         "Percentages are of each view's total.",
         "",
     ]
-    body = [line for v in views for line in render_view(profile, v, top=top, width=width)]
+    body = [line for v in views
+            for line in render_view(profile, v, top=top, width=width, startup=startup)]
     return "\n".join(head + list(preamble) + body)

@@ -40,6 +40,8 @@ def test_function_self_and_total(profile):
     assert by_self[0].endswith("hot (app.py)")
     by_total = _section(text, "Top functions by total time")
     assert by_total[0].endswith("hot (app.py)")
+    with_startup = render_text(profile, view="cpu", startup=True)
+    by_total = _section(with_startup, "Top functions by total time")
     assert _row(by_total, "main (app.py)")[:2] == ["0.00%", "50.00%"]
     assert "page_fault_[k]" in text
 
