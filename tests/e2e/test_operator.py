@@ -145,9 +145,11 @@ def test_example_session_completes_with_real_samples(
         assert n > 0
     exposed = operator.metrics()
     assert 'kubeprof_ingest_batches_total{result="stored"}' in exposed
-    assert (f'kubeprof_gpu_idle_ratio{{gpu="0",namespace="{NS}",node="{node}",'
-            f'pod="{pod["metadata"]["name"]}",session="{NAME}",session_namespace="{NS}"}} 0.75'
-            ) in exposed, exposed
+    # the live idle series ended with the session; the pod's completed figure stays
+    assert f'session="{NAME}",session_namespace="{NS}"}}' not in "".join(
+        ln for ln in exposed.splitlines() if ln.startswith("kubeprof_gpu_idle_ratio{")), exposed
+    assert (f'kubeprof_pod_gpu_idle_ratio{{namespace="{NS}",pod="{pod["metadata"]["name"]}",'
+            f'session="{NAME}",session_namespace="{NS}",source="nvml"}} 0.75') in exposed, exposed
     print(table)
 
     h.delete_session(c, NS, NAME)

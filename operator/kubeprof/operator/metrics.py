@@ -7,6 +7,12 @@ series per gauge (the session updated longest ago is dropped whole to make room,
 running sessions, refreshed every pass, stay) and at most MAX_SERIES_PER_SESSION series
 per session; what does not fit is counted in kubeprof_metrics_series_dropped_total.
 A deleted session's series are removed at once.
+
+`kubeprof_gpu_idle_ratio` of a session is its live figure: its series end when the session
+ends (completed or failed), so an alert on it resolves with the session; the always-on
+signal is the light agent's per-pod series of the same name. A completed session's results
+stay on `kubeprof_pod_gpu_idle_ratio` and `kubeprof_findings` (no alert reads them) until
+the ProfilingSession is deleted.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 # the same name; the session is `session_namespace`/`session` (they differ only for a
 # cross-namespace session).
 GPU_IDLE = Gauge("kubeprof_gpu_idle_ratio",
-                 "Share of time a GPU ran no kernel: over the last window (default 60 s) "
-                 "while the session runs, over its steady state once it completed",
+                 "Share of time a GPU ran no kernel over the last window (default 60 s) "
+                 "while the session runs; its series end with the session (its final "
+                 "figures: kubeprof_pod_gpu_idle_ratio and the ProfilingSession's status)",
                  ["session_namespace", "session", "namespace", "node", "gpu", "pod"],
                  registry=REGISTRY)
 POD_GPU_IDLE = Gauge("kubeprof_pod_gpu_idle_ratio",
@@ -134,15 +141,10 @@ def pod_labels(namespace: str, pod: str) -> tuple[str, str]:
 
 def publish_gpu_idle(namespace: str, session: str, s: Summary,
                      pod_names: dict[str, str]) -> None:
-    """One gauge sample per (node, GPU, pod) of the session (pod "" when no pod is known).
-
-    The values are the aggregation's per-GPU figures (`kubeprof.analysis.gpu_idle`: CUPTI
-    kernel spans, NVML utilisation only for a GPU on which no kernel was traced).
-    """
-    for g in s.gpus:
-        for uid in g.pods or [""]:
-            pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
-            BOUNDED_GPU_IDLE.put((namespace, session, pns, g.node, str(g.device), pod), g.idle)
+    """At the session's end: its live `kubeprof_gpu_idle_ratio` series end, and each pod's
+    completed figure (`kubeprof.analysis.gpu_idle`: CUPTI kernel spans, NVML utilisation
+    where no kernel was traced) goes to `kubeprof_pod_gpu_idle_ratio`."""
+    end_session(namespace, session)
     for uid, sc in s.pods.items():
         if sc.gpu_idle is not None and sc.gpu_idle_source:
             pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
@@ -175,6 +177,11 @@ def publish_findings(namespace: str, session: str, s: Summary) -> None:
     counts = Tally((f.kind.value, f.severity.value) for _, f in s.findings)
     for (kind, severity), n in counts.items():
         BOUNDED_FINDINGS.put((namespace, session, kind, severity), n)
+
+
+def end_session(namespace: str, session: str) -> None:
+    """The session ended (completed or failed): its live GPU idle series end with it."""
+    BOUNDED_GPU_IDLE.forget(namespace, session)
 
 
 def forget_session(namespace: str, session: str) -> None:

@@ -214,6 +214,7 @@ def _refuse(ctx: Context, body: Mapping[str, Any], status: dict[str, Any], reaso
     if entry is not None and entry.uid == meta["uid"] and not entry.closed:
         entry.closed, entry.targets = True, []
         db.finish_session(ctx.engine, entry.db_id, "failed")
+    metrics.end_session(meta["namespace"], meta["name"])
     if status.get("phase") and Phase(status["phase"]) in TERMINAL:
         return status
     status.update(phase=Phase.FAILED.value, reason=reason, message=message,
@@ -405,6 +406,7 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         _remove_daemonset(ctx, body)
     elif step.phase is Phase.FAILED:
         db.finish_session(ctx.engine, entry.db_id, "failed")
+        metrics.end_session(ns, name)
         _remove_daemonset(ctx, body)
         status["completionTime"] = iso(now)
 

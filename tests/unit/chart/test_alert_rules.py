@@ -64,6 +64,17 @@ def _light(pod: str, node: str, gpu: str) -> str:
     )
 
 
+def _light_labels(pod: str, node: str, gpu: str) -> dict[str, str]:
+    return {
+        "severity": "warning",
+        "namespace": "ml",
+        "pod": pod,
+        "container": "main",
+        "node": node,
+        "gpu": gpu,
+    }
+
+
 def _gpu_tests(threshold: float, for_min: int) -> list[dict[str, Any]]:
     """Three pods: idle well above the threshold all along; just under it all along; far
     above it, but only for one minute less than `for`."""
@@ -326,3 +337,55 @@ def test_every_alert_has_its_runbook_section_in_the_readme():
         name = rule["alert"]
         assert rule["annotations"]["runbook_url"] == RUNBOOK + name.lower()
         assert f"\n#### Alert: {name}\n" in readme, f"README has no runbook for {name}"
+
+
+def test_a_sessions_gpu_idle_alert_resolves_when_its_series_end(promtool: Path, tmp_path: Path):
+    # The operator removes a session's series when the session ends
+    # (tests/unit/operator/test_op_metrics.py, test_op_reconcile.py): 0.9 idle for 20
+    # minutes, then no sample (promtool's "_"), as Prometheus sees the series go.
+    runbook = RUNBOOK + "kubeprofgpuidleratiohigh"
+    ended = {
+        "exp_labels": _idle_labels("ended", "gpu-e", "0"),
+        "exp_annotations": {
+            "summary": "GPU 0 on gpu-e idle 90% for pod ml/ended",
+            "description": "GPU 0 on node gpu-e, used by pod ended in namespace ml, ran no "
+            "kernel 90% of the time (ProfilingSession ml/train), above 0.5 for at least 10m. "
+            "See the session's findings: kubectl get profilingsession -n ml train -o yaml",
+            "runbook_url": runbook,
+        },
+    }
+    light = {
+        "exp_labels": _light_labels("always-on", "gpu-f", "1"),
+        "exp_annotations": {
+            "summary": "GPU 1 on gpu-f idle 90% for pod ml/always-on",
+            "description": "GPU 1 on node gpu-f, used by pod always-on in namespace ml, ran "
+            "no kernel 90% of the time (light agent, container main), above 0.5 for at least "
+            "10m. Profiles a ProfilingPolicy captured for it: kubectl get profilingsessions "
+            "-n ml -l kubeprof.dev/policy-pod=always-on",
+            "runbook_url": runbook,
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": _idle("ended", "gpu-e", "0"), "values": "0.9x20 _x30"},
+                {"series": _light("always-on", "gpu-f", "1"), "values": "0.9x50"},
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "15m",
+                    "alertname": "KubeprofGPUIdleRatioHigh",
+                    "exp_alerts": [ended, light],
+                },
+                # After the staleness window (5 minutes) only the light agent's pod fires.
+                {
+                    "eval_time": "30m",
+                    "alertname": "KubeprofGPUIdleRatioHigh",
+                    "exp_alerts": [light],
+                },
+            ],
+        }
+    ]
+    r = _run_tests(promtool, tmp_path, _rules(tmp_path, {}), tests)
+    assert r.returncode == 0, r.stdout + r.stderr

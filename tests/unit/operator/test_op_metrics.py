@@ -62,3 +62,17 @@ def test_forget_session_clears_both_real_gauges():
     metrics.forget_session("ns", "gone")
     text = metrics.render().decode()
     assert 'session="gone"' not in text
+
+
+def test_a_session_that_ends_stops_its_live_idle_series_and_keeps_its_results():
+    metrics.BOUNDED_GPU_IDLE.put(("ns", "ended", "ns", "n1", "0", "p"), 0.9)
+    metrics.BOUNDED_GPU_IDLE.put(("ns", "other", "ns", "n1", "1", "q"), 0.9)
+    metrics.BOUNDED_POD_GPU_IDLE.put(("ns", "ended", "ns", "p", "nvml"), 0.9)
+    metrics.BOUNDED_FINDINGS.put(("ns", "ended", "gpu_idle", "warning"), 1)
+    metrics.end_session("ns", "ended")
+    assert [line.split('session="')[1].split('"')[0]
+            for line in _series("kubeprof_gpu_idle_ratio")] == ["other"]
+    assert len(_series("kubeprof_pod_gpu_idle_ratio")) == 1
+    assert len(_series("kubeprof_findings")) == 1
+    metrics.forget_session("ns", "ended")
+    metrics.forget_session("ns", "other")

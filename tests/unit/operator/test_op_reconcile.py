@@ -157,8 +157,10 @@ def test_full_lifecycle_and_restart(env):
     assert "daemonsets/kubeprof-s-agent" not in kube.objects
     assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"
     exposed = metrics.render().decode()
-    assert ('kubeprof_gpu_idle_ratio{gpu="0",namespace="ml",node="n1",pod="p1",'
-            'session="s",session_namespace="ml"} 0.7') in exposed
+    # the live series ended with the session (an alert on it resolves); the result stays
+    assert 'kubeprof_gpu_idle_ratio{' not in exposed
+    assert ('kubeprof_pod_gpu_idle_ratio{namespace="ml",pod="p1",session="s",'
+            'session_namespace="ml",source="nvml"} 0.7') in exposed
     assert st["startTime"] == "2026-01-01T00:00:00Z" and st["endTime"] == "2026-01-01T00:01:00Z"
 
     again = _pass(ctx, body)  # terminal: nothing changes
