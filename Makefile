@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 KUBEPROF := $(VENV)/bin/kubeprof
 DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
 
-.PHONY: setup demo test lint unit integration e2e helm-build cluster-build cluster-up cluster-down bench clean
+.PHONY: setup demo test lint unit integration e2e helm-build cluster-build cluster-up cluster-down images bench clean
 
 setup:  ## system packages, eBPF prerequisites, .venv with kubeprof (idempotent)
 	@scripts/setup.sh
@@ -28,6 +28,9 @@ helm-build:  ## build (or reuse) the pinned helm from the Go module proxy (chart
 cluster-build: setup helm-build  ## build (or reuse) kube-apiserver, controller-manager, scheduler, etcd, kwok, helm
 	tests/e2e/cluster/build.sh
 
+images:  ## operator and agent images with podman from a Debian base made by mmdebstrap (cached)
+	scripts/build_images.sh
+
 cluster-up: cluster-build  ## start control plane + kwok nodes + PostgreSQL; prints export lines
 	$(PY) -m tests.e2e.cluster up
 
@@ -37,7 +40,7 @@ cluster-down:
 unit: setup helm-build
 	$(VENV)/bin/pytest -q tests/unit
 
-test: setup lint cluster-build  ## everything: lint, unit, eBPF integration, e2e on a real control plane
+test: setup lint cluster-build images  ## everything: lint, unit, eBPF integration, e2e on a real control plane
 	$(VENV)/bin/pytest -q -rs tests
 
 bench: setup

@@ -1,68 +1,83 @@
 # The kubeprof agent image (`kubeprof agent`), run by each session's DaemonSet and by the
 # light agent's (`kubeprof agent --light`, which reads NVML through nvidia-ml-py; the NVML
 # library itself, libnvidia-ml.so, comes from the node's driver), and the source of the GPU
-# tracer the injection webhook's init container copies into pods. bcc comes
-# from Debian (python3-bpfcc; the PyPI "bcc" is unrelated), so the agent's Python is
-# Debian's python3 with system site-packages. Kernel headers are not in the image: the
-# DaemonSet mounts the node's /lib/modules and /usr/src read-only. Build from the repo root:
-#   docker build -f docker/agent.Dockerfile -t REGISTRY/kubeprof-agent:0.1.0 .
-# Pin the base by digest for reproducible builds. Not built in this repository's CI: its
-# machines have no container engine (the bundle's layout is tested over a fake tree in
-# tests/unit/gpu/test_tracer_bundle.py).
-#
-# The tracer's C launch hook (agent/kubeprof/agent/gpu/_launchhook.c), built once per CPython
-# minor the bundle supports, against the oldest glibc of the manylinux2014 toolchain so it
-# loads in pods of any distribution from 2014 on (it needs only libc and libdl).
-FROM quay.io/pypa/manylinux2014_x86_64 AS hooks
-COPY scripts/build_launchhook.sh /b/scripts/
-COPY agent/kubeprof/agent/gpu/_launchhook.c /b/agent/kubeprof/agent/gpu/
-RUN for t in 310 311 312 313; do \
-      /b/scripts/build_launchhook.sh /opt/python/cp$t-cp$t/bin/python /out || exit 1; \
-      ls /out/_launchhook.cpython-$t-*.so || exit 1; \
-    done
+# tracer the injection webhook's init container copies into pods. bcc comes from Debian
+# (python3-bpfcc; the PyPI "bcc" is unrelated), so the agent's Python is Debian's python3
+# with system site-packages. Kernel headers are not in the image: the DaemonSet mounts the
+# node's /lib/modules and /usr/src read-only. Built here by `make images`
+# (scripts/build_images.sh: podman, BASE = a Debian bookworm made with mmdebstrap); elsewhere,
+# from the repository root:
+#   docker buildx build -f docker/agent.Dockerfile -t ghcr.io/kubeprof/kubeprof-agent:0.1.0 .
+# The tag is the chart's appVersion (charts/kubeprof/Chart.yaml). Pin BASE by digest in your
+# registry for reproducible builds. The final stage has no compiler, pip or build tree.
+# A TLS-intercepting proxy's CA for pip, when the build needs one, comes in as the build
+# secret `ca` (`--secret id=ca,src=FILE`): mounted for the pip steps only, in no layer.
+ARG BASE=docker.io/library/debian:12.11-slim
 
-FROM docker.io/library/debian:12.11-slim
-ARG CUPTI_PYTHON=13.4.0
+# What the agent runs on: Debian's python3 and bcc.
+FROM ${BASE} AS runtime
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      python3 python3-venv python3-bpfcc ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+      python3 python3-bpfcc ca-certificates \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old
+
+# The tracer's C launch hook, built once against CPython's stable ABI (3.10): the one
+# _launchhook.abi3.so loads in every Python of the bundle (3.10-3.13), and needs only libc
+# and libdl from the pod's distribution.
+FROM ${BASE} AS hooks
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev python3-dev
+COPY scripts/build_launchhook.sh /b/scripts/
+COPY agent/kubeprof/agent/gpu/_launchhook.c /b/agent/kubeprof/agent/gpu/
+RUN /b/scripts/build_launchhook.sh python3 /out && ls /out/_launchhook.abi3.so
+
+FROM runtime AS build
+ARG CUPTI_PYTHON=13.4.0
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 COPY agent ./agent
 COPY operator ./operator
-RUN python3 -m venv --system-site-packages /opt/kubeprof \
- && /opt/kubeprof/bin/pip install --no-cache-dir . "nvidia-ml-py>=12" \
- && /opt/kubeprof/bin/python -c 'import bcc, pynvml, kubeprof.cli' \
- && rm -rf /src \
- && find /opt/kubeprof -name '__pycache__' -prune -exec rm -rf {} +
+RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
+ && python3 -m venv --system-site-packages /opt/kubeprof \
+ && /opt/kubeprof/bin/pip install --no-cache-dir --disable-pip-version-check . "nvidia-ml-py>=12" \
+ && /opt/kubeprof/bin/python -c 'import bcc, pynvml, kubeprof.cli'
 # The tracer bundle (kubeprof.agent.gpu.bundle) for pods of any Python 3.10-3.13: the
 # kubeprof package in lib/, libcupti and pure-Python dependencies in deps/, and
 # cupti-python with its compiled dependencies once per CPython minor in py/cp3XY/, and the C
-# launch hook once per CPython minor beside the tracer in lib/ (from the hooks stage). The init
-# container copies all of it (it cannot know the pod's Python); the tracer appends deps/
-# and its own py/cp3XY/ to the end of sys.path at start, or says why it cannot.
-RUN T=/opt/kubeprof/tracer \
+# launch hook (one stable-ABI build) beside the tracer in lib/. The init container copies all
+# of it (it cannot know the pod's Python); the tracer appends deps/ and its own py/cp3XY/ to
+# the end of sys.path at start, or says why it cannot.
+RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
+ && T=/opt/kubeprof/tracer \
  && mkdir -p $T/lib \
  && cp -r "$(/opt/kubeprof/bin/python -c 'import kubeprof, os; print(os.path.dirname(kubeprof.__path__[0]))')/kubeprof" $T/lib/ \
- && /opt/kubeprof/bin/pip install --no-cache-dir --no-deps --only-binary=:all: \
+ && /opt/kubeprof/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --only-binary=:all: \
       --target $T/deps "nvidia-cuda-cupti~=13.4" "cuda-pathfinder>=1.4.1" pyelftools \
  && for t in 310 311 312 313; do \
-      /opt/kubeprof/bin/pip install --no-cache-dir --no-deps --only-binary=:all: \
+      /opt/kubeprof/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --only-binary=:all: \
         --implementation cp --python-version "3.${t#3}" --abi "cp$t" \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 \
         --target "/opt/kubeprof/tracer/py/cp$t" \
         "cupti-python==$CUPTI_PYTHON" "cuda-bindings>=13.0.2" "numpy>=1.23" || exit 1; \
-    done \
- && find $T -name '__pycache__' -prune -exec rm -rf {} +
-COPY --from=hooks /out/ /opt/kubeprof/tracer/lib/kubeprof/agent/gpu/
-RUN /opt/kubeprof/bin/python -c 'import sys; from pathlib import Path; from kubeprof.agent.gpu import bundle; t = Path(sys.argv[1]); have = (bundle.builds(t), bundle.hooks(t)); assert have == (list(bundle.VERSIONS),) * 2, have' /opt/kubeprof/tracer
+    done
+COPY --from=hooks /out/_launchhook.abi3.so /opt/kubeprof/tracer/lib/kubeprof/agent/gpu/
+COPY --from=hooks /out/_launchhook.abi3.so /opt/kubeprof/lib/python3.11/site-packages/kubeprof/agent/gpu/
+# The image build fails when a build or the hook is missing; then pip goes (nothing installs
+# at run time) and no bytecode cache is kept.
+RUN /opt/kubeprof/bin/python -c 'import sys; from pathlib import Path; from kubeprof.agent.gpu import bundle, _launchhook; t = Path(sys.argv[1]); have = (bundle.builds(t), bundle.hooks(t)); assert have == (list(bundle.VERSIONS),) * 2, have' /opt/kubeprof/tracer \
+ && /opt/kubeprof/bin/python -m pip uninstall -y -q pip setuptools \
+ && find /opt/kubeprof -name '__pycache__' -prune -exec rm -rf {} +
+
+FROM runtime
+COPY --from=build /opt/kubeprof /opt/kubeprof
 WORKDIR /
 ENV PATH=/opt/kubeprof/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # Root inside the container, but without privileges: the DaemonSet drops ALL capabilities
-# and adds only BPF, PERFMON, SYS_PTRACE and SYS_RESOURCE (see charts/kubeprof values).
+# and adds only BPF, PERFMON and SYS_PTRACE (SYS_RESOURCE on kernels before 5.11).
 ENTRYPOINT ["kubeprof", "agent"]

@@ -17,6 +17,7 @@ if [ "$OK" != 1 ] || ! command -v "$CC" >/dev/null 2>&1 || [ ! -f "$INC/Python.h
     echo "[launchhook] no C compiler, or no Python >= 3.10 headers in $INC: the tracer will use its Python callback" >&2
     exit 0
 fi
+mkdir -p "$OUTDIR"
 OUT="$OUTDIR/_launchhook.abi3.so"
 "$CC" -O2 -g0 -shared -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-cast-function-type \
     -DPy_LIMITED_API=0x030A0000 -I"$INC" "$SRC" -o "$OUT.tmp" -ldl

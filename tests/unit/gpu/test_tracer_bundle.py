@@ -118,13 +118,12 @@ def test_the_agent_image_builds_exactly_the_bundles_versions() -> None:
     assert m, "docker/agent.Dockerfile: the per-Python cupti-python loop"
     assert [f"cp{t}" for t in m.group(1).split()] == [bundle.tag(v) for v in bundle.VERSIONS]
     assert "/opt/kubeprof/tracer/py/cp$t" in text  # where COPY_SCRIPT looks by default
-    # the C launch hook: one build per version, from the hooks stage, beside the tracer
-    loops = re.findall(r"for t in ([\d ]+); do \\\n\s*(\S+)", text)
-    hook = [v for v, cmd in loops if cmd == "/b/scripts/build_launchhook.sh"]
-    assert hook, "docker/agent.Dockerfile: the per-Python launch hook loop"
-    assert [f"cp{t}" for t in hook[0].split()] == [bundle.tag(v) for v in bundle.VERSIONS]
-    assert "/opt/python/cp$t-cp$t/bin/python" in text
-    assert "COPY --from=hooks /out/ /opt/kubeprof/tracer/lib/kubeprof/agent/gpu/" in text
+    # the C launch hook: one stable-ABI build from the hooks stage, beside the tracer
+    assert "/b/scripts/build_launchhook.sh python3 /out" in text
+    assert (
+        "COPY --from=hooks /out/_launchhook.abi3.so /opt/kubeprof/tracer/lib/kubeprof/agent/gpu/"
+        in text
+    )
     assert "bundle.hooks(t)" in text  # the image build fails when one is missing
 
 
@@ -140,3 +139,5 @@ def test_hooks_lists_the_versions_with_a_built_launch_hook(tmp_path: Path) -> No
     dest = tmp_path / "pod"
     copy(tracer, dest)  # the init container carries them into the pod
     assert bundle.hooks(dest) == [(3, 10), (3, 12)]
+    (gpu / "_launchhook.abi3.so").write_bytes(b"")  # the stable-ABI build serves them all
+    assert bundle.hooks(tracer) == list(bundle.VERSIONS)
