@@ -119,9 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="show a stored session")
     rep.add_argument("session", nargs="?", help="session name or id (default: the newest)")
     rep.add_argument("--format", "-f", default="text",
-                     choices=["text", "json", "html", "collapsed", "pprof", "speedscope"],
+                     choices=["text", "json", "html", "collapsed", "pprof", "speedscope",
+                              "perfetto"],
                      help="text (findings first), json (the whole report, machine-readable), "
-                     "html (findings panel and flame graphs), or a flame-graph export")
+                     "html (findings panel and flame graphs), a flame-graph export, or "
+                     "perfetto (a timeline for ui.perfetto.dev / chrome://tracing: "
+                     "SESSION.trace.json)")
     rep.add_argument("--view", choices=["cpu", "gpu"], default=None,
                      help="which stacks to show: text/html show all views by default; "
                      "collapsed/pprof/speedscope export CPU unless only GPU data exist")

@@ -1,0 +1,292 @@
+"""A session as a timeline: Chrome trace-event JSON, opened by ui.perfetto.dev and
+chrome://tracing (the ``{"traceEvents": [...]}`` object form of the Trace Event Format).
+
+Tracks, top to bottom:
+- "kubeprof phases": start-up, warm-up, steady state and tail (analysis.phases);
+- one process per GPU, one thread per stream: kernels, copies and memsets as complete
+  ("X") slices, with grid, block, registers, bytes and the launching Python line as args;
+- per profiled process: each sampled thread's CPU stacks as nested slices (a flame chart:
+  consecutive samples that share a frame extend its slice, a gap longer than two sampling
+  periods ends every slice), a "CUDA launches" thread with one slice per launch and a flow
+  arrow from it to its kernel (``bind_id`` with ``flow_out``/``flow_in``), NVTX ranges and
+  host syncs as async slices (they overlap).
+
+The tracer does not record when a launch was called, only which stack called it: a launch
+is drawn at its kernel's start (the latest time it can have been called), and its thread's
+name says so. Times are µs from the session start. Pure: records in, one dict out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
+from kubeprof.analysis.interpreter_frames import fold_stack
+from kubeprof.analysis.kernel_names import short_name
+from kubeprof.analysis.phases import Phases
+from kubeprof.model import Frame, FrameKind, GpuActivity, Stack
+
+# Pseudo process and thread ids (Perfetto keeps them as 32-bit; real pids stay below 2**22).
+PHASES_PID = 0x7FFE0000
+GPU_PID = 0x7FFF0000  # + device ordinal
+LAUNCH_TID = 0x7FFF0001  # a profiled process's "CUDA launches" thread
+GAP_PERIODS = 2.0  # a thread unsampled for longer than this many periods was off CPU
+DEVICE_WORK = ("kernel", "memcpy", "memset")
+
+Event = dict[str, Any]
+
+
+def _us(ns: int | float, t0: int) -> float:
+    return round((ns - t0) / 1000.0, 3)
+
+
+def _meta(pid: int, tid: int | None, key: str, value: object) -> Event:
+    event: Event = {"ph": "M", "pid": pid, "name": key, "args": {}}
+    if tid is not None:
+        event["tid"] = tid
+    event["args"]["sort_index" if key.endswith("sort_index") else "name"] = value
+    return event
+
+
+def launch_site(stack: Stack) -> str:
+    """The innermost Python frame of a launching stack (file:line), else its innermost
+    frame's label: the line a user changes to change the launch."""
+    for frame in reversed(stack):
+        if frame.kind is FrameKind.PYTHON:
+            return frame.label()
+    return stack[-1].label() if stack else "(launching stack not recorded)"
+
+
+def phase_events(phases: Phases, t0: int) -> list[Event]:
+    """The phases track: one slice per non-empty phase."""
+    out = [
+        _meta(PHASES_PID, None, "process_name", "kubeprof phases"),
+        _meta(PHASES_PID, None, "process_sort_index", -2),
+        _meta(PHASES_PID, 1, "thread_name", "phases"),
+    ]
+    steady = "steady state" if phases.loop else "active (no steady loop)"
+    for name, w in (
+        ("start-up", phases.startup),
+        ("warm-up", phases.warmup),
+        (steady, phases.steady),
+        ("tail", phases.tail),
+    ):
+        if w.duration_ns > 0:
+            args: dict[str, object] = {"method": phases.method}
+            if name == "steady state":
+                args.update(
+                    steps=phases.steps,
+                    step_ms=round(phases.step_ns / 1e6, 3),
+                    anchor=short_name(phases.anchor),
+                )
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": "phase",
+                    "name": name,
+                    "pid": PHASES_PID,
+                    "tid": 1,
+                    "ts": _us(w.start_ns, t0),
+                    "dur": _us(w.end_ns, w.start_ns),
+                    "args": args,
+                }
+            )
+    return out
+
+
+def gpu_events(activities: Sequence[GpuActivity], t0: int) -> list[Event]:
+    """Per GPU and stream the device work, per process its launches (with flow arrows to
+    the work they queued), NVTX ranges and host syncs."""
+    out: list[Event] = []
+    streams: set[tuple[int, int]] = set()
+    launchers: set[int] = set()
+    async_id = 0
+    for a in activities:
+        if a.kind in DEVICE_WORK:
+            streams.add((a.device, a.stream))
+            gpu = GPU_PID + max(a.device, 0)
+            name = short_name(a.demangled or a.name) if a.kind == "kernel" else a.name
+            args: dict[str, object] = {"correlation_id": a.correlation_id, "pid": a.pid}
+            if a.kind == "kernel":
+                args.update(
+                    kernel=a.demangled or a.name,
+                    grid=list(a.grid),
+                    block=list(a.block),
+                    registers=a.registers,
+                    shared_mem=a.shared_mem,
+                )
+            else:
+                args["bytes"] = a.bytes
+            if a.stack:
+                args["launched_at"] = launch_site(a.stack)
+            ts = _us(a.start_ns, t0)
+            work: Event = {
+                "ph": "X",
+                "cat": a.kind,
+                "name": name,
+                "pid": gpu,
+                "tid": a.stream,
+                "ts": ts,
+                "dur": _us(a.end_ns, a.start_ns),
+                "args": args,
+            }
+            out.append(work)
+            if a.correlation_id:
+                # The arrow: both slices carry one bind_id (flow_out on the launch,
+                # flow_in on the work), the form Chrome itself writes.
+                launchers.add(a.pid)
+                flow = f"0x{(a.pid << 32) | a.correlation_id:x}"
+                work.update(bind_id=flow, flow_in=True)
+                api = (
+                    a.stack[-1].name
+                    if a.stack and a.stack[-1].kind is FrameKind.CUDA_API
+                    else "launch"
+                )
+                out.append(
+                    {
+                        "ph": "X",
+                        "cat": "launch",
+                        "name": api,
+                        "pid": a.pid,
+                        "tid": LAUNCH_TID,
+                        "ts": ts,
+                        "dur": 0,
+                        "bind_id": flow,
+                        "flow_out": True,
+                        "args": {
+                            "correlation_id": a.correlation_id,
+                            "launched_at": launch_site(a.stack),
+                        },
+                    }
+                )
+        elif a.kind in ("nvtx", "sync"):
+            async_id += 1
+            name = a.name if a.kind == "nvtx" else f"host sync: {a.name}"
+            common = {"cat": a.kind, "name": name, "pid": a.pid, "tid": a.pid, "id": async_id}
+            out.append(
+                {
+                    "ph": "b",
+                    **common,
+                    "ts": _us(a.start_ns, t0),
+                    **({"args": {"stream": a.stream}} if a.kind == "sync" else {}),
+                }
+            )
+            out.append({"ph": "e", **common, "ts": _us(max(a.end_ns, a.start_ns), t0)})
+    for device in sorted({d for d, _ in streams}):
+        gpu = GPU_PID + max(device, 0)
+        out += [
+            _meta(gpu, None, "process_name", f"GPU {device}"),
+            _meta(gpu, None, "process_sort_index", -1),
+        ]
+    for device, stream in sorted(streams):
+        out.append(_meta(GPU_PID + max(device, 0), stream, "thread_name", f"stream {stream}"))
+    for pid in sorted(launchers):
+        out.append(
+            _meta(
+                pid,
+                LAUNCH_TID,
+                "thread_name",
+                "CUDA launches (drawn at kernel start: call time not recorded)",
+            )
+        )
+    return out
+
+
+def thread_slices(
+    thread: ThreadSamples, labels: Callable[[int], tuple[str, ...]], period_ns: float, t0: int
+) -> Iterable[Event]:
+    """One thread's samples as nested slices: a frame's slice runs while consecutive
+    samples keep it (and every frame above it) on the stack."""
+    open_frames: list[tuple[str, int]] = []  # (label, start_ns), root first
+    gap = GAP_PERIODS * period_ns
+    last = None
+
+    def close(depth: int, end_ns: float) -> Iterable[Event]:
+        # Callers first: viewers nest slices of equal start and length in file order.
+        for name, start in open_frames[depth:]:
+            yield {
+                "ph": "X",
+                "cat": "cpu",
+                "name": name,
+                "pid": thread.pid,
+                "tid": thread.tid,
+                "ts": _us(start, t0),
+                "dur": _us(end_ns, start),
+            }
+        del open_frames[depth:]
+
+    for ts, sid in zip(thread.ts_ns, thread.stack_ids, strict=True):
+        if last is not None and ts - last > gap:
+            yield from close(0, last + period_ns)
+        stack = labels(sid)
+        keep = 0
+        while keep < min(len(open_frames), len(stack)) and open_frames[keep][0] == stack[keep]:
+            keep += 1
+        yield from close(keep, ts)
+        open_frames.extend((label, ts) for label in stack[keep:])
+        last = ts
+    if last is not None:
+        yield from close(0, last + period_ns)
+
+
+def cpu_events(
+    cpu: SampleColumns,
+    t0: int,
+    *,
+    keep_interpreter: bool = False,
+    process_names: Mapping[int, str] | None = None,
+) -> list[Event]:
+    """Every sampled thread's flame chart, with process and thread names."""
+    cache: dict[int, tuple[str, ...]] = {}
+
+    def labels(sid: int) -> tuple[str, ...]:
+        if sid not in cache:
+            stack = cpu.stacks[sid] if keep_interpreter else fold_stack(cpu.stacks[sid])
+            cache[sid] = tuple(Frame(f.name, f.kind, f.file).label() for f in stack)
+        return cache[sid]
+
+    out: list[Event] = []
+    names = dict(process_names or {})
+    for pid in sorted({t.pid for t in cpu.threads}):
+        out.append(_meta(pid, None, "process_name", names.get(pid, f"pid {pid}")))
+    for t in cpu.threads:
+        out.append(_meta(t.pid, t.tid, "thread_name", f"{t.thread} [{t.tid}]"))
+        out.extend(thread_slices(t, labels, cpu.period_ns, t0))
+    return out
+
+
+def trace_events(
+    *,
+    session: str,
+    start_ns: int,
+    activities: Sequence[GpuActivity] = (),
+    cpu: SampleColumns | None = None,
+    phases: Phases | None = None,
+    process_names: Mapping[int, str] | None = None,
+    keep_interpreter: bool = False,
+) -> dict[str, object]:
+    """The whole trace object; `start_ns` (the session start, CLOCK_MONOTONIC) is time 0."""
+    events: list[Event] = []
+    if phases is not None:
+        events += phase_events(phases, start_ns)
+    events += gpu_events(activities, start_ns)
+    if cpu is not None:
+        events += cpu_events(
+            cpu, start_ns, keep_interpreter=keep_interpreter, process_names=process_names
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "session": session,
+            "producer": "kubeprof",
+            "time_zero_monotonic_ns": start_ns,
+        },
+    }
+
+
+def render_perfetto(**kwargs: Any) -> str:
+    """`trace_events` as compact JSON text (what `kubeprof report -f perfetto` writes)."""
+    return json.dumps(trace_events(**kwargs), separators=(",", ":"))

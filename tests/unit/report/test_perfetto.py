@@ -1,0 +1,242 @@
+"""`kubeprof report -f perfetto` on a real H200 recording (truth/train_torch: CPU samples,
+kernels, copies, memsets, syncs, NVTX), checked against the Trace Event Format's schema
+and against the rules a viewer needs (slices nest per thread, every arrow has both ends),
+and against the recording itself (every kernel where and when it ran, every CPU sample
+under the stack it was taken in)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kubeprof.analysis.interpreter_frames import fold_stack
+from kubeprof.analysis.kernel_names import short_name
+from kubeprof.model import Frame
+from kubeprof.report.perfetto import GPU_PID, LAUNCH_TID, PHASES_PID
+
+from .truth_store import TRUTH, store_fixture, trace_io
+
+KUBEPROF = str(Path(sys.executable).parent / "kubeprof")
+MODE = "train_torch"
+
+_NUM = {"type": "number", "minimum": 0}
+_ID = {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}
+# The Trace Event Format (JSON object form) for the event types kubeprof writes; anything
+# else, a missing field, a wrong type or an unknown key fails.
+SCHEMA = {
+    "type": "object",
+    "required": ["traceEvents"],
+    "properties": {
+        "traceEvents": {
+            "type": "array",
+            "items": {
+                "oneOf": [
+                    {  # complete event
+                        "type": "object",
+                        "required": ["ph", "name", "cat", "ts", "dur", "pid", "tid"],
+                        "properties": {
+                            "ph": {"const": "X"},
+                            "name": {"type": "string", "minLength": 1},
+                            "cat": {
+                                "enum": ["cpu", "kernel", "memcpy", "memset", "launch", "phase"]
+                            },
+                            "ts": _NUM,
+                            "dur": _NUM,
+                            "pid": _ID,
+                            "tid": _ID,
+                            "args": {"type": "object"},
+                            "bind_id": {"type": "string", "pattern": "^0x[0-9a-f]+$"},
+                            "flow_in": {"const": True},
+                            "flow_out": {"const": True},
+                        },
+                        "additionalProperties": False,
+                        "dependentRequired": {"flow_in": ["bind_id"], "flow_out": ["bind_id"]},
+                    },
+                    {  # async begin / end
+                        "type": "object",
+                        "required": ["ph", "name", "cat", "ts", "pid", "tid", "id"],
+                        "properties": {
+                            "ph": {"enum": ["b", "e"]},
+                            "name": {"type": "string", "minLength": 1},
+                            "cat": {"enum": ["nvtx", "sync"]},
+                            "ts": _NUM,
+                            "pid": _ID,
+                            "tid": _ID,
+                            "id": _ID,
+                            "args": {"type": "object"},
+                        },
+                        "additionalProperties": False,
+                    },
+                    {  # metadata
+                        "type": "object",
+                        "required": ["ph", "name", "pid", "args"],
+                        "properties": {
+                            "ph": {"const": "M"},
+                            "name": {"enum": ["process_name", "thread_name", "process_sort_index"]},
+                            "pid": _ID,
+                            "tid": _ID,
+                            "args": {"type": "object", "minProperties": 1, "maxProperties": 1},
+                        },
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+        },
+        "displayTimeUnit": {"enum": ["ms", "ns"]},
+        "otherData": {"type": "object"},
+    },
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> tuple[dict, trace_io.Trace, Path]:
+    d = tmp_path_factory.mktemp("perfetto")
+    url = f"sqlite:///{d}/t.db"
+    store_fixture(url, MODE)
+    out = d / "t.trace.json.gz"
+    run = subprocess.run(
+        [KUBEPROF, "report", MODE, "-f", "perfetto", "--out", str(out), "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    trace = json.loads(gzip.decompress(out.read_bytes()))
+    return trace, trace_io.load_trace(TRUTH / f"{MODE}.jsonl.gz"), d
+
+
+def test_it_is_a_valid_trace_event_file(recorded):
+    trace, _, _ = recorded
+    jsonschema.validate(trace, SCHEMA)
+    broken = json.loads(json.dumps(trace))
+    broken["traceEvents"][-1]["dur"] = "12"  # the check can fail
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SCHEMA)
+
+
+def _slices(trace: dict) -> dict[tuple[int, int], list[dict]]:
+    tracks: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for i, e in enumerate(trace["traceEvents"]):
+        if e["ph"] == "X":
+            tracks[(e["pid"], e["tid"])].append({**e, "order": i})
+    return tracks
+
+
+def _nesting(e: dict) -> tuple:
+    """How a viewer orders slices: by start, longer first, then file order (a stable sort)."""
+    return (e["ts"], -e["dur"], e["order"])
+
+
+def test_slices_nest_on_every_track_and_every_arrow_has_two_ends(recorded):
+    trace, _, _ = recorded
+    for track, events in _slices(trace).items():
+        open_ends: list[float] = []
+        for e in sorted(events, key=_nesting):
+            while open_ends and open_ends[-1] <= e["ts"] + 0.002:
+                open_ends.pop()
+            end = e["ts"] + e["dur"]
+            assert not open_ends or end <= open_ends[-1] + 0.002, (track, e)  # µs rounding
+            open_ends.append(end)
+    ends: dict[str, Counter[str]] = defaultdict(Counter)
+    for e in trace["traceEvents"]:
+        if "bind_id" in e:
+            ends[e["bind_id"]]["out" if e.get("flow_out") else "in"] += 1
+    assert ends and all(c == Counter({"out": 1, "in": 1}) for c in ends.values())
+    begun: Counter[tuple] = Counter()
+    for e in trace["traceEvents"]:
+        if e["ph"] in "be":
+            begun[(e["pid"], e["cat"], e["id"])] += 1 if e["ph"] == "b" else -1
+    assert begun and set(begun.values()) == {0}
+    named = {e["pid"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] != "M"} <= named
+
+
+def test_device_work_is_where_and_when_it_ran(recorded):
+    trace, truth, _ = recorded
+    t0 = truth.meta["session_start_ns"]
+    got = sorted(
+        (e["pid"] - GPU_PID, e["tid"], e["cat"], round(e["ts"], 1), round(e["dur"], 1), e["name"])
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and e["cat"] in ("kernel", "memcpy", "memset")
+    )
+    want = sorted(
+        (
+            a.device,
+            a.stream,
+            a.kind,
+            round((a.start_ns - t0) / 1e3, 1),
+            round((a.end_ns - a.start_ns) / 1e3, 1),
+            short_name(a.demangled or a.name) if a.kind == "kernel" else a.name,
+        )
+        for a in truth.activities
+        if a.kind in ("kernel", "memcpy", "memset")
+    )
+    assert got == want and len(got) == 7298
+    kinds = Counter(e["cat"] for e in trace["traceEvents"] if e["ph"] == "b")
+    assert kinds == Counter(a.kind for a in truth.activities if a.kind in ("nvtx", "sync"))
+    launches = [e for e in trace["traceEvents"] if e.get("cat") == "launch"]
+    assert all(e["tid"] == LAUNCH_TID for e in launches)
+    assert any("train_torch.py" in e["args"]["launched_at"] for e in launches)
+
+
+def test_cpu_slices_hold_each_sample_under_its_own_stack(recorded):
+    trace, truth, _ = recorded
+    t0 = truth.meta["session_start_ns"]
+    tracks = _slices(trace)
+    checked = 0
+    for s in truth.samples[::7]:
+        ts = (s.ts_ns - t0) / 1e3
+        under = sorted(
+            (
+                e
+                for e in tracks[(s.pid, s.tid)]
+                if e["ts"] <= ts + 0.001 and ts < e["ts"] + e["dur"] - 0.001
+            ),
+            key=_nesting,
+        )
+        want = [Frame(f.name, f.kind, f.file).label() for f in fold_stack(s.stack)]
+        assert [e["name"] for e in under] == want, s
+        checked += 1
+    assert checked > 100
+
+
+def test_phases_cover_the_session_in_order(recorded):
+    trace, truth, _ = recorded
+    phases = [e for e in trace["traceEvents"] if e.get("cat") == "phase"]
+    assert [p["name"] for p in phases] == ["start-up", "warm-up", "steady state", "tail"]
+    assert all(p["pid"] == PHASES_PID for p in phases)
+    for a, b in itertools.pairwise(phases):
+        assert abs(a["ts"] + a["dur"] - b["ts"]) < 0.01
+    span = (truth.meta["session_end_ns"] - truth.meta["session_start_ns"]) / 1e3
+    assert phases[0]["ts"] == 0 and abs(phases[-1]["ts"] + phases[-1]["dur"] - span) < 0.01
+    assert phases[2]["args"]["steps"] > 0
+
+
+def test_out_dash_writes_the_trace_to_stdout(recorded):
+    _, _, d = recorded
+    run = subprocess.run(
+        [
+            KUBEPROF,
+            "report",
+            MODE,
+            "-f",
+            "perfetto",
+            "--out",
+            "-",
+            "--store",
+            f"sqlite:///{d}/t.db",
+        ],
+        capture_output=True,
+        timeout=300,
+    )
+    assert run.returncode == 0
+    assert json.loads(run.stdout)["otherData"]["session"] == MODE
