@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from kubeprof.analysis import energy
 from kubeprof.analysis.cpu_samples import SampleColumns
@@ -125,10 +126,7 @@ def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                    store_url: str | None, keep_interpreter: bool = False, *,
                    text: TextOptions | None = None) -> int:
     if fmt == "perfetto":
-        name, trace = timeline(store_url, ref, keep_interpreter=keep_interpreter)
-        out = out if out is not None else f"{name}.trace.json"
-        # Perfetto and chrome://tracing open gzip'd JSON as well: about a tenth of the size.
-        return _write(gzip.compress(trace.encode()) if out.endswith(".gz") else trace, out)
+        return timeline_command(store_url, ref, out, keep_interpreter=keep_interpreter)
     report = load(store_url, ref, keep_interpreter=keep_interpreter)
     profile = report.profile
     if view == "gpu" and not profile.gpu:
@@ -168,11 +166,13 @@ def _write(data: str | bytes, out: str | None) -> int:
     return 0
 
 
-def timeline(store_url: str | None, ref: str | None, *, keep_interpreter: bool = False,
-             ) -> tuple[str, str]:
-    """Session `ref` as Chrome trace-event JSON for Perfetto (report.perfetto); its name."""
+def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
+                     keep_interpreter: bool = False) -> int:
+    """Session `ref` as Chrome trace-event JSON for Perfetto (report.perfetto), written
+    event by event to `out` (SESSION.trace.json by default; gzip'd when it ends in .gz,
+    which Perfetto and chrome://tracing open too, at about a tenth of the size)."""
     from kubeprof.analysis import gpu_trace, phases
-    from kubeprof.report.perfetto import render_perfetto
+    from kubeprof.report.perfetto import write_perfetto
 
     store = Store.open(store_url)
     try:
@@ -185,11 +185,22 @@ def timeline(store_url: str | None, ref: str | None, *, keep_interpreter: bool =
         store.close()
     start = info.start_ns or min((a.start_ns for a in activities), default=0)
     end = info.end_ns or max((a.end_ns for a in activities), default=start)
-    ph = phases.detect(gpu_trace.build(activities), phases.Window(start, end)) \
-        if any(a.kind in ("kernel", "memcpy", "memset") for a in activities) else None
-    return info.name, render_perfetto(session=info.name, start_ns=start, activities=activities,
-                                      cpu=cpu, phases=ph, process_names=names,
-                                      keep_interpreter=keep_interpreter)
+    work = any(a.kind in ("kernel", "memcpy", "memset") for a in activities)
+    ph = phases.detect(gpu_trace.build(activities), phases.Window(start, end)) if work else None
+    args: dict[str, Any] = {"session": info.name, "start_ns": start, "activities": activities,
+                            "cpu": cpu, "phases": ph, "process_names": names,
+                            "keep_interpreter": keep_interpreter}
+    out = out if out is not None else f"{info.name}.trace.json"
+    if out == "-":
+        write_perfetto(sys.stdout, **args)
+        return 0
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if out.endswith(".gz")
+          else path.open("w", encoding="utf-8")) as stream:
+        write_perfetto(stream, **args)
+    print(f"kubeprof: wrote {path}", file=sys.stderr)
+    return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,15 @@ Tracks, top to bottom:
 
 The tracer does not record when a launch was called, only which stack called it: a launch
 is drawn at its kernel's start (the latest time it can have been called), and its thread's
-name says so. Times are µs from the session start. Pure: records in, one dict out.
+name says so. Times are µs from the session start. Pure: records in, events out, written one by one.
 """
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TextIO
 
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.analysis.interpreter_frames import fold_stack
@@ -96,10 +97,9 @@ def phase_events(phases: Phases, t0: int) -> list[Event]:
     return out
 
 
-def gpu_events(activities: Sequence[GpuActivity], t0: int) -> list[Event]:
+def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
     """Per GPU and stream the device work, per process its launches (with flow arrows to
     the work they queued), NVTX ranges and host syncs."""
-    out: list[Event] = []
     streams: set[tuple[int, int]] = set()
     launchers: set[int] = set()
     async_id = 0
@@ -132,19 +132,21 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> list[Event]:
                 "dur": _us(a.end_ns, a.start_ns),
                 "args": args,
             }
-            out.append(work)
-            if a.correlation_id:
+            if not a.correlation_id:
+                yield work
+            else:
                 # The arrow: both slices carry one bind_id (flow_out on the launch,
                 # flow_in on the work), the form Chrome itself writes.
                 launchers.add(a.pid)
                 flow = f"0x{(a.pid << 32) | a.correlation_id:x}"
                 work.update(bind_id=flow, flow_in=True)
+                yield work
                 api = (
                     a.stack[-1].name
                     if a.stack and a.stack[-1].kind is FrameKind.CUDA_API
                     else "launch"
                 )
-                out.append(
+                yield (
                     {
                         "ph": "X",
                         "cat": "launch",
@@ -165,7 +167,7 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> list[Event]:
             async_id += 1
             name = a.name if a.kind == "nvtx" else f"host sync: {a.name}"
             common = {"cat": a.kind, "name": name, "pid": a.pid, "tid": a.pid, "id": async_id}
-            out.append(
+            yield (
                 {
                     "ph": "b",
                     **common,
@@ -173,17 +175,15 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> list[Event]:
                     **({"args": {"stream": a.stream}} if a.kind == "sync" else {}),
                 }
             )
-            out.append({"ph": "e", **common, "ts": _us(max(a.end_ns, a.start_ns), t0)})
+            yield {"ph": "e", **common, "ts": _us(max(a.end_ns, a.start_ns), t0)}
     for device in sorted({d for d, _ in streams}):
         gpu = GPU_PID + max(device, 0)
-        out += [
-            _meta(gpu, None, "process_name", f"GPU {device}"),
-            _meta(gpu, None, "process_sort_index", -1),
-        ]
+        yield _meta(gpu, None, "process_name", f"GPU {device}")
+        yield _meta(gpu, None, "process_sort_index", -1)
     for device, stream in sorted(streams):
-        out.append(_meta(GPU_PID + max(device, 0), stream, "thread_name", f"stream {stream}"))
+        yield _meta(GPU_PID + max(device, 0), stream, "thread_name", f"stream {stream}")
     for pid in sorted(launchers):
-        out.append(
+        yield (
             _meta(
                 pid,
                 LAUNCH_TID,
@@ -191,7 +191,6 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> list[Event]:
                 "CUDA launches (drawn at kernel start: call time not recorded)",
             )
         )
-    return out
 
 
 def thread_slices(
@@ -237,7 +236,7 @@ def cpu_events(
     *,
     keep_interpreter: bool = False,
     process_names: Mapping[int, str] | None = None,
-) -> list[Event]:
+) -> Iterator[Event]:
     """Every sampled thread's flame chart, with process and thread names."""
     cache: dict[int, tuple[str, ...]] = {}
 
@@ -247,37 +246,36 @@ def cpu_events(
             cache[sid] = tuple(Frame(f.name, f.kind, f.file).label() for f in stack)
         return cache[sid]
 
-    out: list[Event] = []
     names = dict(process_names or {})
     for pid in sorted({t.pid for t in cpu.threads}):
-        out.append(_meta(pid, None, "process_name", names.get(pid, f"pid {pid}")))
+        yield _meta(pid, None, "process_name", names.get(pid, f"pid {pid}"))
     for t in cpu.threads:
-        out.append(_meta(t.pid, t.tid, "thread_name", f"{t.thread} [{t.tid}]"))
-        out.extend(thread_slices(t, labels, cpu.period_ns, t0))
-    return out
+        yield _meta(t.pid, t.tid, "thread_name", f"{t.thread} [{t.tid}]")
+        yield from thread_slices(t, labels, cpu.period_ns, t0)
 
 
-def trace_events(
+def events(
     *,
-    session: str,
     start_ns: int,
     activities: Sequence[GpuActivity] = (),
     cpu: SampleColumns | None = None,
     phases: Phases | None = None,
     process_names: Mapping[int, str] | None = None,
     keep_interpreter: bool = False,
-) -> dict[str, object]:
-    """The whole trace object; `start_ns` (the session start, CLOCK_MONOTONIC) is time 0."""
-    events: list[Event] = []
+) -> Iterator[Event]:
+    """Every event, one at a time (a 1 M-kernel session never holds them all at once);
+    `start_ns` (the session start, CLOCK_MONOTONIC) is time 0."""
     if phases is not None:
-        events += phase_events(phases, start_ns)
-    events += gpu_events(activities, start_ns)
+        yield from phase_events(phases, start_ns)
+    yield from gpu_events(activities, start_ns)
     if cpu is not None:
-        events += cpu_events(
+        yield from cpu_events(
             cpu, start_ns, keep_interpreter=keep_interpreter, process_names=process_names
         )
+
+
+def _header(session: str, start_ns: int) -> dict[str, object]:
     return {
-        "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {
             "session": session,
@@ -287,6 +285,26 @@ def trace_events(
     }
 
 
+def trace_events(*, session: str, **kwargs: Any) -> dict[str, object]:
+    """The whole trace object (`events`' arguments), for tests and small sessions."""
+    return {**_header(session, kwargs["start_ns"]), "traceEvents": list(events(**kwargs))}
+
+
+def write_perfetto(stream: TextIO, *, session: str, **kwargs: Any) -> int:
+    """Write the trace as compact JSON, event by event (what `kubeprof report -f perfetto`
+    does); the number of events written."""
+    head = json.dumps(_header(session, kwargs["start_ns"]), separators=(",", ":"))
+    stream.write(head[:-1] + ',"traceEvents":[')
+    n = 0
+    for event in events(**kwargs):
+        stream.write(("," if n else "") + json.dumps(event, separators=(",", ":")))
+        n += 1
+    stream.write("]}")
+    return n
+
+
 def render_perfetto(**kwargs: Any) -> str:
-    """`trace_events` as compact JSON text (what `kubeprof report -f perfetto` writes)."""
-    return json.dumps(trace_events(**kwargs), separators=(",", ":"))
+    """`write_perfetto` into a string."""
+    buf = io.StringIO()
+    write_perfetto(buf, **kwargs)
+    return buf.getvalue()
