@@ -17,6 +17,11 @@ lengths. Decoding and writing run on a `FairPool` that takes sessions in turn. A
 counted in flight before its body is read, so aggregation waits for it, and one still
 unfinished when the session is sealed is refused (409), never stored after the aggregates.
 Tokens are compared in constant time and never logged.
+
+Slow or idle clients cannot hold that capacity (`slow_clients`): headers and body must
+arrive within time limits and at a minimum rate (else 408), at most `per_client` requests
+per address and `per_session` per session are in flight before the global `max_pending`
+applies (else 429), and an answer given before the body was read closes the connection.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from aiohttp import web
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from kubeprof.model import Batch
-from kubeprof.operator import db, metrics, usage
+from kubeprof.operator import db, metrics, slow_clients, usage
 from kubeprof.operator.db import BatchWriter, Stored
 from kubeprof.operator.fairpool import FairPool
 from kubeprof.operator.registry import Registry, SessionClosed, SessionEntry
@@ -103,7 +108,8 @@ class IngestApi:
     def __init__(self, registry: Registry, writer: BatchWriter, *, writers: int = 2,
                  limits: IngestLimits | None = None, max_pending: int = 16,
                  session_pending: int = 8, startup_grace_s: float = 60.0,
-                 drain_s: float = 15.0,
+                 drain_s: float = 15.0, per_session: int | None = None, per_client: int = 8,
+                 timeouts: slow_clients.ReadTimeouts | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.registry, self.writer = registry, writer
         self.limits = limits or IngestLimits()
@@ -113,6 +119,13 @@ class IngestApi:
         # start at once even while one session keeps every writer busy.
         self.pool = FairPool(writers + 1, per_key=writers, name="ingest")
         self.max_pending, self.session_pending = max_pending, session_pending
+        # Checked before the global limit, so neither one session (however many agents
+        # send for it) nor one address (however many sessions it holds tokens of) can take
+        # every slot: three sessions at their limit leave a quarter for everyone else.
+        self.per_session = per_session or max(1, max_pending // 4)
+        self.per_client = per_client
+        self.timeouts = timeouts or slow_clients.ReadTimeouts()
+        self._clients: dict[str, int] = {}  # requests in flight per client address
         self.clock = clock
         self.loading_until = clock() + startup_grace_s
         self.pending = 0  # requests past authentication, not answered yet
@@ -177,6 +190,14 @@ class IngestApi:
             metrics.INGEST_REJECTIONS.labels(reason="too_large").inc()
             return _json(413, f"body of {size} bytes; at most {self.limits.max_body_bytes} "
                               "(send smaller batches, or raise --ingest-max-body-bytes)")
+        if self._clients.get(request.remote or "", 0) >= self.per_client:
+            metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
+            return _json(429, f"more than {self.per_client} requests from this address in "
+                              "flight; retry")
+        if entry.inflight >= self.per_session:
+            metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
+            return _json(429, f"more than {self.per_session} batches of this session in "
+                              "flight; retry")
         if self.pending >= self.max_pending:
             metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
             return _json(503, "ingest busy; retry")
@@ -189,7 +210,7 @@ class IngestApi:
     async def post_batch(self, request: web.Request) -> web.Response:
         entry = self._authorize(request)
         if isinstance(entry, web.Response):
-            return entry
+            return await slow_clients.answer_and_close(request, entry)
         refused = self._precheck(request, entry)
         if refused is not None:
             return refused
@@ -199,16 +220,26 @@ class IngestApi:
             return _json(409, f"session {entry.namespace}/{entry.name} is being aggregated; "
                               "no more data accepted", phase=Phase.AGGREGATING.value)
         self.pending += 1
+        client = request.remote or ""
+        self._clients[client] = self._clients.get(client, 0) + 1
         try:
             return await self._receive(request, entry)
         finally:
             self.pending -= 1
+            n = self._clients.pop(client) - 1
+            if n:
+                self._clients[client] = n
             entry.leave()
 
     async def _receive(self, request: web.Request, entry: SessionEntry) -> web.Response:
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await slow_clients.read_body(request.content, self.limits.max_body_bytes,
+                                                self.timeouts)
+        except slow_clients.TooSlow as exc:
+            metrics.INGEST_REJECTIONS.labels(reason="slow").inc()
+            return await slow_clients.answer_and_close(
+                request, _json(408, f"{exc}; send the body without pauses, or retry"))
+        except (web.HTTPRequestEntityTooLarge, slow_clients.TooLarge):
             metrics.INGEST_REJECTIONS.labels(reason="too_large").inc()
             return _json(413, f"body larger than {self.limits.max_body_bytes} bytes (send "
                               "smaller batches, or raise --ingest-max-body-bytes)")
@@ -303,7 +334,7 @@ class IngestApi:
     async def get_targets(self, request: web.Request) -> web.Response:
         entry = self._authorize(request)
         if isinstance(entry, web.Response):
-            return entry
+            return await slow_clients.answer_and_close(request, entry)
         node = request.query.get("node", "")
         self._origins_of(entry)  # what an agent is told to profile, its batches may claim
         pods = [{"uid": t.uid, "name": t.name, "namespace": t.namespace}
@@ -328,7 +359,8 @@ def _first_line(exc: BaseException) -> str:
 
 async def serve(api: IngestApi, host: str, port: int) -> web.AppRunner:
     """Start listening; the caller keeps the runner and calls cleanup() at shutdown."""
-    runner = web.AppRunner(api.app(), access_log=None, auto_decompress=False)
+    runner = web.AppRunner(api.app(), access_log=None, auto_decompress=False,
+                           **api.timeouts.server_options())
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     log.info("ingest API and /metrics listening on %s:%d", host, port)
