@@ -12,7 +12,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -26,11 +26,12 @@ from kubeprof.operator import (
     db,
     light_deep,
     metrics,
+    no_data,
     shards,
     tenancy,
     tracer_status,
 )
-from kubeprof.operator.config import LABEL_COMPONENT, TOKEN_KEY, OperatorConfig
+from kubeprof.operator.config import LABEL_COMPONENT, LABEL_SESSION, TOKEN_KEY, OperatorConfig
 from kubeprof.operator.kube import KubeError
 from kubeprof.operator.phases import TERMINAL, Observed, Phase, condition, next_step
 from kubeprof.operator.registry import Registry, SessionEntry
@@ -383,8 +384,12 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         sets = _sync_daemonset(ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING
                                else None, end)
     counts = [(ds.get("status") or {}) for ds in sets]
-    ready = sum(int(st.get("numberReady", 0)) for st in counts)
-    expected = sum(int(st.get("desiredNumberScheduled", 0)) for st in counts)
+    # Ready agent pods of the session, against the nodes its DaemonSets pin: the
+    # DaemonSet controller's own counters lag the pods on a busy control plane.
+    agent_pods = ctx.kube.list_pods(ns, f"{LABEL_SESSION}={name},{LABEL_COMPONENT}=agent") \
+        if sets else []
+    ready = sum(1 for p in agent_pods if no_data.ready(p))
+    expected = sum(len(_ds_nodes(ds)) for ds in sets)
     failure = (_agent_failure(ctx, body, sets) if ready < expected or
                any(not int(st.get("desiredNumberScheduled", 0)) for st in counts) else None)
 
@@ -402,6 +407,11 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         status.pop("aggregationFailures", None)
         step = next_step(Phase.AGGREGATING,
                          Observed(now, end, drain_until, len(targets), ever, aggregated=True))
+        delivered, _ = db.known_origins(ctx.engine, entry.db_id)
+        if not delivered:  # "results stored" would hide it: say so, and why (the pods)
+            why, msg = no_data.explain(agent_pods, failure, len(nodes), ns, name)
+            step = replace(step, reason=why, message=msg)
+            status["topFinding"] = msg
         status["completionTime"] = iso(ctx.clock())
         _remove_daemonset(ctx, body)
     elif step.phase is Phase.FAILED:

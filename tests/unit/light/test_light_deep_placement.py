@@ -108,8 +108,8 @@ def test_reconcile_hands_node_a_to_its_light_agent_and_pins_the_daemonset_to_b(e
     ]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert [t["matchFields"][0]["values"] for t in terms] == [["n2"]]
     assert st["lightAgents"] == {"nodes": 1, "running": 0, "fallbackNodes": 0}
-    # the light agent, not started yet; one DaemonSet for n2
-    assert st["agents"] == {"ready": 0, "expected": 1, "daemonSets": 1}
+    # the light agent, not started yet, and one DaemonSet agent pinned to n2 (no pod yet)
+    assert st["agents"] == {"ready": 0, "expected": 2, "daemonSets": 1}
     entry = ctx.writer_registry.get("ml", "s")
     ans = ctx.light.answer("n1", ctx.writer_registry)
     (a,) = ans.assignments
@@ -124,7 +124,7 @@ def test_reconcile_hands_node_a_to_its_light_agent_and_pins_the_daemonset_to_b(e
     st = reconcile(ctx, body)
     body["status"] = st
     assert st["lightAgents"]["running"] == 1
-    assert st["agents"] == {"ready": 1, "expected": 1, "daemonSets": 1}
+    assert st["agents"] == {"ready": 1, "expected": 2, "daemonSets": 1}
     cond = {c["type"]: c for c in st["conditions"]}["LightAgents"]
     assert cond["status"] == "True" and cond["reason"] == "HandedOver"
 

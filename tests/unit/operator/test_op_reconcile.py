@@ -27,7 +27,9 @@ class FakeKube:
         self.policy: tuple[dict | None, dict | None] = (None, None)
 
     def list_pods(self, namespace, selector):
-        return [p for p in self.pods if f"app={p['metadata']['labels']['app']}" == selector]
+        want = dict(kv.split("=", 1) for kv in selector.split(","))
+        return [p for p in self.pods
+                if all(p["metadata"]["labels"].get(k) == v for k, v in want.items())]
 
     def node_labels(self):
         return {}

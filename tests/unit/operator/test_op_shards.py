@@ -126,22 +126,23 @@ def test_session_shards_follow_nodes_and_every_shard_goes_at_the_end(env):
     }
     assert st["agents"]["daemonSets"] == 3 and st["nodes"] == 5
 
-    # Simulated DaemonSet controller counts: the status sums every shard.
-    for o in kube.objects.values():
-        if o["kind"] == "DaemonSet":
-            n = len(
-                o["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-                    "requiredDuringSchedulingIgnoredDuringExecution"
-                ]["nodeSelectorTerms"]
-            )
-            o["status"] = {
-                "desiredNumberScheduled": n,
-                "currentNumberScheduled": n,
-                "numberReady": n,
-            }
+    # The agent pods the shards made, four of five Ready: the status counts ready pods of
+    # the session against the pinned nodes, whatever the DaemonSets' own counters say.
+    targets = list(kube.pods)
+    for i, node in enumerate(n for nodes in _pinned(kube).values() for n in nodes):
+        kube.pods.append({
+            "metadata": {"name": f"agent-{node}", "uid": f"a{i}",
+                         "labels": {"kubeprof.dev/session": "s",
+                                    "app.kubernetes.io/component": "agent"}},
+            "spec": {"nodeName": node},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True" if node != "n4" else "False"}]},
+        })
     st = reconcile(ctx, body)
     body["status"] = st
-    assert st["agents"] == {"ready": 5, "expected": 5, "daemonSets": 3}
+    assert st["agents"] == {"ready": 4, "expected": 5, "daemonSets": 3}
+    assert st["agentsReady"] == "4/5"
+    kube.pods = targets
 
     # n1 and n4 go, n5 comes: n0, n2, n3 stay where they were; shard 2 is deleted.
     kube.pods = [p for p in kube.pods if p["spec"]["nodeName"] not in ("n1", "n4")]
