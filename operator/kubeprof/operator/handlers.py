@@ -8,6 +8,7 @@ the in-memory registry from the CR, its Secret and the database.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -16,6 +17,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from kubeprof.operator import ingest, metrics, reconcile
 from kubeprof.operator.config import GROUP, PLURAL, VERSION, OperatorConfig
 from kubeprof.operator.kube import KubeError
+from kubeprof.safe_text import escape_tree
+
+
+def status_changes(old: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The `.status` keys to patch: those that changed, with every string in them escaped
+    (function and pod names are data, never terminal control: `kubeprof.safe_text`)."""
+    out = {}
+    for key, value in status.items():
+        value = escape_tree(value)
+        if old.get(key) != value:
+            out[key] = value
+    return out
 
 
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
@@ -62,9 +75,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         if old.get("phase") != status.get("phase"):
             logger.info("phase %s -> %s (%s)", old.get("phase") or "-", status["phase"],
                         status.get("reason", ""))
-        for key, value in status.items():
-            if old.get(key) != value:
-                patch.status[key] = value
+        for key, value in status_changes(old, status).items():
+            patch.status[key] = value
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
     def handle_delete_session(name: str, namespace: str | None, memo: kopf.Memo,

@@ -12,6 +12,7 @@ from typing import Any
 
 from kubeprof.operator import ingest_flags
 from kubeprof.operator.config import OperatorConfig, default_image
+from kubeprof.safe_text import escape_logs
 
 DESCRIPTION = """\
 Run the kubeprof operator against the current kubeconfig (or the in-cluster
@@ -284,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         urls = [u.strip() for u in args.light_agents.split(",") if u.strip()]
         policy_timer.register(kopf_registry, urls, args.policy_interval)
     kopf.configure(verbose=args.verbose)
+    escape_logs()  # names in log lines cannot forge lines or drive a terminal
     webhook = _start_webhook(args, config)
     try:
         kopf.run(registry=kopf_registry, standalone=True, memo=memo,

@@ -22,6 +22,7 @@ from kubeprof.report.speedscope import render_speedscope
 from kubeprof.report.text import render_text
 from kubeprof.report.views import available_views
 from kubeprof.reportdata import Report
+from kubeprof.safe_text import escape_controls
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,10 @@ def render(report: Report, fmt: str, *, view: str | None = None, top: int = 10,
         pre += energy_text(report)
         text = render_text(profile, view=view, preamble=pre, top=top, width=width,
                            startup=startup)
-        if report.gpu is None:
-            return text
-        return f"{text}\n{render_gpu_text(report.gpu, off_reason=off, names=names)}"
+        if report.gpu is not None:
+            text = f"{text}\n{render_gpu_text(report.gpu, off_reason=off, names=names)}"
+        # Names come from the profiled programs: no escape sequence reaches a terminal.
+        return escape_controls(text, keep="\n\t")
     if fmt == "json":
         return render_json(report)
     if fmt == "html":

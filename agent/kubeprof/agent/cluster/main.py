@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kubeprof.protocol.settings import AgentSettings
+from kubeprof.safe_text import escape_logs
 
 DESCRIPTION = """\
 Profile the target pods of one ProfilingSession on this node and ship the data to the
@@ -124,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    escape_logs()  # pod, process and tracer names in log lines are data, never control
     problem = _check(args)
     if problem:
         print(f"kubeprof agent: error: {problem}", file=sys.stderr)
