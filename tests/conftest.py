@@ -1,9 +1,11 @@
 """Puts the repository root on sys.path, so tests import shared helpers as `tests.support`,
 and sets up what several pytest processes of one run share (`make test` runs xdist workers):
 
-- the tests that must not overlap (eBPF, the one control plane, machine-wide state) go to a
-  single xdist worker, in collection order: marker `serial`, also given to every test marked
-  `bpf` or using the control plane; the rest run on the other workers;
+- tests that must not overlap run in order on one xdist worker each: group `serial` for
+  machine-wide state (marker `serial`, also given to every test marked `bpf`), group `cluster`
+  for the other tests of the control plane (their operators watch every namespace, so two
+  of them never share one); the worker of each starts its own control plane when a test
+  asks for one; the rest run on the other workers;
 - one PostgreSQL server for the whole run (tests/e2e/cluster/shared.py), stopped here at the end.
 """
 
@@ -19,9 +21,10 @@ if str(_ROOT) not in sys.path:
 
 from tests.e2e.cluster import shared  # noqa: E402
 
-# Fixtures whose users share machine-wide state: the run's control plane, and eBPF.
-SERIAL_FIXTURES = frozenset({"k8s_cluster", "k8s_client", "bpf_ready"})
-SERIAL_GROUP = "serial"
+SERIAL_GROUP = "serial"  # eBPF and other machine-wide state
+CLUSTER_GROUP = "cluster"  # the control plane's other tests
+SERIAL_FIXTURES = frozenset({"bpf_ready"})
+CLUSTER_FIXTURES = frozenset({"k8s_cluster", "k8s_client"})
 _OWNED_PG = pytest.StashKey[Path]()
 
 
@@ -29,8 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Name the run's PostgreSQL folder once, in the main process, before workers start."""
     config.addinivalue_line(
         "markers",
-        "serial: uses machine-wide state (eBPF, the control plane, fixed ports, file modes); "
-        "runs on one xdist worker, never beside another serial test",
+        "serial: uses machine-wide state (eBPF, fixed ports, file modes); runs on one xdist "
+        "worker, never beside another serial test",
     )
     if hasattr(config, "workerinput") or os.environ.get(shared.ENV):
         return  # an xdist worker, or a child pytest of a run: the folder is named already
@@ -50,20 +53,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         print(f"\nkubeprof e2e: {said}", file=sys.stderr)
 
 
-def is_serial(item: pytest.Item) -> bool:
-    """True for a test that must not run beside another serial one."""
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group a test runs in (in order, on one worker), or None: anywhere."""
+    fixtures = set(getattr(item, "fixturenames", ()))
     if item.get_closest_marker("serial") or item.get_closest_marker("bpf"):
-        return True
-    return bool(SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())))
+        return SERIAL_GROUP
+    if SERIAL_FIXTURES & fixtures:
+        return SERIAL_GROUP
+    if CLUSTER_FIXTURES & fixtures:
+        # A cluster started by hand is one for both groups: then they are one.
+        return SERIAL_GROUP if os.environ.get("KUBEPROF_E2E_RUN_DIR") else CLUSTER_GROUP
+    if "postgres_dsn" in fixtures:
+        # Its module-scoped database and fixtures are set up once, on one worker.
+        return item.nodeid.split("::", 1)[0]
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Serial tests into one xdist group; a module using a database keeps to one worker."""
+    """Mark each test with its xdist group (and `serial` for the machine-wide ones)."""
     for item in items:
-        if is_serial(item):
+        group = group_of(item)
+        if group == SERIAL_GROUP:
             item.add_marker(pytest.mark.serial)
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
-        elif "postgres_dsn" in getattr(item, "fixturenames", ()):
-            # Its module-scoped database and fixtures are set up once, on one worker.
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -20,7 +20,8 @@ from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
 from tests.support.chart import helm_built  # noqa: F401 - the fixture
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("helm_built")]
+# bpf: the child run's session tests profile with eBPF (see SESSION_TESTS).
+pytestmark = [pytest.mark.e2e, pytest.mark.bpf, pytest.mark.usefixtures("helm_built")]
 
 # The operator's e2e session tests: every Kubernetes call of kubeprof.operator.kube, and the
 # operator process (kopf watches, status patches, events) through whole sessions.
