@@ -10,15 +10,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kubeprof.analysis import energy
+from kubeprof.analysis import energy, gpu_idle
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_profile
-from kubeprof.model import GpuActivity, GpuMetricSample
+from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
+from kubeprof.storage.offcpu import offcpu_samples
 
 # Session meta written by `kubeprof record --gpu` (kubeprof.agent.record): whether the
 # in-process CUDA tracer ran ("on"/"off") and, when off, why in one line.
@@ -49,21 +50,23 @@ def gpu_tracing(meta: Mapping[str, str], activities: Sequence[GpuActivity]) -> t
 def build_report(profile: Profile, activities: Sequence[GpuActivity],
                  metrics: Sequence[GpuMetricSample], start_ns: int, end_ns: int,
                  cpu: SampleColumns | None = None, *,
-                 process_names: Mapping[int, str] | None = None) -> Report:
+                 process_names: Mapping[int, str] | None = None,
+                 offcpu: Sequence[OffCpuSample] = ()) -> Report:
     """The whole report of a session from its CPU profile, GPU records and CPU sample
     columns (no I/O): the GPU summary, and the findings analysis for any session with GPU
-    or CPU data."""
+    or CPU data (``offcpu``: its off-CPU samples, where the launching thread waited)."""
     analysis = None
     if activities or metrics or cpu is not None:
         traced, why = gpu_tracing(profile.meta, activities)
         analysis = analyse(activities, metrics, cpu, Window(start_ns, end_ns),
-                           gpu_traced=traced, untraced_reason=why)
+                           gpu_traced=traced, untraced_reason=why, offcpu=offcpu)
     findings = analysis.findings if analysis is not None else ()
     est, note = session_energy(profile, metrics)
     if not (activities or metrics):
         return Report(profile, findings=findings, analysis=analysis, energy=est,
                       energy_note=note)
-    summary = gpu_summary(activities, metrics, start_ns, end_ns)
+    head = gpu_idle.from_figure(analysis.headline) if analysis is not None else None
+    summary = gpu_summary(activities, metrics, start_ns, end_ns, headline=head)
     gpu = gpu_profile_stacks(activities, process_names)
     return Report(replace(profile, gpu=gpu), gpu=summary, findings=findings, analysis=analysis,
                   energy=est, energy_note=note)
@@ -116,10 +119,11 @@ def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = Fal
             metrics = q.gpu_metrics(conn, info.id)
             cpu = q.sample_columns(conn, info)
             names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
+            waits = offcpu_samples(conn, info.id)
     finally:
         store.close()
     return build_report(profile, activities, metrics, info.start_ns, info.end_ns, cpu,
-                        process_names=names)
+                        process_names=names, offcpu=waits)
 
 
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,

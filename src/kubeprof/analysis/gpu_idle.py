@@ -1,14 +1,14 @@
-"""GPU idle ratio: the share of a time window in which a GPU ran no kernel.
+"""GPU idle ratio: the share of a time window in which a GPU ran nothing (no kernel, copy or
+memset: busy means any engine).
 
 Computed per device, per process (over the devices that process used) and per session (over
 all devices used), over any window.
 
 ``headline`` is THE GPU idle figure kubeprof shows (`kubeprof report`, the operator's
-`.status` and `/metrics`): measured from CUPTI kernel spans over ``window``, the steady
-state of the workload's main loop (start-up and warm-up are shown apart by
-``kubeprof.analysis.findings.analyse``, which detects them with the same function); only where no
-kernel was traced, NVML's device-wide utilisation stands in, labelled ``source="nvml"``.
-Change the definition here and every consumer follows.
+`.status` and `/metrics`): ``steady_idle.figure`` (the one definition the findings analysis
+uses too) over ``window``, the steady state of the workload's main loop or, without a loop,
+the active window after warm-up (``phases.detect``); only where no device work was traced,
+NVML's device-wide utilisation stands in, labelled ``source="nvml"``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kubeprof.analysis import gpu_trace, phases
+from kubeprof.analysis import gpu_trace, phases, steady_idle
 from kubeprof.analysis.gpu_timeline import (
     BUSY_KINDS,
     Interval,
-    active_window,
     busy_by_device,
     clip,
     total,
@@ -92,19 +91,28 @@ class IdleFigure:
 
 
 def window(activities: Sequence[GpuActivity]) -> Interval:
-    """The window the headline is measured over: the steady state of the main loop.
+    """The window the headline is measured over (``phases.detect``'s analysed window): whole
+    steps of the main loop, or the active window after warm-up where there is no loop.
+    (0, 0) without device work."""
+    trace = gpu_trace.build(activities)
+    w = _analysed(trace)
+    return (w.start_ns, w.end_ns) if w is not None else (0, 0)
 
-    Found by ``phases.detect`` (whole steps of the recurring loop, after start-up, imports,
-    allocation and warm-up/compilation); where no kernel recurs at a steady period, the
-    active window (first kernel start to last kernel end). (0, 0) without kernels.
-    """
-    first, last = active_window(activities)
-    if last <= first:
-        return (0, 0)
-    steady = phases.detect(gpu_trace.build(activities), phases.Window(first, last)).steady
-    if steady.duration_ns <= 0:
-        return (first, last)
-    return (steady.start_ns, steady.end_ns)
+
+def _analysed(trace: gpu_trace.GpuTrace) -> phases.Window | None:
+    if not trace.work:
+        return None
+    first = trace.work_starts[0]
+    last = max(iv[-1][1] for iv in trace.busy.values())
+    steady = phases.detect(trace, phases.Window(first, last)).steady
+    return steady if steady.duration_ns > 0 else phases.Window(first, last)
+
+
+def from_figure(fig: steady_idle.IdleFigure) -> IdleFigure | None:
+    """The headline of an analysis' figure (None when no data backs it)."""
+    if fig.ratio is None:
+        return None
+    return IdleFigure(fig.ratio, CUPTI, (fig.window.start_ns, fig.window.end_ns), fig.devices)
 
 
 def headline(
@@ -112,13 +120,14 @@ def headline(
 ) -> IdleFigure | None:
     """GPU idle of one clock domain (a local session, or one node), all devices together.
 
-    CUPTI first: the devices that ran kernels, over ``window``. Without any kernel, the mean
-    of NVML's device-wide utilisation samples. None when neither exists.
+    CUPTI first: ``steady_idle.figure`` over the analysed window, on the devices that ran
+    work. Without any device work, the mean of NVML's device-wide utilisation samples. None
+    when neither exists.
     """
-    start, end = window(activities)
-    if end > start:
-        r = session(activities, start, end)
-        return IdleFigure(r.idle_ratio, CUPTI, (start, end), r.devices)
+    trace = gpu_trace.build(activities)
+    w = _analysed(trace)
+    if w is not None and (fig := from_figure(steady_idle.figure(trace, w))) is not None:
+        return fig
     util = nvml_util(metrics)
     if not util:
         return None

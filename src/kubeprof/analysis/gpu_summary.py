@@ -39,8 +39,8 @@ class GpuSummary:
 
     session_start_ns: int
     session_end_ns: int
-    active_start_ns: int  # the headline window (gpu_idle.window): first kernel start, or 0
-    active_end_ns: int  # last kernel end
+    active_start_ns: int  # the headline window (gpu_idle.window), or 0 without device work
+    active_end_ns: int
     session: IdleRatio  # all devices, session window
     headline: IdleFigure | None  # THE GPU idle figure (gpu_idle.headline), None without data
     devices: dict[int, IdleRatio]  # per device, session window
@@ -73,10 +73,17 @@ def gpu_summary(
     *,
     top: int = 15,
     counters: Mapping[str, int] | None = None,
+    headline: IdleFigure | None = None,
 ) -> GpuSummary:
-    """Summarise a session's GPU records over [session_start_ns, session_end_ns)."""
+    """Summarise a session's GPU records over [session_start_ns, session_end_ns).
+
+    ``headline``: the findings analysis' figure (``gpu_idle.from_figure``) when the caller
+    has analysed the session already, so the trace is not indexed and phased again."""
     s0, s1 = session_start_ns, session_end_ns
-    a0, a1 = gpu_idle.window(activities)
+    if headline is None:
+        headline = gpu_idle.headline(activities, metrics)
+    traced = headline is not None and headline.source == gpu_idle.CUPTI
+    a0, a1 = headline.window if headline is not None and traced else (0, 0)
     att = attribution(activities)
     busy = busy_by_device(activities)
     tl_end = max(s1, a1)
@@ -86,7 +93,7 @@ def gpu_summary(
         active_start_ns=a0,
         active_end_ns=a1,
         session=gpu_idle.session(activities, s0, s1),
-        headline=gpu_idle.headline(activities, metrics),
+        headline=headline,
         devices=gpu_idle.by_device(activities, s0, s1),
         devices_active=gpu_idle.by_device(activities, a0, a1),
         processes=gpu_idle.by_process(activities, s0, s1),

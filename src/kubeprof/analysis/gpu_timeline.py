@@ -1,7 +1,8 @@
 """GPU busy/idle timeline per device, from the intervals of the work that ran on it.
 
-"Busy" means at least one kernel (by default) was executing on the device; overlapping
-kernels (concurrent streams) count once, so busy time never exceeds wall time.
+"Busy" means any engine (by default): a kernel, a copy or a memset was running on the device
+(``gpu_trace`` says why); overlapping work (concurrent streams) counts once, so busy time never
+exceeds wall time.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable
 from kubeprof.model import GpuActivity
 
 Interval = tuple[int, int]  # [start_ns, end_ns)
-BUSY_KINDS = frozenset({"kernel"})  # what keeps the SMs busy; memcpy/memset are optional
+BUSY_KINDS = frozenset({"kernel", "memcpy", "memset"})  # any engine: kernels, copies, memsets
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:

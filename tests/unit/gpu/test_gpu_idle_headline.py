@@ -28,8 +28,9 @@ def test_headline_falls_back_to_device_wide_nvml_and_says_so():
     assert h is not None and h.source == "nvml" and h.devices == 2
     assert h.ratio == pytest.approx(((1 - 0.30) + (1 - 1.0)) / 2)
     assert gpu_idle.headline([], []) is None
-    memcpy_only = [GpuActivity("memcpy", "m", 0, 10, 0, 7, 1)]
-    assert gpu_idle.headline(memcpy_only, []) is None
+    memcpy_only = [GpuActivity("memcpy", "m", 0, 10, 0, 7, 1)]  # a copy keeps it busy
+    h = gpu_idle.headline(memcpy_only, UTIL)
+    assert h is not None and h.source == "cupti" and h.ratio == 0.0
 
 
 def test_per_device_uses_nvml_only_where_no_kernel_ran():

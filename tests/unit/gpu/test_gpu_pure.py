@@ -49,13 +49,14 @@ def test_buckets_give_busy_fraction_per_slice():
 
 def test_idle_ratio_counts_concurrent_kernels_once_and_per_device():
     acts = [k(0, 10), k(5, 15), k(0, 20, device=1), k(30, 40, kind="memcpy")]
+    # busy means any engine: the copy on device 0 counts
     per_dev = gpu_idle.by_device(acts, 0, 40)
-    assert per_dev[0].busy_ns == 15 and per_dev[0].idle_ratio == pytest.approx(1 - 15 / 40)
+    assert per_dev[0].busy_ns == 25 and per_dev[0].idle_ratio == pytest.approx(1 - 25 / 40)
     assert per_dev[1].busy_ns == 20
     s = gpu_idle.session(acts, 0, 40)
-    assert s.devices == 2 and s.idle_ratio == pytest.approx(1 - 35 / 80)
-    with_copies = gpu_idle.by_device(acts, 0, 40, kinds=frozenset({"kernel", "memcpy"}))
-    assert with_copies[0].busy_ns == 25
+    assert s.devices == 2 and s.idle_ratio == pytest.approx(1 - 45 / 80)
+    kernels_only = gpu_idle.by_device(acts, 0, 40, kinds=frozenset({"kernel"}))
+    assert kernels_only[0].busy_ns == 15
 
 
 def test_idle_ratio_per_process():
