@@ -25,7 +25,7 @@ import trace_io  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from kubeprof.model import CpuSample  # noqa: E402
-from kubeprof.storage import Store  # noqa: E402
+from kubeprof.storage import Store, offcpu  # noqa: E402
 from kubeprof.storage import queries as q  # noqa: E402
 from kubeprof.storage.intern import load_stacks  # noqa: E402
 from kubeprof.storage.models import SampleRow  # noqa: E402
@@ -61,6 +61,7 @@ def export(store_url: str, session: str, out: Path, command: str, stdout_text: s
             metrics = q.gpu_metrics(conn, info.id)
             counters = q.counters(conn, info.id)
             samples = cpu_samples(conn, info.id)
+            waits = offcpu.offcpu_samples(conn, info.id)
     finally:
         store.close()
     meta = {
@@ -73,12 +74,12 @@ def export(store_url: str, session: str, out: Path, command: str, stdout_text: s
         "truth": truth_line(stdout_text),
         **extra,
     }
-    trace_io.dump(out, meta, acts, metrics, samples)
+    trace_io.dump(out, meta, acts, metrics, samples, waits)
     kinds: dict[str, int] = {}
     for a in acts:
         kinds[a.kind] = kinds.get(a.kind, 0) + 1
     return {"file": out.name, "bytes": out.stat().st_size, "activities": kinds,
-            "cpu_samples": len(samples), "metrics": len(metrics),
+            "cpu_samples": len(samples), "offcpu_samples": len(waits), "metrics": len(metrics),
             "truth": meta["truth"] is not None}
 
 
