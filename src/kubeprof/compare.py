@@ -89,6 +89,12 @@ def compare_command(refs: list[str], store_url: str | None, *,
     except (StoreError, LookupError, energy.CarbonError) as exc:
         print(f"kubeprof compare: {exc}", file=sys.stderr)
         return 2
+    if len(rows) >= 2 and all(r.run.batch_size is None for r in rows):
+        names = [r.run.name for r in rows]
+        print("kubeprof compare: no batch_size label on these sessions: compare is the "
+              "batch-size tool (record each run with --label batch_size=N); to compare runs "
+              f"function by function use `kubeprof diff {names[0]} {names[1]}`",
+              file=sys.stderr)
     out.write(render(rows))
     return 0
 

@@ -207,6 +207,23 @@ def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
     return 0
 
 
+def diff_command(a_ref: str, b_ref: str, fmt: str, out: str | None, store_url: str | None,
+                 *, keep_interpreter: bool = False, top: int = 20) -> int:
+    """`kubeprof diff A B`: the two sessions compared (report.session_diff), as text, json
+    or html (A-vs-B.diff.html by default)."""
+    from kubeprof.report.diff_render import render_diff_html, render_diff_json, render_diff_text
+    from kubeprof.report.session_diff import diff_reports
+
+    d = diff_reports(load(store_url, a_ref, keep_interpreter=keep_interpreter),
+                     load(store_url, b_ref, keep_interpreter=keep_interpreter))
+    if fmt == "json":
+        return _write(render_diff_json(d), out)
+    if fmt == "html":
+        name = f"{d.a.session}-vs-{d.b.session}.diff.html".replace("/", "_")
+        return _write(render_diff_html(d, top=top), out if out is not None else name)
+    return _write(render_diff_text(d, top=top, width=_text_width(out)), out)
+
+
 @dataclass(frozen=True, slots=True)
 class TextOptions:
     """How the text report is laid out (`report --top/--width/--startup-frames`)."""
