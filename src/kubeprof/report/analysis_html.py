@@ -11,7 +11,12 @@ from __future__ import annotations
 from html import escape
 
 from kubeprof.analysis.findings import Analysis, Finding
-from kubeprof.report.analysis_text import PHASE_MARKS, PHASE_NAMES, cpu_during_idle_line
+from kubeprof.report.analysis_text import (
+    PHASE_MARKS,
+    PHASE_NAMES,
+    cpu_during_idle_line,
+    window_name,
+)
 from kubeprof.report.evidence import (
     Target,
     figure_text,
@@ -46,7 +51,7 @@ def finding_html(f: Finding) -> str:
     links = " ".join(link(t) for t in targets(f))
     gain = (
         f"<p class=\"kp-gain\">Estimated gain: <b>{e(seconds(f.gain.saved_ns))}</b> "
-        f"({e(pct(f.gain.share))} of the steady state). Model: {e(f.gain.model)}</p>"
+        f"({e(pct(f.gain.share))} of the analysed window). Model: {e(f.gain.model)}</p>"
         if f.gain is not None
         else '<p class="kp-gain">No gain estimate (no honest model for it).</p>'
     )
@@ -129,9 +134,10 @@ def idle_html(a: Analysis) -> str:
         for n, _ in PHASE_MARKS
     )
     out = [
-        f'<p class="kp-headline">GPU idle <b>{e(pct(h.ratio))}</b> of the steady state '
-        f"({e(seconds(ph.steady.duration_ns))}: {e(ph.method)}); idle means no kernel running "
-        "on the device. Start-up, warm-up and tail are shown apart:</p>",
+        f'<p class="kp-headline">GPU idle <b>{e(pct(h.ratio))}</b> of {e(window_name(a))} '
+        f"({e(seconds(ph.steady.duration_ns))}: {e(ph.method)}); idle means no kernel, copy "
+        f"or memset running on the device (busy: kernels {e(pct(h.kernel_busy))}, copies "
+        f"{e(pct(h.copy_busy))}). Start-up, warm-up and tail are shown apart:</p>",
         f"<table><tr><th>phase</th><th>from</th><th>length</th><th>GPU idle</th></tr>{rows}"
         f"<tr><td>session</td><td>0.00 s</td><td>{e(seconds(ph.session.duration_ns))}</td>"
         f"<td>{e(figure_text(a.figures.session))}</td></tr></table>",

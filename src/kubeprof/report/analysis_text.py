@@ -49,7 +49,7 @@ def finding_lines(n: int, f: Finding, width: int) -> list[str]:
     if f.gain is not None:
         g = f.gain
         out += _wrap(
-            f"estimated gain: {seconds(g.saved_ns)} ({pct(g.share)} of the steady state); "
+            f"estimated gain: {seconds(g.saved_ns)} ({pct(g.share)} of the analysed window); "
             f"model: {g.model}",
             width,
             "   ",
@@ -143,6 +143,12 @@ def cpu_during_idle_line(a: Analysis) -> str:
     )
 
 
+def window_name(a: Analysis) -> str:
+    """What the headline's window is: the steady state, or the active window of a workload
+    with no steady loop."""
+    return "the steady state" if a.phases.loop else "the active window after warm-up"
+
+
 def idle_text(a: Analysis, width: int = 100) -> list[str]:
     """The GPU idle headline for the steady state, with each phase shown apart."""
     out = ["GPU idle (steady state)", "======================="]
@@ -152,8 +158,10 @@ def idle_text(a: Analysis, width: int = 100) -> list[str]:
         return [*out, ""]
     ph = a.phases
     out += _wrap(
-        f"GPU idle {pct(h.ratio)} of the steady state ({seconds(ph.steady.duration_ns)}: "
-        f"{ph.method}); idle = no kernel running on the device, over {h.devices} GPU(s)",
+        f"GPU idle {pct(h.ratio)} of {window_name(a)} ({seconds(ph.steady.duration_ns)}: "
+        f"{ph.method}); idle = no kernel, copy or memset running on the device, over "
+        f"{h.devices} GPU(s). Busy: kernels {pct(h.kernel_busy)}, copies {pct(h.copy_busy)} "
+        "of the window (they may overlap)",
         width,
         "",
     )
@@ -162,7 +170,9 @@ def idle_text(a: Analysis, width: int = 100) -> list[str]:
     rows = [(PHASE_NAMES[n], getattr(ph, n), getattr(a.figures, n)) for n, _ in PHASE_MARKS]
     rows.append(("session", ph.session, a.figures.session))
     for name, w, fig in rows:
-        mark = "  <- headline" if name == "steady" else ""
+        if name == "steady" and not ph.loop:
+            name = "analysed"
+        mark = "  <- headline" if name in ("steady", "analysed") else ""
         out.append(
             f"  {name:<10} {seconds(w.start_ns - s0):>9} {seconds(w.duration_ns):>9}  "
             f"{figure_text(fig)}{mark}"
@@ -177,7 +187,8 @@ def idle_text(a: Analysis, width: int = 100) -> list[str]:
             f"  |{marks}|",
         ]
     if a.breakdown is not None:
-        out += ["", *_wrap(f"Why idle (steady state): {_breakdown_line(a.breakdown)}", width, "")]
+        why = f"Why idle ({window_name(a)[4:]}): {_breakdown_line(a.breakdown)}"
+        out += ["", *_wrap(why, width, "")]
     out += _wrap(cpu_during_idle_line(a), width, "")
     c = a.cpu_during_idle
     if c is not None and c.frames:

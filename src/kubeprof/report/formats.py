@@ -63,7 +63,9 @@ def render(report: Report, fmt: str, *, view: str | None = None, top: int = 10,
         text = render_text(profile, view=view, preamble=pre, top=top, width=width,
                            startup=startup)
         if report.gpu is not None:
-            text = f"{text}\n{render_gpu_text(report.gpu, off_reason=off, names=names)}"
+            shown = a is not None and a.headline.ratio is not None
+            gpu = render_gpu_text(report.gpu, off_reason=off, names=names, headline_shown=shown)
+            text = f"{text}\n{gpu}"
         # Names come from the profiled programs: no escape sequence reaches a terminal.
         return escape_controls(text, keep="\n\t")
     if fmt == "json":

@@ -62,13 +62,19 @@ def _off_text(off_reason: str) -> str:
     return f"{reason}; no GPU idle or attribution figure without kernel records"
 
 
-def _idle_line(s: GpuSummary) -> str | None:
-    """The headline GPU idle figure, labelled with the window or the NVML fallback."""
+def _idle_line(s: GpuSummary, headline_shown: bool = False) -> str | None:
+    """The headline GPU idle figure, labelled with the window or the NVML fallback; only
+    the session figure where the findings analysis shows the headline already."""
     h = s.headline
     if h is not None and h.source == NVML:
         return f"GPU idle ratio (all GPUs): {_nvml_note(h)}"
     if h is None or not s.kernels:
         return None
+    if headline_shown:
+        return (
+            f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)} (the headline, "
+            "over the analysed window, and its timeline are under \"GPU idle\" above)"
+        )
     return (
         f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "
         f"{STEADY} {_pct(h.ratio)} "
@@ -95,9 +101,15 @@ def _name(pid: int, names: Mapping[int, str] | None) -> str:
 
 
 def render_gpu_text(
-    s: GpuSummary, *, off_reason: str = "", names: Mapping[int, str] | None = None
+    s: GpuSummary,
+    *,
+    off_reason: str = "",
+    names: Mapping[int, str] | None = None,
+    headline_shown: bool = False,
 ) -> str:
-    """Plain-text GPU section; without kernels, why (``off_reason``) instead of figures."""
+    """Plain-text GPU section; without kernels, why (``off_reason``) instead of figures.
+    ``headline_shown``: the findings analysis above shows the headline and its timeline,
+    so this section gives the session figure and per-device figures without a second strip."""
     out = ["GPU", "==="]
     if not s.kernels:
         out.append(_off_text(off_reason))
@@ -121,15 +133,15 @@ def render_gpu_text(
             f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "
             "native threads (autograd, XLA) and shown under the main thread's stack"
         )
-    idle = _idle_line(s)
+    idle = _idle_line(s, headline_shown)
     if idle is not None:
         out.append(idle)
     for dev, r in sorted(s.devices.items()) if s.kernels else ():
         act = s.devices_active.get(dev)
+        strip = "" if headline_shown else f"  |{_strip(s.timeline.get(dev, ()))}|"
         out.append(
             f"  cuda:{dev}  idle {_pct(r.idle_ratio)} of session, "
-            f"{_pct(act.idle_ratio) if act else '-'} of {STEADY}  "
-            f"|{_strip(s.timeline.get(dev, ()))}|"
+            f"{_pct(act.idle_ratio) if act else '-'} of {STEADY}{strip}"
         )
     for pid, r in sorted(s.processes.items()) if s.kernels else ():
         act = s.processes_active.get(pid)

@@ -9,10 +9,13 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
 - ``gpu_tracing``: ``traced`` (true, false, or null for a session without GPU data) and
   ``reason`` when not traced.
 - ``headline``: THE GPU idle figure: ``idle_ratio`` (null when not measured), ``source``
-  ("cupti" kernel spans over the steady state, "nvml" the labelled fallback, null),
-  ``window`` {start_ns, end_ns}, ``devices``, ``reason`` when null.
-- ``phases``: ``method``, ``anchor`` kernel, ``steps``, ``step_ns``, and for each of
-  startup / warmup / steady / tail / session: start_ns, end_ns, idle_ratio, reason.
+  ("cupti": no kernel, copy or memset over the analysed window; "nvml" the labelled
+  fallback; null), ``window`` {start_ns, end_ns}, ``window_kind`` ("steady_state", or
+  "active_after_warmup" without a steady loop), ``kernel_busy`` / ``copy_busy`` (shares of
+  the window), ``devices``, ``reason`` when null.
+- ``phases``: ``method``, ``loop`` (false: no steady loop), ``anchor``, ``steps`` (bursts
+  without a loop), ``step_ns``, and for each of startup / warmup / steady / tail / session:
+  start_ns, end_ns, idle_ratio, busy_ns, kernel_busy_ns, copy_busy_ns, reason.
 - ``timeline``: start_ns, bucket_ns (100 ms; wider past 4,096 buckets), devices, ``busy_ns``
   per bucket (summed over devices) and ``idle_ratio`` per bucket.
 - ``breakdown``: steady-state idle by cause: idle_ns, host_ns, host_on_cpu_ns, other_ns,
@@ -57,6 +60,8 @@ def _figure(f: IdleFigure) -> dict[str, Any]:
         "end_ns": f.window.end_ns,
         "idle_ratio": f.ratio,
         "busy_ns": f.busy_ns,
+        "kernel_busy_ns": f.kernel_busy_ns,
+        "copy_busy_ns": f.copy_busy_ns,
         "devices": f.devices,
         "reason": f.reason or None,
     }
@@ -70,6 +75,9 @@ def _headline(report: Report) -> dict[str, Any] | None:
             "idle_ratio": h.ratio,
             "source": "cupti",
             "window": {"start_ns": h.window.start_ns, "end_ns": h.window.end_ns},
+            "window_kind": "steady_state" if a.phases.loop else "active_after_warmup",
+            "kernel_busy": h.kernel_busy,
+            "copy_busy": h.copy_busy,
             "devices": h.devices,
             "reason": None,
         }
@@ -144,6 +152,7 @@ def _analysis(a: Analysis) -> dict[str, Any]:
     ph, tl, b = a.phases, a.timeline, a.breakdown
     phases: dict[str, Any] = {
         "method": ph.method,
+        "loop": ph.loop,
         "anchor": ph.anchor or None,
         "steps": ph.steps,
         "step_ns": ph.step_ns,

@@ -21,7 +21,7 @@ def find(ctx: Context) -> Finding | None:
     window = ctx.steady_ns
     numbers: dict[str, float] = {
         "idle_share": idle,
-        "wait_share_of_window": wait_ns / window,
+        "waiting_share": wait_ns / window,  # of the analysed window
         "waits": w.stretches,
         "mean_wait_ms": wait_ns / max(1, w.stretches) / 1e6,
     }
