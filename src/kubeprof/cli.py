@@ -9,7 +9,11 @@ from collections.abc import Sequence
 
 from kubeprof import reporting
 from kubeprof.progress import TerminalProgress
-from kubeprof.protocol.settings import DEFAULT_CPU_HZ
+from kubeprof.protocol.settings import (
+    DEFAULT_CPU_HZ,
+    DEFAULT_OFFCPU_EVERY,
+    DEFAULT_OFFCPU_MIN_US,
+)
 from kubeprof.storage import StoreError
 
 EPILOG_RECORD = """examples:
@@ -44,6 +48,13 @@ def _columns(text: str) -> int:
     value = int(text)
     if value != 0 and value < 40:
         raise argparse.ArgumentTypeError(f"must be 0 (no cut) or at least 40, got {text}")
+    return value
+
+
+def _nonnegative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
 
 
@@ -98,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after this many seconds (default: when the target exits)")
     rec.add_argument("--hz", type=_hz, default=DEFAULT_CPU_HZ,
                      help="CPU sampling rate (default %(default)s)")
+    rec.add_argument("--offcpu-min-us", type=_nonnegative, default=DEFAULT_OFFCPU_MIN_US,
+                     metavar="US", help="off-CPU waits shorter than this get no stack, only "
+                     "counted (default %(default)s; BENCHMARKS.md has the cost per setting)")
+    rec.add_argument("--offcpu-every", type=_nonnegative, default=DEFAULT_OFFCPU_EVERY,
+                     metavar="N", help="follow 1 in N switch-outs for off-CPU waits, each "
+                     "kept wait counting N times (default %(default)s: all; 0: no off-CPU "
+                     "profile)")
     rec.add_argument("--output", "-o", metavar="NAME", help="session name (default: "
                      "command name and time)")
     rec.add_argument("--store", metavar="URL", help="database URL (default: embedded SQLite "
@@ -125,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "html (findings panel and flame graphs), a flame-graph export, or "
                      "perfetto (a timeline for ui.perfetto.dev / chrome://tracing: "
                      "SESSION.trace.json)")
-    rep.add_argument("--view", choices=["cpu", "gpu"], default=None,
-                     help="which stacks to show: text/html show all views by default; "
-                     "collapsed/pprof/speedscope export CPU unless only GPU data exist")
+    rep.add_argument("--view", choices=["cpu", "gpu", "off-cpu", "wall"], default=None,
+                     help="which stacks to show: cpu (on CPU), gpu, off-cpu (where threads "
+                     "waited, by time), wall (on + off CPU per thread); text/html show all "
+                     "views by default; collapsed/pprof/speedscope export CPU unless only GPU "
+                     "data exist")
     rep.add_argument("--out", metavar="FILE", help="write here; - is stdout (default: "
                      "stdout for text formats, SESSION.html / SESSION.pb.gz for html / pprof)")
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
@@ -142,22 +162,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
                      "and below Python frames; by default they are folded away so self time "
                      "lands on Python functions")
-
-    dif = sub.add_parser("diff", help="compare two sessions function by function (and per "
-                         "kernel and launching line with GPU data), with GPU idle and "
-                         "findings side by side", epilog="example:\n  kubeprof diff "
-                         "before after          rows by |change of self time|, B - A",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    dif.add_argument("a", metavar="A", help="the session before (name or id)")
-    dif.add_argument("b", metavar="B", help="the session after (name or id)")
-    dif.add_argument("--format", "-f", default="text", choices=["text", "json", "html"],
-                     help="text, json (every row), or html (A-vs-B.diff.html)")
-    dif.add_argument("--out", metavar="FILE", help="write here; - is stdout")
-    dif.add_argument("--top", type=_count, default=20, metavar="N",
-                     help="rows per table in text and html (default %(default)s)")
-    dif.add_argument("--store", metavar="URL", help="database URL (as for record)")
-    dif.add_argument("--keep-interpreter", action="store_true",
-                     help="keep CPython's own frames (as for report)")
 
     cmp_ = sub.add_parser("compare", help="compare sessions of one workload (e.g. at several "
                           "batch sizes): throughput, GPU busy, energy per sample")
@@ -221,10 +225,6 @@ def _dispatch(args: argparse.Namespace) -> int:
                     args.top, args.width, args.startup_frames))
         if args.cmd == "compare":
             return _compare(args)
-        if args.cmd == "diff":
-            return reporting.diff_command(args.a, args.b, args.format, args.out, args.store,
-                                          keep_interpreter=args.keep_interpreter,
-                                          top=args.top)
         if args.cmd == "sessions" and args.ses_cmd == "rm":
             from kubeprof.session_removal import rm_command
 
@@ -289,7 +289,8 @@ def _record(args: argparse.Namespace) -> int:
         return 2
     opts = RecordOptions(command=command, pid=args.pid, duration_s=args.duration, hz=args.hz,
                          name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu,
-                         meta=meta)
+                         meta=meta, offcpu_min_us=args.offcpu_min_us,
+                         offcpu_every=args.offcpu_every)
     shown = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
     if shown is not None:  # a status line on a terminal; nothing extra when piped
         opts.progress, opts.log = shown, shown.log

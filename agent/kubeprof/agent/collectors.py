@@ -13,7 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kubeprof.agent.driver import Collector
-from kubeprof.protocol.settings import DEFAULT_CPU_HZ
+from kubeprof.protocol.settings import (
+    DEFAULT_CPU_HZ,
+    DEFAULT_OFFCPU_EVERY,
+    DEFAULT_OFFCPU_MIN_US,
+)
 
 log = logging.getLogger("kubeprof.agent")
 
@@ -23,6 +27,8 @@ class CollectorOptions:
     """Settings the factories read."""
 
     hz: int = DEFAULT_CPU_HZ  # CPU sampling frequency
+    offcpu_min_us: int = DEFAULT_OFFCPU_MIN_US  # off-CPU waits shorter get no stack
+    offcpu_every: int = DEFAULT_OFFCPU_EVERY  # follow 1 in N switch-outs; 0: no off-CPU
     nvml_interval_s: float = 1.0  # NVML sampling period
     gpu_socket: str | None = None  # where the GPU receiver listens for in-process tracers
     # Its mode: 0600 for `kubeprof record` (same user); the node agent's is 0666, since
@@ -45,9 +51,11 @@ Factory = Callable[[CollectorOptions], Built]
 
 def _cpu(opts: CollectorOptions) -> Built:
     """The BPF sampler where it loads, else the py-spy sampler ($KUBEPROF_CPU_SOURCE forces)."""
+    from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs
     from kubeprof.agent.cpu.pyspy_collector import open_cpu_collector
 
-    return Built(open_cpu_collector(opts.hz, opts.note))
+    knobs = OffCpuKnobs(min_us=opts.offcpu_min_us, every=opts.offcpu_every)
+    return Built(open_cpu_collector(opts.hz, opts.note, offcpu=knobs))
 
 
 def _gpu(opts: CollectorOptions) -> Built:

@@ -25,7 +25,11 @@ from pathlib import Path
 from kubeprof.agent import collectors
 from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import StoreSink
-from kubeprof.protocol.settings import DEFAULT_CPU_HZ
+from kubeprof.protocol.settings import (
+    DEFAULT_CPU_HZ,
+    DEFAULT_OFFCPU_EVERY,
+    DEFAULT_OFFCPU_MIN_US,
+)
 from kubeprof.storage import Store, StoreError, sessions
 
 
@@ -41,6 +45,9 @@ class RecordOptions:
     pid: int | None = None
     duration_s: float | None = None
     hz: int = DEFAULT_CPU_HZ
+    # Off-CPU probe knobs (--offcpu-min-us, --offcpu-every; every=0 turns it off).
+    offcpu_min_us: int = DEFAULT_OFFCPU_MIN_US
+    offcpu_every: int = DEFAULT_OFFCPU_EVERY
     name: str | None = None
     store_url: str | None = None
     cpu: bool = True
@@ -95,7 +102,7 @@ def _start_collectors(opts: RecordOptions,
     names = (["cpu"] if opts.cpu else []) + (["gpu", "nvml"] if opts.gpu and gpu_socket else [])
     started = collectors.start(names, collectors.CollectorOptions(
         hz=opts.hz, nvml_interval_s=opts.nvml_interval_s, gpu_socket=gpu_socket,
-        note=opts.log))
+        note=opts.log, offcpu_min_us=opts.offcpu_min_us, offcpu_every=opts.offcpu_every))
     for note in started.notes:
         opts.log(f"kubeprof: {note}")
     for required in ("cpu", "gpu"):

@@ -33,7 +33,7 @@ def test_source_selection(monkeypatch):
     from kubeprof.agent.cpu import collector
 
     class NoBpf:
-        def __init__(self, hz):
+        def __init__(self, hz, **_knobs):
             raise CollectorError("no permission to load BPF programs")
 
     monkeypatch.setattr(collector, "CpuCollector", NoBpf)

@@ -19,7 +19,7 @@ from kubeprof.agent.cpu import cpython_code, cpython_process, preflight, procfs
 from kubeprof.agent.cpu.cpython_code import CodeReader
 from kubeprof.agent.cpu.merge import interleave
 from kubeprof.agent.cpu.native_unwind import Memo, unwind
-from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs, state_name
+from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs, blocked_threads, state_name
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
 from kubeprof.agent.cpu.syscalls import syscall_name
@@ -95,6 +95,7 @@ class CpuCollector:
         self._targets.add(pid)
         for p in {pid} | procfs.descendants(pid):
             self._sampler.add_tgid(p)
+            self._sampler.follow_waits(blocked_threads(p), time.monotonic_ns())
             self._see(p)
 
     def _see(self, pid: int) -> None:
@@ -165,6 +166,8 @@ class CpuCollector:
                 self.lost = sampler.dropped
             with contextlib.suppress(Exception):
                 self._offcpu_counters = sampler.offcpu_counters()
+            with contextlib.suppress(Exception):
+                self._open_waits(sampler.open_waits(time.monotonic_ns()))
             with contextlib.suppress(Exception):
                 sampler.close()
         for reader in self._readers.values():
@@ -250,6 +253,23 @@ class CpuCollector:
                 self._py_cache.clear()
             self._py_cache[key] = cached
         return cached
+
+    def _open_waits(self, waits: list[tuple[int, int, int, int]]) -> None:
+        """Waits still under way at the end, of threads alive and ours: reported with
+        their time so far and no stack (it is taken only as a wait ends)."""
+        every = max(self.offcpu.every, 1)
+        for tid, start, blocked, nr in waits:
+            pid = procfs.tgid_of(tid)
+            if pid is None or pid not in self._known or nr < 0:
+                continue
+            if blocked < self.offcpu.min_us * 1000:
+                continue
+            self._total_waits += 1
+            self._counters["offcpu_open_at_end"] = self._counters.get("offcpu_open_at_end", 0) + 1
+            self._waits.append(OffCpuSample(
+                ts_ns=start, pid=pid, tid=tid, thread=procfs.comm(tid), blocked_ns=blocked,
+                weight_ns=blocked * every, reason=syscall_name(nr),
+                source=OffCpuSource.BPF_SCHED.value, stack=()))
 
     def _wait(self, rec: RawRecord) -> OffCpuSample:
         """An off-CPU record: the stack it waited in and why (the syscall, else its state)."""

@@ -23,6 +23,8 @@ short or unattributed wait is counted (``COUNTERS``), never silently lost.
 
 from __future__ import annotations
 
+import ctypes
+import os
 from dataclasses import dataclass
 
 from kubeprof.protocol.settings import DEFAULT_OFFCPU_EVERY, DEFAULT_OFFCPU_MIN_US
@@ -164,6 +166,49 @@ class OffCpuKnobs:
     @property
     def enabled(self) -> bool:
         return self.every > 0
+
+
+class OffEntry(ctypes.Structure):
+    """The ctypes mirror of `struct off_t` (a wait being followed); keep in step."""
+
+    _fields_ = [
+        ("start", ctypes.c_uint64),
+        ("out", ctypes.c_uint64),
+        ("blocked", ctypes.c_uint64),
+        ("nr", ctypes.c_int64),
+        ("state", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedThread:
+    """A thread found waiting in a syscall when it became a target (procfs)."""
+
+    tid: int
+    nr: int  # the syscall it waits in
+    state: int  # 1 sleeping (S), 2 disk (D)
+
+
+def blocked_threads(pid: int, proc: str = "/proc") -> list[BlockedThread]:
+    """Threads of `pid` waiting in a syscall now: a wait already under way when profiling
+    starts is followed from that moment (`sleep 1` blocks before any probe sees it)."""
+    out: list[BlockedThread] = []
+    try:
+        tids = [int(t) for t in os.listdir(f"{proc}/{pid}/task")]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{proc}/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+            with open(f"{proc}/{pid}/task/{tid}/syscall") as f:
+                first = f.read().split(" ", 1)[0]
+        except OSError:
+            continue
+        state = stat[stat.rfind(")") + 2 :][:1]
+        if state in ("S", "D") and first.lstrip("-").isdigit() and int(first) >= 0:
+            out.append(BlockedThread(tid, int(first), 1 if state == "S" else 2))
+    return out
 
 
 # Thread states as sched_switch reports them (include/linux/sched.h, TASK_REPORT bits).

@@ -76,3 +76,24 @@ def is_tgid(pid: int, proc: str = "/proc") -> bool:
     except OSError:
         pass
     return False
+
+
+def tgid_of(tid: int, proc: str = "/proc") -> int | None:
+    """The process a thread id belongs to (None when it is gone)."""
+    try:
+        with open(f"{proc}/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def comm(tid: int, proc: str = "/proc") -> str:
+    """A thread's name ("" when it is gone)."""
+    try:
+        with open(f"{proc}/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

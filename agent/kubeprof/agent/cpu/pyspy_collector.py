@@ -35,6 +35,7 @@ from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
 
 if TYPE_CHECKING:  # the BPF collector imports bcc: only loaded when tried
     from kubeprof.agent.cpu.collector import CpuCollector
+    from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs
 
 ENV_SOURCE = "KUBEPROF_CPU_SOURCE"  # auto (default): BPF, else py-spy; or bpf / py-spy
 NO_PYTHON = Frame("[no Python frames]", FrameKind.NATIVE)
@@ -316,7 +317,11 @@ def _is_python(pid: int, proc: str) -> bool:
 
 
 def open_cpu_collector(
-    hz: int, log: Callable[[str], None], source: str | None = None
+    hz: int,
+    log: Callable[[str], None],
+    source: str | None = None,
+    *,
+    offcpu: OffCpuKnobs | None = None,
 ) -> CpuCollector | PyspyCollector:
     """The CPU collector for ``kubeprof record``: BPF where it loads, else py-spy.
 
@@ -332,7 +337,7 @@ def open_cpu_collector(
     bpf_problem = f"skipped ({ENV_SOURCE}=py-spy)"
     if source != "py-spy":
         try:
-            collector = CpuCollector(hz=hz)
+            collector = CpuCollector(hz=hz, offcpu=offcpu)
         except CollectorError as exc:
             if source == "bpf":
                 raise

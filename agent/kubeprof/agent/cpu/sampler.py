@@ -213,6 +213,29 @@ class Sampler:
         bad = self._ring.bad if self._ring is not None else 0
         return int(self._bpf[b"dropped"][ctypes.c_int(0)].value) + bad
 
+    def follow_waits(self, waits: list[offcpu_probe.BlockedThread], now_ns: int) -> None:
+        """Follow waits already under way from `now_ns` (CLOCK_MONOTONIC) on."""
+        if not self.offcpu or self._bpf is None:
+            return
+        table = self._bpf[b"off_pending"]
+        for w in waits:
+            key = ctypes.c_uint32(w.tid)
+            with contextlib.suppress(KeyError):
+                table[key]
+                continue  # the probe saw it already
+            table[key] = offcpu_probe.OffEntry(now_ns, now_ns, 0, w.nr, w.state)
+
+    def open_waits(self, now_ns: int) -> list[tuple[int, int, int, int]]:
+        """(tid, start, ns off CPU so far, syscall) of every wait still followed: threads
+        that are waiting as the session ends, reported without a stack."""
+        if not self.offcpu or self._bpf is None:
+            return []
+        out = []
+        for key, entry in self._bpf[b"off_pending"].items():
+            blocked = entry.blocked + (now_ns - entry.out if entry.out else 0)
+            out.append((key.value, entry.start, blocked, entry.nr))
+        return out
+
     def offcpu_counters(self) -> dict[str, int]:
         """The off-CPU probe's counters summed over CPUs (offcpu_probe.COUNTERS); {} off."""
         if not self.offcpu or self._bpf is None:
