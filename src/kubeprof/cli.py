@@ -163,6 +163,22 @@ def build_parser() -> argparse.ArgumentParser:
                      "and below Python frames; by default they are folded away so self time "
                      "lands on Python functions")
 
+    dif = sub.add_parser("diff", help="compare two sessions function by function (and per "
+                         "kernel and launching line with GPU data), with GPU idle and "
+                         "findings side by side", epilog="example:\n  kubeprof diff "
+                         "before after          rows by |change of self time|, B - A",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    dif.add_argument("a", metavar="A", help="the session before (name or id)")
+    dif.add_argument("b", metavar="B", help="the session after (name or id)")
+    dif.add_argument("--format", "-f", default="text", choices=["text", "json", "html"],
+                     help="text, json (every row), or html (A-vs-B.diff.html)")
+    dif.add_argument("--out", metavar="FILE", help="write here; - is stdout")
+    dif.add_argument("--top", type=_count, default=20, metavar="N",
+                     help="rows per table in text and html (default %(default)s)")
+    dif.add_argument("--store", metavar="URL", help="database URL (as for record)")
+    dif.add_argument("--keep-interpreter", action="store_true",
+                     help="keep CPython's own frames (as for report)")
+
     cmp_ = sub.add_parser("compare", help="compare sessions of one workload (e.g. at several "
                           "batch sizes): throughput, GPU busy, energy per sample")
     cmp_.add_argument("sessions", nargs="+", metavar="SESSION", help="session names or ids")
@@ -225,6 +241,10 @@ def _dispatch(args: argparse.Namespace) -> int:
                     args.top, args.width, args.startup_frames))
         if args.cmd == "compare":
             return _compare(args)
+        if args.cmd == "diff":
+            return reporting.diff_command(args.a, args.b, args.format, args.out, args.store,
+                                          keep_interpreter=args.keep_interpreter,
+                                          top=args.top)
         if args.cmd == "sessions" and args.ses_cmd == "rm":
             from kubeprof.session_removal import rm_command
 
