@@ -37,6 +37,7 @@ GAP_PERIODS = 2.0  # a thread unsampled for longer than this many periods was of
 DEVICE_WORK = ("kernel", "memcpy", "memset")
 
 Event = dict[str, Any]
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps builds one a call
 
 
 def _us(ns: int | float, t0: int) -> float:
@@ -103,11 +104,24 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
     streams: set[tuple[int, int]] = set()
     launchers: set[int] = set()
     async_id = 0
+    # A session has a few hundred kernel names and launching stacks, repeated per step.
+    names: dict[str, str] = {}
+    sites: dict[int, str] = {}  # by id(): the stacks stay alive in `activities`
+
+    def site(stack: Stack) -> str:
+        key = id(stack)
+        if key not in sites:
+            sites[key] = launch_site(stack)
+        return sites[key]
+
     for a in activities:
         if a.kind in DEVICE_WORK:
             streams.add((a.device, a.stream))
             gpu = GPU_PID + max(a.device, 0)
-            name = short_name(a.demangled or a.name) if a.kind == "kernel" else a.name
+            name = a.name
+            if a.kind == "kernel":
+                raw = a.demangled or a.name
+                name = names.get(raw) or names.setdefault(raw, short_name(raw))
             args: dict[str, object] = {"correlation_id": a.correlation_id, "pid": a.pid}
             if a.kind == "kernel":
                 args.update(
@@ -120,7 +134,7 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
             else:
                 args["bytes"] = a.bytes
             if a.stack:
-                args["launched_at"] = launch_site(a.stack)
+                args["launched_at"] = site(a.stack)
             ts = _us(a.start_ns, t0)
             work: Event = {
                 "ph": "X",
@@ -159,7 +173,7 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
                         "flow_out": True,
                         "args": {
                             "correlation_id": a.correlation_id,
-                            "launched_at": launch_site(a.stack),
+                            "launched_at": site(a.stack),
                         },
                     }
                 )
@@ -295,10 +309,18 @@ def write_perfetto(stream: TextIO, *, session: str, **kwargs: Any) -> int:
     does); the number of events written."""
     head = json.dumps(_header(session, kwargs["start_ns"]), separators=(",", ":"))
     stream.write(head[:-1] + ',"traceEvents":[')
+    encode = _ENCODER.encode
     n = 0
+    chunk: list[str] = []
     for event in events(**kwargs):
-        stream.write(("," if n else "") + json.dumps(event, separators=(",", ":")))
-        n += 1
+        chunk.append(encode(event))
+        if len(chunk) == 4096:  # a few large writes, not millions of small ones
+            stream.write(("," if n else "") + ",".join(chunk))
+            n += len(chunk)
+            chunk.clear()
+    if chunk:
+        stream.write(("," if n else "") + ",".join(chunk))
+        n += len(chunk)
     stream.write("]}")
     return n
 
