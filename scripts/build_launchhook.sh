@@ -20,7 +20,7 @@ fi
 mkdir -p "$OUTDIR"
 OUT="$OUTDIR/_launchhook.abi3.so"
 "$CC" -O2 -g0 -shared -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-cast-function-type \
-    -DPy_LIMITED_API=0x030A0000 -I"$INC" "$SRC" -o "$OUT.tmp" -ldl
+    -DPy_LIMITED_API=0x030A0000 -I"$INC" "$SRC" -o "$OUT.tmp" -Wl,--no-as-needed -l:libdl.so.2
 mv "$OUT.tmp" "$OUT"
 # A per-version build beside it would be imported first (its suffix ranks before abi3).
 rm -f "$OUTDIR"/_launchhook.cpython-*.so

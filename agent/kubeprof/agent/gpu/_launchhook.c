@@ -52,6 +52,14 @@ static inline int frame_pos(PyFrameObject *f) {
 static inline int PyFrame_GetLasti(PyFrameObject *f) { return f->f_lasti; }
 #endif
 #include <dlfcn.h>
+#if defined(__GLIBC__) && defined(__x86_64__)
+/* Bind to the dl* symbols every glibc since 2.2.5 has (libdl's before 2.34, libc's compat
+ * ones since), not to 2.34's: built on Debian 12, the hook still loads in pods of older
+ * distributions (scripts/build_launchhook.sh links libdl.so.2 for those). */
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+__asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
+#endif
 #include <stdint.h>
 #include <string.h>
 
