@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from kubeprof.analysis import findings as fa
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis import session_summary as ss
+from kubeprof.analysis.gpu_trace import WORK_KINDS
 from kubeprof.analysis.pod_idle import pod_idle
 from kubeprof.analysis.session_summary import Summary
 from kubeprof.model import GpuActivity, GpuMetricSample
@@ -61,12 +62,13 @@ def node_findings(activities: list[GpuActivity], metrics: list[GpuMetricSample],
                   ) -> tuple[fa.Finding, ...]:
     """The verdicts on one node's GPU records (the same analysis `kubeprof report` runs).
 
-    Without kernel records (no tracer in the pods yet) there is nothing to judge: none.
+    Without device work (kernels, copies, memsets: no tracer in the pods yet) there is
+    nothing to judge: none.
     """
-    kernels = [a for a in activities if a.kind == "kernel"]
-    if not kernels:
+    work = [a for a in activities if a.kind in WORK_KINDS and a.device >= 0]
+    if not work:
         return ()
-    window = fa.Window(min(a.start_ns for a in kernels), max(a.end_ns for a in kernels))
+    window = fa.Window(min(a.start_ns for a in work), max(a.end_ns for a in work))
     return fa.analyse(activities, metrics, None, window).findings
 
 

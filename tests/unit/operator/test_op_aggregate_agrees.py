@@ -54,7 +54,7 @@ def test_cupti_trace_gives_one_figure(tmp_path):
     assert status["gpuIdleSource"] == "cupti" == report.gpu.headline.source
     assert status["gpuIdle"] == f"{report.gpu.headline.ratio:.0%}"
     text = render(report, "text")
-    assert f"steady state {100 * report.gpu.headline.ratio:.1f} %" in text
+    assert f"GPU idle {100 * report.gpu.headline.ratio:.1f} % of the steady state" in text
 
 
 def test_nvml_only_is_the_labelled_fallback_in_both(tmp_path):
