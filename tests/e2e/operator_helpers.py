@@ -236,7 +236,14 @@ class Operator:
 
 
 def start_agent(
-    op: Operator, namespace: str, name: str, node: str, token: str, workdir: Path, *extra: str
+    op: Operator,
+    namespace: str,
+    name: str,
+    node: str,
+    token: str,
+    workdir: Path,
+    *extra: str,
+    uid: str = "",
 ) -> Proc:
     """A real `kubeprof agent` for `node`, as the DaemonSet would run it."""
     token_file = workdir / f"token-{name}"
@@ -247,6 +254,9 @@ def start_agent(
         "KUBEPROF_INGEST_URL": op.url,
         "KUBEPROF_SESSION_NAMESPACE": namespace,
         "KUBEPROF_SESSION": name,
+        # The DaemonSet passes the session's UID, which keys its spool folder ("": the
+        # folder of an agent started by hand, <namespace>_<name>).
+        "KUBEPROF_SESSION_UID": uid,
         "KUBEPROF_TOKEN_FILE": str(token_file),
         "KUBEPROF_SPOOL_DIR": str(workdir / f"spool-{node}"),
         "KUBEPROF_RESCAN_INTERVAL_S": "1",

@@ -33,6 +33,7 @@ import psycopg
 import pytest
 import yaml
 
+from kubeprof.protocol.settings import spool_folder
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
 from tests.e2e.cluster.ports import pick
@@ -442,7 +443,8 @@ def test_a_light_agent_that_dies_falls_back_to_the_daemonset_and_nothing_is_lost
 
         # Cut off: its batches pile up in its spool; then it dies without a word.
         link.cut()
-        spool = work / f"spool-{node_a}" / f"{ns}_{name}"
+        uid = h.session(c, ns, name)["metadata"]["uid"]
+        spool = work / f"spool-{node_a}" / spool_folder(ns, name, uid)
         h.poll(lambda: len(list(spool.glob("*.batch.gz"))) >= 3, 30, "batches spooled")
         light.kill()
         left_ids = {
@@ -460,7 +462,7 @@ def test_a_light_agent_that_dies_falls_back_to_the_daemonset_and_nothing_is_lost
         assert _terms(ds) == [[node_a]]
         # What that DaemonSet's pod runs, on the node's same spool root (started at once:
         # the session must still take data when it ships the light agent's leftovers).
-        agent = h.start_agent(op, ns, name, node_a, token, work)
+        agent = h.start_agent(op, ns, name, node_a, token, work, uid=uid)
         procs.append(agent)
         h.poll(lambda: _agent_pod_nodes(c, ns, name) == [node_a], 60, "an agent pod on A")
         st = h.session(c, ns, name)["status"]

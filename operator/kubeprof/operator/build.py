@@ -26,6 +26,7 @@ from kubeprof.operator.config import (
 )
 from kubeprof.operator.spec import Profilers, SessionSpec
 from kubeprof.operator.webhook import CTL_SUBDIR, POD_SOCKET_DIR, RX_SUBDIR
+from kubeprof.protocol import settings
 from kubeprof.protocol.settings import (
     DEFAULT_SPOOL_DIR,
     AgentSettings,
@@ -38,13 +39,10 @@ MEMCG_BPF_KERNEL = (5, 11)
 
 
 def spool_folder(session: Mapping[str, Any]) -> str:
-    """The session's spool folder name, as the agent names it: `<namespace>_<name>`.
-
-    At most 63 + 1 + 180 = 244 bytes (the CRD caps names at 180), under the 255-byte
-    file-name limit.
-    """
+    """The session's spool folder name, as the agent names it (keyed by the session's UID:
+    `kubeprof.protocol.settings.spool_folder`)."""
     meta = session["metadata"]
-    return f"{meta['namespace']}_{meta['name']}"
+    return settings.spool_folder(meta["namespace"], meta["name"], meta.get("uid", ""))
 
 
 def kernel_release(text: str) -> tuple[int, int] | None:
@@ -207,7 +205,8 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
                 LABEL_SHARD: str(shard)}
     env = AgentSettings(
         ingest_url=config.ingest_url, namespace=meta["namespace"], session=meta["name"],
-        token_file=Path(TOKEN_MOUNT) / TOKEN_KEY, end_time=end_time,
+        session_uid=meta.get("uid", ""), token_file=Path(TOKEN_MOUNT) / TOKEN_KEY,
+        end_time=end_time,
         collectors=tuple(collectors_for(spec.profilers)),
         cpu_hz=cpu.frequency_hz, nvml_interval_s=gpu.metrics_interval_ms / 1000,
         proc_root=Path("/proc"), spool_dir=DEFAULT_SPOOL_DIR,

@@ -49,6 +49,13 @@ def ensure_session(engine: Engine, namespace: str, name: str, uid: str, *, hz: i
                                started_at=started_at, meta=meta)
 
 
+def mark_deleted(engine: Engine, namespace: str, name: str, uid: str) -> bool:
+    """A deleted ProfilingSession still running in the database is marked `deleted`
+    (its records stay for reports); True when a row was changed."""
+    with engine.begin() as conn:
+        return sessions.mark_deleted(conn, store_name(namespace, name, uid))
+
+
 def merge_meta(engine: Engine, session_id: int, meta: Mapping[str, str]) -> None:
     """Merge entries into sessions.meta (e.g. pod UID -> pod name, kept for the reports)."""
     with engine.begin() as conn:

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 from sqlalchemy.exc import SQLAlchemyError
 
-from kubeprof.operator import ingest, metrics, reconcile
+from kubeprof.operator import db, ingest, metrics, reconcile
 from kubeprof.operator.config import GROUP, PLURAL, VERSION, OperatorConfig
 from kubeprof.operator.kube import KubeError
 from kubeprof.safe_text import escape_tree
@@ -79,9 +79,19 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             patch.status[key] = value
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-    def handle_delete_session(name: str, namespace: str | None, memo: kopf.Memo,
-                              **_: Any) -> None:
+    def handle_delete_session(name: str, namespace: str | None, uid: str | None,
+                              memo: kopf.Memo, **_: Any) -> None:
         if namespace is None:  # ProfilingSession is namespaced; kopf types allow None
             return
+        entry = memo.ctx.writer_registry.get(namespace, name)
+        if entry is not None and entry.uid == uid:
+            entry.closed = True  # no batch is stored for it any more
+            memo.api.usage.forget(entry)
         memo.ctx.writer_registry.remove(namespace, name)
         metrics.forget_session(namespace, name)
+        if uid:  # not "running" for ever in the database
+            try:
+                db.mark_deleted(memo.ctx.engine, namespace, name, uid)
+            except SQLAlchemyError as exc:
+                raise kopf.TemporaryError(f"database unavailable: {type(exc).__name__}",
+                                          delay=config.reconcile_interval_s) from exc

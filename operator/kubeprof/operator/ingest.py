@@ -75,7 +75,7 @@ class RateLimitedLog:
         self._next = 0.0
         self.suppressed = 0
 
-    def warning(self, msg: str, *args: object) -> None:
+    def warning(self, msg: str, *args: object, exc_info: bool = False) -> None:
         now = self.clock()
         if now < self._next:
             self.suppressed += 1
@@ -84,7 +84,7 @@ class RateLimitedLog:
             msg += f" ({self.suppressed} similar line(s) suppressed)"
             self.suppressed = 0
         self._next = now + self.every_s
-        log.warning(msg, *args)
+        log.warning(msg, *args, exc_info=exc_info)
 
 
 @dataclass
@@ -273,9 +273,11 @@ class IngestApi:
                                    entry.namespace, entry.name, type(exc).__name__,
                                    _first_line(exc))
             return _json(503, "database unavailable; retry later")
-        except Exception as exc:  # a bug must not wedge the agent on 5xx: refuse the batch
+        except Exception as exc:  # noqa: BLE001 - a bug must not wedge the agent on 5xx
             metrics.INGEST_REJECTIONS.labels(reason="error").inc()
-            log.exception("could not process a batch of %s/%s", entry.namespace, entry.name)
+            # Throttled: a client repeating such a body must not fill the log.
+            self.error_log.warning("could not process a batch of %s/%s: %s", entry.namespace,
+                                   entry.name, type(exc).__name__, exc_info=True)
             return _json(422, f"batch could not be processed ({type(exc).__name__}); "
                               "it was not stored")
         finally:

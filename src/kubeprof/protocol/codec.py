@@ -388,6 +388,9 @@ def decode(body: bytes, *, gzipped: bool | None = None,
         raise _malformed(exc, _version(raw)) from exc
     except msgspec.DecodeError as exc:
         raise CodecError(f"body is not {'gzip ' if gzipped else ''}JSON: {exc}") from exc
+    except RecursionError:
+        # No kubeprof batch nests more than a few levels: refused, not a server error.
+        raise CodecError("body nests JSON arrays or objects too deeply to be a batch") from None
     finally:
         # Free the inflated JSON now: a refusal's traceback would otherwise keep it alive
         # until the garbage collector runs (decoded strings are copies).
@@ -399,7 +402,7 @@ def decode(body: bytes, *, gzipped: bool | None = None,
 def _version(raw: bytes | bytearray) -> object:
     try:
         return msgspec.json.decode(raw, type=_Head).v
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested past any batch
         return None
 
 

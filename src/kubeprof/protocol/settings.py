@@ -41,6 +41,9 @@ class AgentSettings:
     # Namespace and name of the ProfilingSession the agent works for.
     namespace: str = field(default="", metadata=_var("KUBEPROF_SESSION_NAMESPACE"))
     session: str = field(default="", metadata=_var("KUBEPROF_SESSION"))
+    # The session's UID: its spool folder is keyed by it, so a session re-created under
+    # the same name never receives the batches spooled for the old one.
+    session_uid: str = field(default="", metadata=_var("KUBEPROF_SESSION_UID"))
     # File holding the session's ingest token (mounted from the session's Secret).
     token_file: Path = field(default=DEFAULT_TOKEN_FILE, metadata=_var("KUBEPROF_TOKEN_FILE"))
     # Where batches wait until the ingest stored them (a per-session sub-folder is used).
@@ -133,3 +136,15 @@ _ENV_NAMES = {f.name: f.metadata["env"] for f in dataclasses.fields(AgentSetting
 for _f in dataclasses.fields(AgentSettings):
     if str(_f.type) not in _PARSE or str(_f.type) not in _FORMAT:
         raise TypeError(f"AgentSettings.{_f.name}: no environment format for {_f.type}")
+
+
+def spool_folder(namespace: str, session: str, uid: str = "") -> str:
+    """A session's spool folder on the node, the same for the operator (which mounts it
+    into the agent pod) and the agent (which writes there).
+
+    Keyed by the session's UID where known, so a session deleted and created again under
+    the same name never receives the batches spooled for the old one. At most 63 + 1 +
+    150 + 1 + 36 = 251 bytes (the name is cut; the UID alone is unique), under the
+    255-byte file-name limit; `<namespace>_<name>` without a UID (an agent started by hand).
+    """
+    return f"{namespace}_{session[:150]}_{uid}" if uid else f"{namespace}_{session}"

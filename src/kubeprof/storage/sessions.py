@@ -62,6 +62,15 @@ def finish(conn: Connection, session_id: int, status: str, *, end_ns: int | None
     conn.execute(update(SessionRow).where(SessionRow.id == session_id).values(**values))
 
 
+def mark_deleted(conn: Connection, name: str) -> bool:
+    """The session named `name`, if still running, marked `deleted` (its owner removed it
+    before it ended); True when a row changed. Ended sessions keep their status."""
+    res = conn.execute(update(SessionRow).where(SessionRow.name == name,
+                                                SessionRow.status == "running")
+                       .values(status="deleted", ended_at=datetime.now(UTC)))
+    return bool(res.rowcount)
+
+
 def merge_meta(conn: Connection, session_id: int, meta: Mapping[str, str]) -> None:
     """Merge entries into the session's meta (later values win)."""
     conn.execute(update(SessionRow).where(SessionRow.id == session_id)

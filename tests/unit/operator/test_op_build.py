@@ -69,11 +69,11 @@ def test_least_privilege():
               for m in pod["containers"][0]["volumeMounts"]}
     assert mounts == {"/var/run/kubeprof": True, "/sys/kernel/tracing": True,
                       "/lib/modules": True, "/usr/src": True,
-                      "/var/lib/kubeprof/spool/ml_train": False, "/tmp": False}
+                      "/var/lib/kubeprof/spool/ml_train_u-1": False, "/tmp": False}
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     # No host /proc: with hostPID the container's own /proc lists the node's processes.
     assert "/proc" not in host.values()
-    assert host["spool"] == "/var/lib/kubeprof/spool/ml_train"  # this session's folder only
+    assert host["spool"] == "/var/lib/kubeprof/spool/ml_train_u-1"  # this session (UID) only
 
 
 def test_sys_resource_only_for_kernels_that_charge_bpf_to_memlock():
@@ -107,6 +107,7 @@ def test_agent_environment():
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["KUBEPROF_INGEST_URL"] == "http://op:8080"
     assert env["KUBEPROF_SESSION"] == "train" and env["KUBEPROF_SESSION_NAMESPACE"] == "ml"
+    assert env["KUBEPROF_SESSION_UID"] == "u-1"  # the agent's spool is keyed by it
     assert env["KUBEPROF_CPU_HZ"] == "49" and env["KUBEPROF_COLLECTORS"] == "cpu"
     assert env["KUBEPROF_SESSION_END"] == "1700000000.500"
     assert env["KUBEPROF_TOKEN_FILE"] == "/var/run/kubeprof/token"  # a path, never the token

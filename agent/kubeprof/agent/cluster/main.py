@@ -49,6 +49,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
                    help=f"namespace of the ProfilingSession (env {e('namespace')})")
     p.add_argument("--session", default=s.session,
                    help=f"name of the ProfilingSession (env {e('session')})")
+    p.add_argument("--session-uid", default=s.session_uid,
+                   help="UID of the ProfilingSession; the spool folder is keyed by it "
+                        f"(env {e('session_uid')})")
     p.add_argument("--token-file", type=Path, default=s.token_file,
                    help="file holding the session's ingest token, mounted from the "
                         f"session's Secret (env {e('token_file')}, default %(default)s)")
@@ -136,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubeprof.agent.cluster.client import IngestClient
     from kubeprof.agent.cluster.discovery import Discovery
     from kubeprof.agent.cluster.spool import Spool
+    from kubeprof.protocol.settings import spool_folder
 
     config = AgentConfig(node=args.node_name, namespace=args.namespace, session=args.session,
                          poll_interval_s=args.poll_interval,
@@ -143,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          drain_timeout_s=args.drain_timeout, static_targets=tuple(args.pod_uid))
     client = IngestClient(args.ingest_url, args.namespace, args.session,
                           read_token(args.token_file))
-    spool = Spool(args.spool_dir / f"{args.namespace}_{args.session}",
+    spool = Spool(args.spool_dir / spool_folder(args.namespace, args.session, args.session_uid),
                   max_bytes=args.spool_max_mb << 20)
     names = [n.strip() for n in args.collectors.split(",") if n.strip()]
     if args.gpu_socket and "gpu" not in names:

@@ -65,6 +65,7 @@ class Shipper:
     stats: Stats = field(default_factory=Stats)
     forbidden: bool = False  # the ingest refused our token
     session_over: bool = False  # the session stopped accepting data
+    clock: Callable[[], float] = time.monotonic
     _wake: threading.Event = field(default_factory=threading.Event)
 
     def ship_once(self) -> bool:
@@ -117,18 +118,27 @@ class Shipper:
         return True
 
     def run(self, stop: threading.Event) -> None:
-        """Loop: ship, then wait for new work or the backoff delay, until `stop` is set."""
+        """Loop: ship, then wait for new work or the backoff delay, until `stop` is set.
+
+        After a success a `kick()` ships a new batch at once; after a failure the backoff
+        holds whatever is spooled meanwhile (a batch a second during an outage must not
+        turn into a retry a second)."""
         while not stop.is_set():
             ok = self.ship_once()
             if self.forbidden or self.session_over:
-                delay = self.backoff.cap_s
+                ok, delay = False, self.backoff.cap_s
             else:
                 delay = 1.0 if ok else self.backoff.next_delay()
-            self._wake.wait(delay)
-            self._wake.clear()
+            retry_at = self.clock() + delay
+            while not stop.is_set():
+                self._wake.wait(max(0.0, retry_at - self.clock()))
+                self._wake.clear()
+                if ok or self.clock() >= retry_at:
+                    break
 
     def kick(self) -> None:
-        """New batch spooled: ship it now instead of at the end of the wait."""
+        """New batch spooled: ship it now, unless the last attempt failed and its backoff
+        delay has not passed yet."""
         self._wake.set()
 
     def drain(self, timeout_s: float, now: Callable[[], float] = time.monotonic) -> bool:

@@ -131,6 +131,8 @@ class Spool:
         target, name = self.folder / QUARANTINE, path.name
         dest: Path | None
         try:
+            if target.is_symlink():  # not made by us: the link goes, never what it names
+                target.unlink()
             target.mkdir(exist_ok=True)
             if os.path.lexists(target / name):
                 name += f".{uuid.uuid4().hex[:8]}"
@@ -146,16 +148,38 @@ class Spool:
         return dest
 
     def _trim_quarantine(self) -> None:
-        folder = self.folder / QUARANTINE
+        """Remove the oldest quarantined entries past a quarter of the spool's size.
+
+        The folder is opened without following a symlink and its entries are removed
+        relative to that handle, never through a path: a quarantine/ that is (or becomes)
+        a link to somewhere else costs nothing outside the spool."""
         try:
-            entries = sorted(folder.iterdir(), key=lambda p: p.lstat().st_mtime)
-            sizes = [p.lstat().st_size for p in entries]
+            fd = os.open(self.folder / QUARANTINE, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             return
-        total = sum(sizes)
-        while entries and total > self.max_bytes // 4:
-            total -= sizes.pop(0)
-            _remove(entries.pop(0))
+        try:
+            entries = []
+            with os.scandir(fd) as it:
+                for e in it:
+                    st = e.stat(follow_symlinks=False)
+                    entries.append((st.st_mtime, e.name, st.st_size,
+                                    e.is_dir(follow_symlinks=False)))
+            entries.sort()
+            total = sum(size for _, _, size, _ in entries)
+            while entries and total > self.max_bytes // 4:
+                _, name, size, is_dir = entries.pop(0)
+                total -= size
+                try:
+                    if is_dir:
+                        shutil.rmtree(name, dir_fd=fd)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
+        except OSError:
+            return
+        finally:
+            os.close(fd)
 
     def total_bytes(self) -> int:
         return sum(s.size for s in self.pending())

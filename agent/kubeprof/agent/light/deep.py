@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
 from kubeprof.protocol import routes
 from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
+from kubeprof.protocol.settings import spool_folder
 
 log = logging.getLogger("kubeprof.agent.light")
 
@@ -68,7 +69,9 @@ def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> N
         drain_timeout_s=cfg.drain_timeout_s,
     )
     client = IngestClient(cfg.operator_url, a.namespace, a.session, a.token)
-    spool = Spool(cfg.spool_dir / f"{a.namespace}_{a.session}", max_bytes=cfg.spool_max_mb << 20)
+    # The folder the session's DaemonSet agent on this node would use (keyed by the UID).
+    folder = spool_folder(a.namespace, a.session, a.uid)
+    spool = Spool(cfg.spool_dir / folder, max_bytes=cfg.spool_max_mb << 20)
     started = collectors.start(
         list(a.collectors),
         collectors.CollectorOptions(hz=a.cpu_hz, nvml_interval_s=a.nvml_interval_s),
