@@ -6,9 +6,10 @@ pod's kernels ran. Kernel records carry the process that launched them, so a pod
 ``gpu_idle.headline`` over the kernels of the pod's processes alone (same definition as the
 session's headline: steady state of the pod's own loop). Only a pod whose processes sent no
 kernel (no tracer was on in it) falls back to NVML, labelled ``nvml``: NVML's per-process SM
-utilisation of its processes, or, where NVML gave none, the device-wide utilisation of a GPU
-that this pod alone used. A pod with neither gets no figure and a sentence saying what is
-missing; never a 0 % or 100 % made up from absent data.
+utilisation of its processes (``nvml_idle``, the light agent's definition), or, where NVML
+gave none, the device-wide utilisation of a GPU that this pod alone used. A pod with neither
+gets no figure and a sentence saying what is missing; never a 0 % or 100 % made up from
+absent data.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from kubeprof.analysis import gpu_idle
+from kubeprof.analysis import gpu_idle, nvml_idle
 from kubeprof.analysis.gpu_timeline import Interval
 from kubeprof.model import GpuActivity, GpuMetricSample
 
 PROC_SM_METRIC = "proc_sm_util_pct"  # NVML per-process SM utilisation (nvml.py)
+PROC_MEM_METRIC = "proc_mem_used_bytes"  # one row per process in NVML's running list
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +75,20 @@ def _nvml(
     users: Collection[tuple[str, int, int]],
 ) -> PodIdle:
     """The fallback for a pod without traced kernels."""
+    polls = _own_polls(pids, metrics)
+    if polls:
+        return PodIdle(
+            nvml_idle.idle_ratio(polls),
+            gpu_idle.NVML,
+            detail=f"NVML per-process SM utilisation, {len(polls)} polls",
+        )
     own = [
         m.value
         for node, ms in metrics.items()
         for m in ms
         if m.metric == PROC_SM_METRIC and (node, m.pid) in pids
     ]
-    if own:
+    if own:  # readings without NVML's running list (older recordings)
         mean = sum(own) / len(own)
         return PodIdle(
             _clamp(1 - mean / 100),
@@ -122,6 +131,28 @@ def _nvml(
         gpu_idle.NVML,
         detail="NVML device utilisation of a GPU only this pod used",
     )
+
+
+def _own_polls(pids: set[Key], metrics: Mapping[str, Sequence[GpuMetricSample]]) -> list[float]:
+    """The pod's busy percent per NVML poll (``nvml_idle.poll_busy``, the light agent's
+    definition): polls are the process rows one sampler pass wrote (same node, GPU, time);
+    the running list is its ``proc_mem_used_bytes`` rows."""
+    polls: dict[tuple[str, int, int], tuple[set[int], list[tuple[int, float]]]] = {}
+    for node, ms in metrics.items():
+        for m in ms:
+            if m.metric not in (PROC_MEM_METRIC, PROC_SM_METRIC):
+                continue
+            running, samples = polls.setdefault((node, m.device, m.ts_ns), (set(), []))
+            if m.metric == PROC_MEM_METRIC:
+                running.add(m.pid)
+            else:
+                samples.append((m.pid, m.value))
+    out = []
+    for (node, _, _), (running, samples) in sorted(polls.items()):
+        mine = {pid for n, pid in pids if n == node}
+        if running and (b := nvml_idle.poll_busy(running, samples, mine)) is not None:
+            out.append(b)
+    return out
 
 
 def _clamp(x: float) -> float:

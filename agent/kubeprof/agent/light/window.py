@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kubeprof.agent.light.readings import DeviceReading
+from kubeprof.analysis import nvml_idle
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -56,18 +57,22 @@ def unattributable_reason(r: DeviceReading) -> str:
 def attribute(r: DeviceReading, owner_of: Callable[[int], Owner | None]) -> PollFacts:
     """PollFacts for one reading; processes outside any pod are left out."""
     reason = unattributable_reason(r)
-    sm: dict[int, int] = {}
-    for s in r.samples:
-        sm[s.pid] = max(sm.get(s.pid, 0), s.smUtil)
-    busy: dict[Owner, float] = {}
     memory: dict[Owner, int] = {}
+    pids: dict[Owner, set[int]] = {}
     for p in (*r.processes, *r.mps_processes):
         owner = owner_of(p.pid)
         if owner is None:
             continue
         memory[owner] = memory.get(owner, 0) + p.usedGpuMemory
-        if not reason:
-            busy[owner] = min(100.0, busy.get(owner, 0.0) + sm.get(p.pid, 0))
+        pids.setdefault(owner, set()).add(p.pid)
+    busy: dict[Owner, float] = {}
+    if not reason:
+        running = {p.pid for p in (*r.processes, *r.mps_processes)}
+        samples = [(s.pid, float(s.smUtil)) for s in r.samples]
+        for owner, mine in pids.items():
+            b = nvml_idle.poll_busy(running, samples, mine)
+            if b is not None:
+                busy[owner] = b
     return PollFacts(r.gpu, r.util_gpu, r.mem_used, r.mem_total, busy, memory, reason)
 
 
@@ -128,7 +133,7 @@ class Window:
         for key in sorted(seen):
             vals = busy.get(key, [])
             mean = sum(vals) / len(vals) if vals else 0.0
-            idle = None if key in blocked or not vals else 1.0 - mean / 100.0
+            idle = None if key in blocked else nvml_idle.idle_ratio(vals)
             out.append(PodFigure(key[0], key[1], mean, idle, mem[key], seen[key]))
         return out
 
