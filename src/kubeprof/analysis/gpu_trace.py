@@ -125,7 +125,12 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
     copies.sort(key=by_start)
     syncs.sort(key=by_start)
     on_device = [c for c in copies if c.device >= 0 and c.end_ns > c.start_ns]
-    work = sorted((*kernels, *on_device), key=by_start)
+    kernel_busy = busy_index(kernels)
+    if on_device:
+        work = sorted((*kernels, *on_device), key=by_start)
+        any_busy, copy_busy = busy_index(work), busy_index(on_device)
+    else:  # kernels only: any-engine busy is kernel busy
+        work, any_busy, copy_busy = kernels, kernel_busy, busy_index(())
     return GpuTrace(
         kernels=tuple(kernels),
         starts=tuple(k.start_ns for k in kernels),
@@ -134,9 +139,9 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
         pids=frozenset(w.pid for w in work),
         work=tuple(work),
         work_starts=tuple(w.start_ns for w in work),
-        any_busy=busy_index(work),
-        kernel_busy=busy_index(kernels),
-        copy_busy=busy_index(on_device),
+        any_busy=any_busy,
+        kernel_busy=kernel_busy,
+        copy_busy=copy_busy,
     )
 
 

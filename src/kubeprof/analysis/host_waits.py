@@ -20,6 +20,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.analysis.gpu_timeline import Interval, total
@@ -125,17 +126,14 @@ def analyse(
     pipe_calls: Counter[Frame] = Counter()
     pipe_samples = 0
     if cpu is not None and launcher is not None and wait:
-        n = 0
-        lo = 0
-        for s, e in stretches:
-            i, lo = launcher.span(s, e, lo)
-            for sid in launcher.stack_ids[i:lo]:
-                n += 1
-                st = cpu.stacks[sid]
-                if _in(st, DATALOADER_FILES):
-                    pipe_samples += 1
-                    if (f := _caller_of(st, DATALOADER_FILES)) is not None:
-                        pipe_calls[f] += 1
+        counts = _counts(launcher, stretches)
+        for sid, c in counts.items():
+            st = cpu.stacks[sid]
+            if _in(st, DATALOADER_FILES):
+                pipe_samples += c
+                if (f := _caller_of(st, DATALOADER_FILES)) is not None:
+                    pipe_calls[f] += c
+        n = sum(counts.values())
         on_cpu = min(1.0, n * cpu.period_ns / wait) if cpu.period_ns else None
     off_sites: Counter[Frame] = Counter()
     reasons: Counter[str] = Counter()
@@ -199,26 +197,53 @@ def _workers(
     hot: Counter[Frame] = Counter()
     pids: set[int] = set()
     n = 0
+    worker: dict[int, tuple[bool, Frame | None]] = {}  # per stack id: (in a worker, user frame)
     for t in cpu.threads:
-        if t is launcher:
+        # DataLoader workers are processes of their own: the launcher's threads are not
+        if t.pid == launcher.pid or not _any_worker_stack(cpu, t, worker):
             continue
-        lo = 0
         mine = 0
-        for s, e in stretches:
-            i, lo = t.span(s, e, lo)
-            for sid in t.stack_ids[i:lo]:
+        for sid, c in _counts(t, stretches).items():
+            if sid not in worker:
                 st = cpu.stacks[sid]
-                if not _in(st, WORKER_FILES):
-                    continue
-                mine += 1
-                if (f := user_frame(st)) is not None:
-                    hot[f] += 1
+                worker[sid] = (_in(st, WORKER_FILES), user_frame(st))
+            is_worker, f = worker[sid]
+            if not is_worker:
+                continue
+            mine += c
+            if f is not None:
+                hot[f] += c
         if mine:
             pids.add(t.pid)
             n += mine
     if not pids:
         return None
     return Workers(len(pids), n * cpu.period_ns / wait, _site(hot))
+
+
+def _any_worker_stack(
+    cpu: SampleColumns, t: ThreadSamples, cache: dict[int, tuple[bool, Frame | None]]
+) -> bool:
+    """Whether any of the thread's samples is in a DataLoader worker loop (distinct stacks)."""
+    for sid in set(t.stack_ids):
+        if sid not in cache:
+            st = cpu.stacks[sid]
+            cache[sid] = (_in(st, WORKER_FILES), user_frame(st))
+        if cache[sid][0]:
+            return True
+    return False
+
+
+def _counts(t: ThreadSamples, stretches: Sequence[Interval]) -> Counter[int]:
+    """Samples per stack id of thread ``t`` inside the (sorted) stretches (C-level counting)."""
+    ranges = []
+    lo = 0
+    for s, e in stretches:
+        i, lo = t.span(s, e, lo)
+        if lo > i:
+            ranges.append((i, lo))
+    ids = t.stack_ids
+    return Counter(chain.from_iterable(ids[i:j] for i, j in ranges))
 
 
 def _resume_site(trace: GpuTrace, stretches: Sequence[Interval]) -> Site | None:
