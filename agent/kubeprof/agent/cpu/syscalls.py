@@ -43,6 +43,8 @@ _X86_64 = {
     232: "epoll_wait",
     247: "waitid",
     257: "openat",
+    262: "newfstatat",
+    332: "statx",
     270: "pselect6",
     271: "ppoll",
     281: "epoll_pwait",
