@@ -11,6 +11,7 @@ and sets up what several pytest processes of one run share (`make test` runs xdi
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ CLUSTER_GROUP = "cluster"  # the control plane's other tests
 SERIAL_FIXTURES = frozenset({"bpf_ready"})
 CLUSTER_FIXTURES = frozenset({"k8s_cluster", "k8s_client"})
 _OWNED_PG = pytest.StashKey[Path]()
+_GROUPS = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,8 +37,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "serial: uses machine-wide state (eBPF, fixed ports, file modes); runs on one xdist "
         "worker, never beside another serial test",
     )
-    if hasattr(config, "workerinput") or os.environ.get(shared.ENV):
-        return  # an xdist worker, or a child pytest of a run: the folder is named already
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the main process named the folders
+    if config.pluginmanager.hasplugin("xdist"):
+        from tests.support import xdist_groups
+
+        prefix = str(Path(tempfile.mkdtemp(prefix="kubeprof-xdist-groups-")) / "groups")
+        os.environ[xdist_groups.ENV] = prefix
+        config.stash[_GROUPS] = prefix
+        config.pluginmanager.register(xdist_groups.Scheduler(prefix), "kubeprof-xdist-groups")
+    if os.environ.get(shared.ENV):
+        return  # a child pytest of a run: the PostgreSQL folder is named already
     pg_dir = shared.name_folder()
     os.environ[shared.ENV] = str(pg_dir)
     config.stash[_OWNED_PG] = pg_dir
@@ -44,6 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the run's PostgreSQL, after every worker has finished."""
+    prefix = config.stash.get(_GROUPS, None)
+    if prefix is not None:
+        from tests.support import xdist_groups
+
+        xdist_groups.remove(prefix)
     pg_dir = config.stash.get(_OWNED_PG, None)
     if pg_dir is None:
         return
@@ -69,12 +85,22 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the `serial` marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its xdist group (and `serial` for the machine-wide ones)."""
+    """Mark each test with its group (and `serial` for the machine-wide ones); an xdist
+    worker hands the groups to the main process's scheduler (tests/support/xdist_groups.py).
+    """
+    groups: dict[str, str] = {}
     for item in items:
         group = group_of(item)
         if group == SERIAL_GROUP:
             item.add_marker(pytest.mark.serial)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
+    prefix = os.environ.get("KUBEPROF_TEST_GROUPS")
+    workerinput = getattr(config, "workerinput", None)
+    if prefix and workerinput is not None:
+        from tests.support import xdist_groups
+
+        xdist_groups.write(prefix, workerinput["workerid"], groups)
