@@ -70,6 +70,12 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
                         "%(default)s)")
     p.add_argument("--hz", type=int, default=s.cpu_hz,
                    help=f"CPU sampling frequency (env {e('cpu_hz')}, default %(default)s)")
+    p.add_argument("--offcpu-min-us", type=int, default=s.offcpu_min_us,
+                   help="off-CPU waits shorter than this get no stack, only counted (env "
+                        f"{e('offcpu_min_us')}, default %(default)s)")
+    p.add_argument("--offcpu-every", type=int, default=s.offcpu_every,
+                   help="follow 1 in N switch-outs for off-CPU waits; 0 turns the probe off "
+                        f"(env {e('offcpu_every')}, default %(default)s)")
     p.add_argument("--nvml-interval", type=float, default=s.nvml_interval_s,
                    help=f"seconds between NVML readings (env {e('nvml_interval_s')}, "
                         "default %(default)s)")
@@ -154,7 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         names.append("gpu")
     started = collectors.start(
         names, collectors.CollectorOptions(hz=args.hz, nvml_interval_s=args.nvml_interval,
-                                           gpu_socket=args.gpu_socket or None))
+                                           gpu_socket=args.gpu_socket or None,
+                                           offcpu_min_us=args.offcpu_min_us,
+                                           offcpu_every=args.offcpu_every))
     running, failed = started.running, started.failed
     agent = NodeAgent(config, client, spool, running, Discovery(args.proc_root))
     if args.gpu_socket and "gpu" in running:
