@@ -8,6 +8,8 @@ meanwhile are printed as a Markdown row.
 
 Usage:
   .venv/bin/python bench/ingest_hostile.py [--dsn URL] [--cases a,b,...,fairness]
+  # issue 32: claimed spans, slow clients, three hostile sessions at full rate
+  .venv/bin/python bench/ingest_hostile.py --cases span-115d,span-max,slow-16,fairness-3
   # the same cases against another checkout (e.g. the code before the limits):
   .venv/bin/python bench/ingest_hostile.py --tree /tmp/kubeprof-before
 Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
@@ -22,6 +24,7 @@ import inspect
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -54,7 +57,8 @@ def serve(dsn: str, port: int) -> None:
 
     store = Store.open(dsn)
     reg = Registry()
-    for name in ("hostile", "other"):  # "other": a second tenant, for the fairness case
+    # "other": a second tenant, for the fairness cases; hostile-2/3: more attackers
+    for name in ("hostile", "other", "hostile-2", "hostile-3"):
         sid = ensure_session(store.engine, "bench", name, f"uid-{name}-{time.time_ns()}",
                              hz=99, started_at=datetime.now(UTC), meta={})
         reg.put(SessionEntry("bench", name, f"uid-{name}", sid, TOKEN, Phase.RUNNING, 0.0,
@@ -116,6 +120,19 @@ def _distinct_stacks(rows: int, depth: int, batch_id: str) -> bytes:
                          b'"frames":[' + frames + b'],"samples":[' + samples + b']}', 5)
 
 
+DAY_NS = 86400 * 10**9
+
+
+def _span(end_ns: int, start_ns: int, batch_id: str) -> bytes:
+    """The red team's batch: one GPU kernel whose end lies far after its start."""
+    from kubeprof.model import Batch, GpuActivity
+    from kubeprof.protocol import codec
+
+    return codec.encode(Batch(gpu_activities=(GpuActivity("kernel", "k", start_ns, end_ns, 0,
+                                                          100, 1),)),
+                        batch_id=batch_id, node=NODE)
+
+
 # Case name -> (what it is, [(body, headers)] sent at once).
 Case = tuple[str, Callable[[], list[tuple[bytes, dict[str, str]]]]]
 GZ = {"Content-Encoding": "gzip"}
@@ -141,6 +158,10 @@ CASES: dict[str, Case] = {
                     lambda: [(_distinct_stacks(50_000, 65, f"d3-{i}-{time.time_ns()}"),
                               {**GZ, SESSION: "other" if i == 2 else "hostile"})
                              for i in range(3)]),
+    "span-115d": ("one GPU kernel spanning 115 days (the issue's 246-byte batch)",
+                  lambda: [(_span(10**12 + 115 * DAY_NS, 10**12, f"span-{time.time_ns()}"), GZ)]),
+    "span-max": ("one GPU kernel from 0 to 2^63-1 ns",
+                 lambda: [(_span(2**63 - 1, 0, f"spanmax-{time.time_ns()}"), GZ)]),
     "distinct-x2": ("2 at once of 50,000 samples, each with its own 65-frame stack "
                     "(3.7 M values; accepted, the costliest to decode and intern)",
                     lambda: [(_distinct_stacks(50_000, 65, f"distinct-{i}-{time.time_ns()}"), GZ)
@@ -150,10 +171,14 @@ CASES: dict[str, Case] = {
 
 # -- the parent: measure ---------------------------------------------------------------------
 
-def _post(port: int, body: bytes, headers: dict[str, str], session: str = "hostile") -> int:
+def _post(port: int, body: bytes, headers: dict[str, str], session: str = "hostile",
+          source: str = "127.0.0.1") -> int:
+    """POST from `source` (any 127/8 address: a distinct client, as agents on distinct
+    pods are)."""
     headers = dict(headers)
     session = headers.pop(SESSION, session)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600,
+                                      source_address=(source, 0))
     try:
         conn.request("POST", f"/v1/sessions/bench/{session}/batches", body=body,
                      headers={"Authorization": f"Bearer {TOKEN}", **headers})
@@ -204,6 +229,97 @@ def fairness(port: int, rounds: int = 5) -> list[float]:
         big = [_batch(49_999, 60, 5_000, 30 + r * 4 + i, f"fair-{r}-{i}-{time.time_ns()}")
                for i in range(4)]
     return waits
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _hold(port: int, session: str, source: str) -> socket.socket:
+    """Headers and 4 body bytes of a 100 kB upload, then nothing (a slow client)."""
+    s = socket.socket()
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    s.sendall((f"POST /v1/sessions/bench/{session}/batches HTTP/1.1\r\nHost: x\r\n"
+               f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100000\r\n\r\n").encode()
+              + b"\x1f\x8b\x08\x00")
+    return s
+
+
+def slow_clients(port: int, rounds: int = 20) -> tuple[list[int], list[float]]:
+    """Another session's 100-row batch, every 0.25 s, while 16 connections from 16
+    addresses hold uploads of one session open (issue 32: 16 such sockets gave everyone
+    503 until they closed)."""
+    held = [_hold(port, "hostile", f"127.0.1.{i + 1}") for i in range(16)]
+    time.sleep(0.5)
+    statuses, waits = [], []
+    try:
+        for r in range(rounds):
+            small = _batch(100, 20, 10, 99, f"slow-{r}-{time.time_ns()}")
+            t = time.perf_counter()
+            statuses.append(_post(port, small, GZ, session="other", source="127.0.0.2"))
+            waits.append(time.perf_counter() - t)
+            time.sleep(0.25)
+    finally:
+        for s in held:
+            s.close()
+    return statuses, waits
+
+
+def _template(rows: int, seed: int) -> bytes:
+    """Plain JSON of a `rows`-sample batch whose id is a 32-character placeholder, so each
+    post gets a fresh id at no cost to the sending side."""
+    from kubeprof.model import Batch, CpuSample, Frame, FrameKind
+    from kubeprof.protocol import codec
+
+    frames = [Frame(f"fn_{seed}_{i}", FrameKind.PYTHON, f"/app/m{i % 9}.py", i) for i in range(80)]
+    rng = random.Random(seed)
+    pool = [tuple(rng.sample(frames, 30)) for _ in range(200)]
+    b = Batch(samples=tuple(CpuSample(i * 1000, 100, 100 + i % 64, "python", i % 16,
+                                      pool[i % len(pool)]) for i in range(rows)))
+    return json.dumps(codec.to_dict(b, batch_id="X" * 32, node=NODE)).encode()
+
+
+def fairness_hostile(port: int, seconds: float = 60.0, rows: int = 10_000,
+                     senders: int = 4) -> tuple[dict[str, list[int]], list[int], list[float]]:
+    """Three sessions each send `rows`-sample batches from `senders` threads as fast as
+    they are answered; meanwhile another session sends a 100-row batch every 0.25 s.
+    Returns the attackers' answers, the victim's answers and its latencies (seconds)."""
+    hostile = ("hostile", "hostile-2", "hostile-3")
+    templates = {h: _template(rows, 40 + i) for i, h in enumerate(hostile)}
+    stop = threading.Event()
+    answers: dict[str, list[int]] = {h: [] for h in hostile}
+
+    def attack(session: str, source: str) -> None:
+        while not stop.is_set():
+            body = templates[session].replace(b"X" * 32, os.urandom(16).hex().encode(), 1)
+            answers[session].append(_post(port, body, {}, session=session, source=source))
+
+    # Each attacking session from its own address (its agents' pod), the victim from another.
+    threads = [threading.Thread(target=attack, args=(h, f"127.0.3.{i + 1}"), daemon=True)
+               for i, h in enumerate(hostile) for _ in range(senders)]
+    for t in threads:
+        t.start()
+    time.sleep(3)  # the attackers are at full rate
+    statuses, waits = [], []
+    end = time.monotonic() + seconds
+    r = 0
+    while time.monotonic() < end:
+        small = _batch(100, 20, 10, 99, f"victim-{r}-{time.time_ns()}")
+        r += 1
+        t0 = time.perf_counter()
+        statuses.append(_post(port, small, GZ, session="other", source="127.0.0.2"))
+        waits.append(time.perf_counter() - t0)
+        time.sleep(0.25)
+    stop.set()
+    for t in threads:
+        t.join(120)
+    return answers, statuses, waits
+
+
+def _answers(statuses: list[int]) -> str:
+    return ", ".join(f"{s}×{statuses.count(s)}" for s in sorted(set(statuses)))
 
 
 def measure(pid: int, port: int, bodies: list[tuple[bytes, dict[str, str]]]) -> dict:
@@ -264,6 +380,24 @@ def main() -> int:
               "RSS after MiB | slowest /healthz s | wall s |")
         print("|---|---:|---:|---|---:|---:|---:|---:|")
         for name in args.cases.split(","):
+            if name == "slow-16":
+                Path(f"/proc/{child.pid}/clear_refs").write_text("5")
+                statuses, waits = slow_clients(port)
+                print(f"\nanother session's 100-row batch while 16 idle uploads of one "
+                      f"session are open: answers {_answers(statuses)}; p50 "
+                      f"{_pct(waits, 0.5):.3f} s, p99 {_pct(waits, 0.99):.3f} s; server peak "
+                      f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB", flush=True)
+                continue
+            if name == "fairness-3":
+                Path(f"/proc/{child.pid}/clear_refs").write_text("5")
+                hostile, statuses, waits = fairness_hostile(port)
+                print("\nthree sessions at full rate (4 senders each, 10,000-row batches): "
+                      + "; ".join(f"{h} {_answers(a)}" for h, a in hostile.items())
+                      + f"\nanother session's 100-row batch every 0.25 s: answers "
+                      f"{_answers(statuses)}; p50 {_pct(waits, 0.5):.3f} s, p99 "
+                      f"{_pct(waits, 0.99):.3f} s, max {max(waits):.3f} s; server peak "
+                      f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB", flush=True)
+                continue
             if name == "fairness":
                 waits = fairness(port)
                 print(f"\nanother session's 100-row batch during 4 x 50,000-row batches: "
