@@ -7,7 +7,7 @@ Python line, as offcputime-style flame graphs do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import func, select
@@ -57,8 +57,15 @@ def wait_frame(reason: str) -> Frame:
     return Frame(name=f"[off-cpu] {reason or 'unknown'}", kind=FrameKind.KERNEL)
 
 
-def offcpu_stacks(conn: Connection, session_id: int) -> tuple[WeightedStack, ...]:
-    """Waits grouped by (node, stack, pid, tid, thread, reason): count and wall time."""
+def offcpu_stacks(
+    conn: Connection,
+    session_id: int,
+    *,
+    span_ns: tuple[int, int] | None = None,
+    pids: Collection[tuple[str, int]] | None = None,
+) -> tuple[WeightedStack, ...]:
+    """Waits grouped by (node, stack, pid, tid, thread, reason): count and wall time; of
+    the waits starting in ``span_ns`` [lo, hi) and of the (node, pid)s ``pids`` if given."""
     t = OffCpuSampleRow
     q = (
         select(
@@ -74,7 +81,11 @@ def offcpu_stacks(conn: Connection, session_id: int) -> tuple[WeightedStack, ...
         .where(t.session_id == session_id)
         .group_by(t.node, t.stack_id, t.pid, t.tid, t.reason)
     )
+    if span_ns is not None:
+        q = q.where(t.ts_ns >= span_ns[0], t.ts_ns < span_ns[1])
     rows: list[Any] = [tuple(r) for r in conn.execute(q)]
+    if pids is not None:
+        rows = [r for r in rows if (r[0], r[2]) in pids]
     stacks = load_stacks(conn, (r[1] for r in rows if r[1] is not None))
     names = {
         (r.node, r.pid): (r.name or r.cmdline.split(" ", 1)[0])

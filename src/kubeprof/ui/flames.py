@@ -17,6 +17,7 @@ from kubeprof.report.flamegraph import KINDS, PALETTE, tree_payload
 from kubeprof.report.tree import build_tree
 from kubeprof.report.views import view_info
 from kubeprof.reportdata import WeightedStack
+from kubeprof.storage import offcpu
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
 from kubeprof.ui.refs import ApiError, pod_names, ref_of
@@ -78,11 +79,20 @@ def view_stacks(
     gpu: str = "",
 ) -> tuple[WeightedStack, ...]:
     """The stacks of one view of a session, narrowed to a time range, pod and GPU."""
-    if view not in ("cpu", "gpu"):
-        raise ApiError(400, f"view={view!r}: expected cpu or gpu")
+    if view not in ("cpu", "gpu", "off-cpu", "wall"):
+        raise ApiError(400, f"view={view!r}: expected cpu, gpu, off-cpu or wall")
     pids = _pids_for(conn, info, pod, gpu)
-    if view == "cpu":
-        return q.cpu_stacks(conn, info, buckets=buckets_for(info, from_s, to_s), pids=pids)
+    if view in ("cpu", "wall"):
+        on = q.cpu_stacks(conn, info, buckets=buckets_for(info, from_s, to_s), pids=pids)
+        if view == "cpu":
+            return on
+    if view in ("off-cpu", "wall"):
+        span = None
+        if from_s is not None or to_s is not None:
+            end_s = to_s if to_s is not None else info.duration_s
+            span = (info.start_ns + int((from_s or 0.0) * 1e9), info.start_ns + int(end_s * 1e9))
+        off = offcpu.offcpu_stacks(conn, info.id, span_ns=span, pids=pids)
+        return off if view == "off-cpu" else on + off
     node, dev = _gpu_ref(gpu) if gpu else (None, None)
     by_node = q.gpu_activities_by_node(conn, info.id, stacks=True)
     acts = by_node.get(node, []) if node is not None else [a for v in by_node.values() for a in v]

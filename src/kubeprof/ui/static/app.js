@@ -6,6 +6,9 @@
   var app = document.getElementById("kp-app");
   var flame = document.getElementById("kp-flame");
   var FG = window.kubeprofFlamegraph;
+  // The views the report renders (report/views.py): off-cpu is where threads waited,
+  // wall is on + off CPU per thread.
+  var VIEW_NAMES = { cpu: "CPU time", gpu: "GPU time", "off-cpu": "Off-CPU time", wall: "Wall-clock time" };
 
   function el(tag, attrs, children) {
     var e = document.createElement(tag);
@@ -155,8 +158,8 @@
       app.appendChild(el("dl", { "class": "kp-facts" }, [].concat.apply([], s.header.map(function (kv) { return [el("dt", { text: kv[0] }), el("dd", { text: kv[1] })]; }))));
       app.appendChild(el("section", { "class": "kp-top", id: "kp-findings" }, [el("h2", { text: "Findings" }), el("div", { html: s.html.findings || "<p>No GPU or CPU data to analyse.</p>" })]));
 
-      var viewBtns = el("span", { "class": "kp-views" }, ["cpu", "gpu"].map(function (v) {
-        var b = el("button", { type: "button", "data-view": v, "aria-pressed": String(v === view), text: v === "cpu" ? "CPU time" : "GPU time", onclick: function () { view = v; update(); } });
+      var viewBtns = el("span", { "class": "kp-views" }, ["cpu", "gpu", "off-cpu", "wall"].map(function (v) {
+        var b = el("button", { type: "button", "data-view": v, "aria-pressed": String(v === view), text: VIEW_NAMES[v], onclick: function () { view = v; update(); } });
         if (s.views.indexOf(v) < 0) b.disabled = true;
         return b;
       }));
@@ -185,7 +188,7 @@
         el("div", {}, [el("h2", { text: "Top kernels (GPU time, whole session)" }), kRows.length ? table("kp-topk", ["share", "time", "kernel"], kRows) : el("p", { "class": "kp-note", text: "No GPU kernels traced." })])
       ]));
       function showTop(top) {
-        var scope = [view === "cpu" ? "CPU" : "GPU", "self time"];
+        var scope = [VIEW_NAMES[view].replace(/ time.*$/, ""), "self time"];
         if (sel.pod) scope.push("pod " + sel.pod);
         if (sel.gpu) scope.push("GPU " + sel.gpu);
         if (sel.from || sel.to) scope.push((sel.from || "0") + "–" + (sel.to || "end") + " s");
@@ -250,7 +253,7 @@
       }
       var base = picker("kp-base", params.get("base") || refs[1]);
       var next = picker("kp-new", params.get("new") || refs[0]);
-      var view = el("select", { id: "kp-diff-view" }, [el("option", { value: "cpu", text: "CPU time" }), el("option", { value: "gpu", text: "GPU time" })]);
+      var view = el("select", { id: "kp-diff-view" }, ["cpu", "gpu", "off-cpu", "wall"].map(function (v) { return el("option", { value: v, text: VIEW_NAMES[v] }); }));
       view.value = params.get("view") || "cpu";
       var note = el("span", { "class": "kp-note", id: "kp-diff-note" });
       var holder = el("section", { "class": "kp-flame-holder" });
