@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("--out", metavar="FILE", help="write here; - is stdout")
     dif.add_argument("--top", type=_count, default=20, metavar="N",
                      help="rows per table in text and html (default %(default)s)")
+    dif.add_argument("--sort", choices=["self", "total"], default="self",
+                     help="rank rows by the absolute change of self time (default) or of "
+                     "total time")
     dif.add_argument("--store", metavar="URL", help="database URL (as for record)")
     dif.add_argument("--keep-interpreter", action="store_true",
                      help="keep CPython's own frames (as for report)")
@@ -244,7 +247,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.cmd == "diff":
             return reporting.diff_command(args.a, args.b, args.format, args.out, args.store,
                                           keep_interpreter=args.keep_interpreter,
-                                          top=args.top)
+                                          top=args.top, by=args.sort)
         if args.cmd == "sessions" and args.ses_cmd == "rm":
             from kubeprof.session_removal import rm_command
 

@@ -208,14 +208,14 @@ def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
 
 
 def diff_command(a_ref: str, b_ref: str, fmt: str, out: str | None, store_url: str | None,
-                 *, keep_interpreter: bool = False, top: int = 20) -> int:
+                 *, keep_interpreter: bool = False, top: int = 20, by: str = "self") -> int:
     """`kubeprof diff A B`: the two sessions compared (report.session_diff), as text, json
     or html (A-vs-B.diff.html by default)."""
     from kubeprof.report.diff_render import render_diff_html, render_diff_json, render_diff_text
     from kubeprof.report.session_diff import diff_reports
 
     d = diff_reports(load(store_url, a_ref, keep_interpreter=keep_interpreter),
-                     load(store_url, b_ref, keep_interpreter=keep_interpreter))
+                     load(store_url, b_ref, keep_interpreter=keep_interpreter), by=by)
     if fmt == "json":
         return _write(render_diff_json(d), out)
     if fmt == "html":

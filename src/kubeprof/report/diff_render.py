@@ -67,8 +67,7 @@ def render_diff_text(d: SessionDiff, *, top: int = 20, width: int = 0) -> str:
     """Headline and findings of both, then each table's `top` rows by absolute change."""
     lines = [
         f"kubeprof diff: {d.a.session} -> {d.b.session}",
-        "Δ = B - A; points (pts) are each session's share of its own total; rows by the "
-        "larger |Δ| of self and total.",
+        f"Δ = B - A; points (pts) are each session's share of its own total; rows by |Δ {d.by}|.",
         "",
         *_sides_text(d.a, d.b),
     ]
@@ -154,7 +153,7 @@ def render_diff_html(d: SessionDiff, *, top: int = 50) -> str:
         f"<!DOCTYPE html><html><head><meta charset=utf-8><title>kubeprof diff "
         f"{e(d.a.session)} → {e(d.b.session)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{e(d.a.session)} → {e(d.b.session)}</h1><p>Δ = B − A; points are each "
-        "session's share of its own total; rows by the larger |Δ| of self and total.</p>",
+        f"session's share of its own total; rows by |Δ {d.by}|.</p>",
         f'<div class="sides">{sides}</div>',
     ]
     for t in d.tables:

@@ -2,8 +2,9 @@
 
 Each row holds a name's self and total time in both sessions; the change is given in
 seconds and in points (its share of each session's own total, so runs of different
-lengths compare). Rows are sorted by absolute change: the larger of the self and the total
-change, then the self change. The GPU steady-state idle and the findings of both sit side by side.
+lengths compare). Rows are sorted by the absolute change of self time, where the time
+itself went (as `pprof -diff_base` does), or of total time on request. The GPU
+steady-state idle and the findings of both sit side by side.
 Pure: two Reports in, one SessionDiff out (diff_render.py writes it as text, JSON, HTML).
 """
 
@@ -71,6 +72,7 @@ class SessionDiff:
     a: Side
     b: Side
     tables: tuple[Table, ...]  # CPU functions; with GPU data also kernels and launching lines
+    by: str = "self"  # rows sorted by the absolute change of "self" or "total" time
 
 
 RowsOf = Callable[[Sequence[WeightedStack]], dict[str, tuple[int, int]]]
@@ -80,17 +82,18 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _rows(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> tuple[Row, ...]:
+def _rows(
+    a: dict[str, tuple[int, int]],
+    b: dict[str, tuple[int, int]],
+    by: str,
+) -> tuple[Row, ...]:
     rows = [Row(name, *a.get(name, (0, 0)), *b.get(name, (0, 0))) for name in a.keys() | b.keys()]
-    # The larger of the two changes first (a caller whose callee moved ranks with it),
-    # then the change of self time, where the time itself went.
-    rows.sort(
-        key=lambda r: (
-            -max(abs(r.b_self_ns - r.a_self_ns), abs(r.b_total_ns - r.a_total_ns)),
-            -abs(r.b_self_ns - r.a_self_ns),
-            r.name,
-        )
-    )
+
+    def change(r: Row) -> tuple[int, int]:
+        d_self, d_total = abs(r.b_self_ns - r.a_self_ns), abs(r.b_total_ns - r.a_total_ns)
+        return (d_total, d_self) if by == "total" else (d_self, d_total)
+
+    rows.sort(key=lambda r: (-change(r)[0], -change(r)[1], r.name))
     return tuple(rows)
 
 
@@ -142,8 +145,9 @@ def _side(report: Report) -> Side:
     return Side(report.session, report.profile.duration_s, idle, findings)
 
 
-def diff_reports(a: Report, b: Report) -> SessionDiff:
-    """The comparison of session A (before) with session B (after)."""
+def diff_reports(a: Report, b: Report, *, by: str = "self") -> SessionDiff:
+    """The comparison of session A (before) with session B (after); rows sorted by the
+    absolute change of self time (`by="total"`: of total time), the other as tie-break."""
     pa, pb = a.profile, b.profile
 
     def table(
@@ -153,7 +157,7 @@ def diff_reports(a: Report, b: Report) -> SessionDiff:
             title,
             sum(ws.value_ns for ws in sa),
             sum(ws.value_ns for ws in sb),
-            _rows(rows_of(sa), rows_of(sb)),
+            _rows(rows_of(sa), rows_of(sb), by),
             self_only=rows_of is not _functions,
         )
 
@@ -161,4 +165,4 @@ def diff_reports(a: Report, b: Report) -> SessionDiff:
     if pa.gpu or pb.gpu:
         tables.append(table("GPU time per kernel", _kernels, pa.gpu, pb.gpu))
         tables.append(table("GPU time per launching line", _lines, pa.gpu, pb.gpu))
-    return SessionDiff(_side(a), _side(b), tuple(tables))
+    return SessionDiff(_side(a), _side(b), tuple(tables), by)

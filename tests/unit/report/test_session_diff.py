@@ -34,7 +34,7 @@ def test_functions_in_both_with_seconds_and_points():
     assert hot.change_s() == -0.4 and round(t.points(hot), 6) == -20.0  # 40 % -> 20 %
     assert (cold.a_self_ns, cold.b_self_ns) == (200_000_000, 600_000_000)
     assert round(t.points(cold), 6) == 20.0  # 10 % of 2 s -> 30 % of 2 s
-    # Sorted by the larger absolute change of self and total; unchanged functions last.
+    # Sorted by the absolute change of self time; unchanged functions last.
     assert {r.name for r in t.rows[:2]} == {"hot (app.py)", "cold (app.py)"}
     assert all(r.change_s() == 0 for r in t.rows[2:])
 
