@@ -52,9 +52,11 @@ def test_plain_json_accepted():
     assert codec.decode(raw, gzipped=False)[2] == _batch()
 
 
-@pytest.mark.parametrize("body", [b"not gzip", gzip.compress(b"[1,2]"),
-                                  gzip.compress(b'{"v": 99}'),
-                                  gzip.compress(b'{"v": 1, "batch_id": "x", "frames": [[1]]}')])
+# mtime=0: the ids hold the bytes, and every xdist worker must collect the same ids.
+@pytest.mark.parametrize("body", [b"not gzip", gzip.compress(b"[1,2]", mtime=0),
+                                  gzip.compress(b'{"v": 99}', mtime=0),
+                                  gzip.compress(b'{"v": 1, "batch_id": "x", "frames": [[1]]}',
+                                                mtime=0)])
 def test_malformed_bodies_raise_codec_error(body):
     with pytest.raises(codec.CodecError):
         codec.decode(body)
