@@ -84,6 +84,7 @@ class GpuTrace:
     any_busy: BusyIndex  # any engine: what the headline counts
     kernel_busy: BusyIndex  # kernels only (SMs busy)
     copy_busy: BusyIndex  # copies and memsets only (copy engines busy)
+    markers: tuple[GpuActivity, ...] = ()  # NVTX / record_function ranges, sorted by start
 
     @property
     def busy(self) -> dict[int, list[Interval]]:
@@ -112,6 +113,7 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
     kernels: list[GpuActivity] = []
     copies: list[GpuActivity] = []
     syncs: list[GpuActivity] = []
+    markers: list[GpuActivity] = []
     for a in activities:
         if a.kind == "kernel":
             if a.device >= 0 and a.end_ns > a.start_ns:
@@ -120,7 +122,10 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
             copies.append(a)
         elif a.kind == "sync":
             syncs.append(a)
+        elif a.kind == "nvtx" and a.end_ns > a.start_ns:
+            markers.append(a)
     by_start = attrgetter("start_ns")
+    markers.sort(key=by_start)
     kernels.sort(key=by_start)
     copies.sort(key=by_start)
     syncs.sort(key=by_start)
@@ -142,6 +147,7 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
         any_busy=any_busy,
         kernel_busy=kernel_busy,
         copy_busy=copy_busy,
+        markers=tuple(markers),
     )
 
 

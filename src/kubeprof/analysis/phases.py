@@ -1,8 +1,10 @@
 """Start-up, warm-up, steady state and tail of a GPU workload, found from its own rhythm.
 
 A training or inference loop repeats one step, and some kernel runs once per step at a
-steady period. The steady state is where that *anchor* kernel recurs regularly: from the
-first of ``MIN_RUN`` consecutive regular periods to the last such period. It is measured in
+steady period; where the program marks its steps (an NVTX or ``record_function`` range
+recurring regularly), the marks anchor the steps instead. The steady state is where that
+*anchor* recurs regularly: from the first of ``MIN_RUN`` consecutive regular periods to the
+last such period. It is measured in
 whole steps (anchor start to anchor start), so its idle ratio is the loop's, without the
 interpreter start-up, imports, allocation, cuDNN/XLA autotuning or compilation before it.
 
@@ -41,6 +43,7 @@ GAP_CLASSES = (10_000, 1_000_000)  # queued back to back / launch gap / host gap
 SETTLED = 0.01  # the steady state may hold at most this much more irregular time than its end
 WARMUP_PAUSE_NS = 500_000_000  # without a loop, a pause this long in the first half ends warm-up
 BURST_GAP_NS = 1_000_000  # without a loop, device work after a pause this long starts a burst
+MARK_COVER = (0.5, 1.05)  # a step mark lasts this share of its period (median over marks)
 MIN_VERDICT_NS = 200_000_000  # a window shorter than this gives no verdict ...
 MIN_VERDICT_STEPS = 10  # ... nor one with fewer steps (or bursts)
 
@@ -92,6 +95,25 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
     last = max(iv[-1][1] for iv in trace.busy.values())
     s0 = min(s0, first)
     s1 = max(session.end_ns, last)
+    marked = _marker_steps(trace, first, last)
+    if marked is not None:
+        a, b, steps, name = marked
+        period = (b - a) / steps
+        method = (
+            f"{steps} whole steps of the main loop, marked by the program's step range "
+            f"`{name}` (NVTX / record_function; median period {period / 1e6:.3g} ms)"
+        )
+        return Phases(
+            Window(s0, s1),
+            Window(s0, first),
+            Window(first, a),
+            Window(a, b),
+            Window(b, s1),
+            method,
+            name,
+            steps,
+            period,
+        )
     # Kernels first: a kernel rhythm is the loop's own; copies and memsets (evaluation,
     # logging, checkpoints) may recur at a coarser period. Without a kernel rhythm, any
     # device work (a loop whose GPU work is one copy a step) anchors the steady state.
@@ -124,6 +146,54 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
                 period,
             )
     return _no_loop(trace, Window(s0, s1), first, last, best is not None)
+
+
+def _marker_steps(trace: GpuTrace, first: int, last: int) -> tuple[int, int, int, str] | None:
+    """Whole steps marked by the program itself: an NVTX / ``record_function`` range that
+    recurs at a regular period (REGULAR of its median) for MIN_RUN periods or more, lasts
+    MARK_COVER of its period (a step, not a layer or a compiler pass), over device work.
+    The marks are host-side, so the host running ahead makes single periods
+    jitter: the steps run from the settled start (``_settled_start``, as for kernels) to the
+    last mark. Among such ranges the one spanning the most time wins, then the longest
+    period (a per-layer range spans as long, but recurs at a shorter one). (start, end,
+    steps, name), or None without such a range."""
+    by_name: dict[str, list[int]] = defaultdict(list)
+    lengths: dict[str, list[int]] = defaultdict(list)
+    for m in trace.markers:
+        if first <= m.start_ns <= last:
+            by_name[m.name].append(m.start_ns)
+            lengths[m.name].append(m.end_ns - m.start_ns)
+    best: tuple[int, int, int, int, str] | None = None  # span, period, start, steps, name
+    for name, starts in by_name.items():
+        if len(starts) < MIN_OCCURRENCES:
+            continue
+        periods = [b - a for a, b in itertools.pairwise(starts)]
+        median = sorted(periods)[len(periods) // 2]
+        length = sorted(lengths[name])[len(starts) // 2]
+        if median <= 0 or not MARK_COVER[0] * median <= length <= MARK_COVER[1] * median:
+            continue  # not a step: a short range inside one (a layer, a thunk) or overlapping
+        ok = [REGULAR[0] * median <= p <= REGULAR[1] * median for p in periods]
+        runs = []
+        i = 0
+        while i < len(ok):
+            j = i
+            while j < len(ok) and ok[j]:
+                j += 1
+            if j - i >= MIN_RUN:
+                runs.append((i, j))
+            i = max(j, i + 1)
+        if not runs:
+            continue
+        p0 = _settled_start([(r0, len(periods)) for r0, _ in runs], periods, ok, median)
+        cand = (starts[-1] - starts[p0], median, starts[p0], len(periods) - p0, name)
+        if best is None or cand[:2] > best[:2]:
+            best = cand
+    if best is None:
+        return None
+    span, _, a, steps, name = best
+    if trace.busy_ns(a, a + span) <= 0:
+        return None  # marks over no device work
+    return a, a + span, steps, name
 
 
 def _no_loop(trace: GpuTrace, session: Window, first: int, last: int, short_run: bool) -> Phases:

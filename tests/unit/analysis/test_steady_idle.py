@@ -177,3 +177,35 @@ def test_a_claimed_span_of_years_is_bucketed_in_bounded_memory():
     r = analyse(acts, [], None, Window(0, 100 * year))
     assert len(r.timeline.busy_ns) <= steady_idle.MAX_BUCKETS
     assert sum(r.timeline.busy_ns) == r.figures.session.busy_ns
+
+
+def _marks(loop: Loop, name: str, every: int) -> list[GpuActivity]:
+    """Host-side NVTX ranges from every ``every``-th kernel of the loop to the next one."""
+    ks = sorted((a for a in loop.acts if a.start_ns >= loop.loop_start), key=lambda a: a.start_ns)
+    firsts = [ks[i].start_ns for i in range(0, len(ks), every)]
+    return [
+        GpuActivity("nvtx", name, a - 5 * US, b - 10 * US, -1, loop.pid, 0)
+        for a, b in itertools.pairwise(firsts)
+    ]
+
+
+def test_the_programs_step_marks_anchor_the_steps():
+    loop = Loop(steps=60, kernels=10, kernel_ns=1 * MS, host_ns=20 * MS).build()
+    acts = [*loop.acts, *_marks(loop, "train_step", 10), *_marks(loop, "layer", 2)]
+    r = analyse(acts, [], None, Window(*loop.session))
+    assert r.phases.anchor == "train_step" and "`train_step`" in r.phases.method
+    assert r.phases.steps >= 55  # not the per-layer range, which recurs within a step
+    assert abs(r.phases.steady.start_ns - loop.loop_start) <= 30 * MS
+    assert r.headline.ratio is not None and abs(r.headline.ratio - loop.truth) < 0.05
+
+
+def test_marks_over_no_device_work_are_not_the_loop():
+    loop = Loop(steps=60, kernels=10, kernel_ns=1 * MS, host_ns=20 * MS).build()
+    t = loop.loop_end + 1_000 * MS
+    idle_marks = [
+        GpuActivity("nvtx", "poll", t + i * 10 * MS, t + i * 10 * MS + MS, -1, 1, 0)
+        for i in range(50)
+    ]
+    acts = [*loop.acts, *idle_marks, loop.kernel(t + 600 * MS, MS, "late")]
+    r = analyse(acts, [], None, Window(loop.t0, t + 700 * MS))
+    assert r.phases.anchor != "poll"
