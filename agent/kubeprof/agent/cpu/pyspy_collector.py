@@ -31,12 +31,22 @@ from typing import TYPE_CHECKING
 from kubeprof.agent.cpu import procfs
 from kubeprof.agent.cpu.merge import is_interpreter_path
 from kubeprof.agent.cpu.python_stacks import PythonUnwinder, pyspy_path
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+from kubeprof.agent.cpu.syscalls import syscall_name
+from kubeprof.model import (
+    Batch,
+    CpuSample,
+    Frame,
+    FrameKind,
+    OffCpuSample,
+    OffCpuSource,
+    ProcessInfo,
+)
 
 if TYPE_CHECKING:  # the BPF collector imports bcc: only loaded when tried
     from kubeprof.agent.cpu.collector import CpuCollector
     from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs
 
+_WAITING = {"S": "sleeping", "D": "disk", "I": "idle", "T": "stopped", "t": "traced"}
 ENV_SOURCE = "KUBEPROF_CPU_SOURCE"  # auto (default): BPF, else py-spy; or bpf / py-spy
 NO_PYTHON = Frame("[no Python frames]", FrameKind.NATIVE)
 _REFRESH_S = 0.5  # how often the thread list of each target is re-read
@@ -55,6 +65,7 @@ class Tick:
     tid: int
     comm: str
     cpu: int
+    wait: str = ""  # a thread seen not running: why it waits ("read", "sleeping", ...)
 
 
 def parse_task_stat(text: str) -> tuple[str, str, int]:
@@ -92,7 +103,8 @@ class _ThreadStates:
             with contextlib.suppress(OSError):
                 self.fds[tid] = os.open(f"{self.proc}/{self.pid}/task/{tid}/stat", os.O_RDONLY)
 
-    def running(self, ts_ns: int) -> list[Tick]:
+    def running(self, ts_ns: int, idle: bool = False) -> list[Tick]:
+        """Threads in state R; with `idle`, the others too, with why they wait."""
         out = []
         for tid, fd in list(self.fds.items()):
             try:
@@ -106,7 +118,20 @@ class _ThreadStates:
             comm, state, cpu = parse_task_stat(raw.decode(errors="replace"))
             if state == "R":
                 out.append(Tick(ts_ns, self.pid, tid, comm, cpu))
+            elif idle and state in _WAITING:
+                out.append(Tick(ts_ns, self.pid, tid, comm, cpu, self._reason(tid, state)))
         return out
+
+    def _reason(self, tid: int, state: str) -> str:
+        """The syscall a waiting thread is in (/proc/.../syscall), else its state."""
+        try:
+            with open(f"{self.proc}/{self.pid}/task/{tid}/syscall") as f:
+                first = f.read().split(" ", 1)[0]
+        except OSError:
+            first = ""
+        if first.isdigit():
+            return syscall_name(int(first))
+        return _WAITING[state]
 
     def _forget(self, tid: int) -> None:
         fd = self.fds.pop(tid, None)
@@ -129,12 +154,15 @@ class PyspyCollector:
 
     cpu_source = "py-spy"
 
-    def __init__(self, hz: int = 99, *, segment_s: float = 4.0, proc: str = "/proc") -> None:
+    def __init__(
+        self, hz: int = 99, *, segment_s: float = 4.0, proc: str = "/proc", idle: bool = True
+    ) -> None:
         if not 1 <= hz <= 1000:
             raise PyspyCollectorError(f"sampling rate {hz} Hz is out of range: use 1..1000")
         if pyspy_path() is None:
             raise PyspyCollectorError("py-spy not found: pip install py-spy==0.4.3")
         self.hz, self.segment_s, self.proc = hz, segment_s, proc
+        self.idle = idle  # waiting threads sampled too: off-CPU samples (sampled-wall)
         self.period_ns = 1_000_000_000 // hz
         self.warnings: list[str] = []
         self._targets: set[int] = set()
@@ -192,7 +220,8 @@ class PyspyCollector:
             self._new_procs.append(info)
         if _is_python(pid, self.proc):
             try:
-                self._unwinders[pid] = PythonUnwinder(pid, self.hz, self.segment_s)
+                self._unwinders[pid] = PythonUnwinder(pid, self.hz, self.segment_s,
+                                                      idle=self.idle)
             except OSError as e:
                 self.warnings.append(f"no Python frames for PID {pid}: {e}")
 
@@ -219,7 +248,7 @@ class PyspyCollector:
             if st is None:
                 st = self._states[pid] = _ThreadStates(pid, self.proc)
             st.refresh(mono)
-            running = st.running(ts_ns)
+            running = st.running(ts_ns, self.idle)
             if running:
                 with self._lock:
                     self._ticks.extend(running)
@@ -262,21 +291,34 @@ class PyspyCollector:
         with self._lock:
             ticks, self._ticks = self._ticks, []
         ready: list[CpuSample] = []
+        waits: list[OffCpuSample] = []
         keep: list[Tick] = []
         for t in [*self._held, *ticks]:
             unwinder = self._unwinders.get(t.pid)
-            if unwinder is None:
-                ready.append(self._sample(t, None))
-            elif final or unwinder.done or t.ts_ns <= unwinder.covered_until_ns:
+            py: tuple[Frame, ...] | None = None
+            if unwinder is not None:
+                if not (final or unwinder.done or t.ts_ns <= unwinder.covered_until_ns):
+                    keep.append(t)
+                    continue
                 py = unwinder.stack_at(t.tid, t.ts_ns, unwinder.period_ns)
-                if not py:
+                if not py and not t.wait:
                     self._counters["cpu_python_unjoined"] += 1
-                ready.append(self._sample(t, py))
+            if t.wait:
+                waits.append(self._wait(t, py))
             else:
-                keep.append(t)
+                ready.append(self._sample(t, py))
         self._held = keep
         procs, self._new_procs = tuple(self._new_procs), []
-        return Batch(samples=tuple(ready), processes=procs, counters=self._increments())
+        return Batch(samples=tuple(ready), processes=procs, counters=self._increments(),
+                     offcpu_samples=tuple(waits))
+
+    def _wait(self, t: Tick, python: tuple[Frame, ...] | None) -> OffCpuSample:
+        """A thread seen waiting at a tick: it stands for one sampling period of waiting."""
+        self._total += 1
+        return OffCpuSample(ts_ns=t.ts_ns, pid=t.pid, tid=t.tid, thread=t.comm,
+                            blocked_ns=self.period_ns, weight_ns=self.period_ns, reason=t.wait,
+                            source=OffCpuSource.SAMPLED_WALL.value,
+                            stack=python or (NO_PYTHON,))
 
     def _increments(self) -> dict[str, int]:
         """Counters since the last batch (stores and shippers add them up)."""
@@ -345,7 +387,7 @@ def open_cpu_collector(
         else:
             return collector
     try:
-        fallback = PyspyCollector(hz)
+        fallback = PyspyCollector(hz, idle=offcpu is None or offcpu.enabled)
     except PyspyCollectorError as exc:
         raise CollectorError(f"{bpf_problem}; and the py-spy fallback cannot start: {exc}") from exc
     if source == "auto":

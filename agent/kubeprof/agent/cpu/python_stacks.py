@@ -124,7 +124,9 @@ def pyspy_path() -> str | None:
 class _Run:
     """One py-spy process writing one chrometrace file."""
 
-    def __init__(self, exe: str, pid: int, hz: int, path: str, native: bool) -> None:
+    def __init__(
+        self, exe: str, pid: int, hz: int, path: str, native: bool, idle: bool = False
+    ) -> None:
         cmd = [
             exe,
             "record",
@@ -140,6 +142,7 @@ class _Run:
             path,
         ]
         cmd += ["--native"] if native else ["--nonblocking"]
+        cmd += ["--idle"] if idle else []  # waiting threads' stacks too (off-CPU view)
         self.path = path
         self.start_ns = time.monotonic_ns()
         self.exit_ns = 0
@@ -197,11 +200,14 @@ class _Run:
 class PythonUnwinder:
     """Keeps overlapping py-spy runs on one Python process and collects their segments."""
 
-    def __init__(self, pid: int, hz: int, segment_s: float = 4.0, native: bool = False) -> None:
+    def __init__(
+        self, pid: int, hz: int, segment_s: float = 4.0, native: bool = False, idle: bool = False
+    ) -> None:
         exe = pyspy_path()
         if exe is None:
             raise FileNotFoundError("py-spy not found: pip install py-spy")
         self.pid, self._exe, self._hz, self._native = pid, exe, hz, native
+        self._idle = idle
         self._segment_ns = int(segment_s * 1e9)
         self.period_ns = 1_000_000_000 // hz  # py-spy's sampling period
         self._dir = tempfile.mkdtemp(prefix=f"kubeprof-pyspy-{pid}-")
@@ -213,7 +219,7 @@ class PythonUnwinder:
     def _start(self) -> _Run:
         self._n += 1
         path = os.path.join(self._dir, f"{self._n}.json")
-        return _Run(self._exe, self.pid, self._hz, path, self._native)
+        return _Run(self._exe, self.pid, self._hz, path, self._native, self._idle)
 
     @property
     def done(self) -> bool:
