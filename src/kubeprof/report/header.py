@@ -81,7 +81,36 @@ def profile_items(prof: Profile) -> list[tuple[str, str]]:
         out.append(("CPU time", format_ns(sum(ws.value_ns for ws in prof.cpu))))
     if prof.gpu:
         out.append(("GPU time", format_ns(sum(ws.value_ns for ws in prof.gpu))))
+    offcpu = offcpu_item(prof)
+    if offcpu:
+        out.append(("off-CPU", offcpu))
     return out
+
+
+def offcpu_item(prof: Profile) -> str:
+    """The off-CPU waits shown, and every wait left out of the view with its time (the
+    probe's counters): "" when the session has neither."""
+    meta = prof.meta
+
+    def n(key: str) -> int:
+        return int(meta.get(f"counter.offcpu_{key}", "0") or 0)
+
+    shown = sum(ws.samples for ws in prof.offcpu)
+    left = []
+    if n("short"):
+        left.append(f"{n('short'):,} shorter than the minimum ({format_ns(n('short_ns'))})")
+    if n("skipped"):
+        left.append(f"{n('skipped'):,} switch-outs not followed (1-in-N sampling)")
+    if n("unattributed"):
+        left.append(f"{n('unattributed'):,} outside a syscall, e.g. preempted "
+                    f"({format_ns(n('unattributed_ns'))}, no stack)")
+    lost = n("ring_full") + n("table_full")
+    if lost:
+        left.append(f"{lost:,} lost (ring buffer or table full)")
+    if not shown and not left:
+        return ""
+    words = f"{shown:,} waits, {format_ns(sum(ws.value_ns for ws in prof.offcpu))}"
+    return words + (f"; not shown: {'; '.join(left)}" if left else "")
 
 
 def _listed(values: list[str], shown: int = 4) -> str:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from kubeprof.model import Frame, FrameKind
-from kubeprof.report import formats
+from kubeprof.report import formats, header
 from kubeprof.report.collapsed import parse_collapsed, render_collapsed
 from kubeprof.report.views import available_views
 from kubeprof.reportdata import Profile, Report, WeightedStack
@@ -61,3 +61,20 @@ def test_json_lists_top_functions_per_view():
     assert any("get_queue" in k and v == 900_000_000 for k, v in off.items())
     wall = {f["function"]: f["total_ns"] for f in doc["top_functions"]["wall"]}
     assert any("main" in k and v == 800_000_000 for k, v in wall.items())
+
+
+def test_header_says_which_waits_are_left_out_and_their_time():
+    meta = {
+        "counter.offcpu_short": "1200",
+        "counter.offcpu_short_ns": "300000000",
+        "counter.offcpu_unattributed": "7",
+        "counter.offcpu_unattributed_ns": "21000000",
+        "counter.offcpu_ring_full": "2",
+    }
+    prof = Profile("s", 100, 1.0, cpu=_profile().cpu, offcpu=_profile().offcpu, meta=meta)
+    words = dict(header.profile_items(prof))["off-CPU"]
+    assert words.startswith("12 waits, 1.40 s")
+    assert "1,200 shorter than the minimum (300.0 ms)" in words
+    assert "7 outside a syscall" in words and "21.0 ms" in words
+    assert "2 lost" in words
+    assert "off-CPU" not in dict(header.profile_items(Profile("s", 100, 1.0)))
