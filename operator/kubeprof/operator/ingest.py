@@ -109,7 +109,7 @@ class IngestApi:
                  limits: IngestLimits | None = None, max_pending: int = 16,
                  session_pending: int = 8, startup_grace_s: float = 60.0,
                  drain_s: float = 15.0, per_session: int | None = None, per_client: int = 8,
-                 timeouts: slow_clients.ReadTimeouts | None = None,
+                 timeouts: slow_clients.ReadTimeouts | None = None, metrics_token: str = "",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.registry, self.writer = registry, writer
         self.limits = limits or IngestLimits()
@@ -126,6 +126,8 @@ class IngestApi:
         self.per_client = per_client
         self.timeouts = timeouts or slow_clients.ReadTimeouts()
         self._clients: dict[str, int] = {}  # requests in flight per client address
+        # /metrics names sessions, namespaces and pods: with a token, only its holder reads it.
+        self.metrics_token = metrics_token.encode()
         self.clock = clock
         self.loading_until = clock() + startup_grace_s
         self.pending = 0  # requests past authentication, not answered yet
@@ -346,7 +348,14 @@ class IngestApi:
             entry.phase
         return _json(200, "", phase=phase.value, endTime=entry.end_time, pods=pods)
 
-    async def get_metrics(self, _request: web.Request) -> web.Response:
+    async def get_metrics(self, request: web.Request) -> web.Response:
+        if self.metrics_token:
+            auth = request.headers.get("Authorization", "")
+            given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
+            if not auth.startswith("Bearer ") or not hmac.compare_digest(
+                    given, self.metrics_token):
+                return await slow_clients.answer_and_close(request, _json(
+                    401, "/metrics needs the scrape token (Authorization: Bearer <token>)"))
         metrics.set_phases(self.registry.phases())
         return web.Response(body=metrics.render(),
                             headers={"Content-Type": "text/plain; version=0.0.4"})

@@ -151,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("KUBEPROF_POLICY_INTERVAL_S", "30")),
                    help="seconds between ProfilingPolicy evaluations (env "
                         "KUBEPROF_POLICY_INTERVAL_S, default %(default)s)")
+    p.add_argument("--metrics-token-file", default=_env("KUBEPROF_METRICS_TOKEN_FILE"),
+                   help="file holding a bearer token /metrics requires (its series name "
+                        "sessions, namespaces and pods); Prometheus sends it with "
+                        "`authorization: {credentials: ...}` (env KUBEPROF_METRICS_TOKEN_FILE; "
+                        "default: /metrics open to whoever reaches the port)")
     p.add_argument("--light-token-file", default=_env("KUBEPROF_LIGHT_TOKEN_FILE"),
                    help="file holding the light agents' shared token; set: light agents "
                         "started with --deep profile sessions on their nodes instead of a "
@@ -246,6 +251,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "empty: mount the light agents' token Secret there", file=sys.stderr)
             return 2
 
+    metrics_token = ""
+    if args.metrics_token_file:
+        try:
+            metrics_token = Path(args.metrics_token_file).read_text().strip()
+        except OSError as exc:
+            print(f"kubeprof operator: error: --metrics-token-file: {exc}", file=sys.stderr)
+            return 2
+        if not metrics_token:
+            print(f"kubeprof operator: error: --metrics-token-file {args.metrics_token_file} "
+                  "is empty: mount the scrape token Secret there", file=sys.stderr)
+            return 2
+
     import kopf
 
     from kubeprof.operator import handlers, ui_routes
@@ -267,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     registry = Registry()
 
     api = IngestApi(registry, BatchWriter(store.engine), writers=config.ingest_writers,
-                    limits=limits, drain_s=config.drain_s)
+                    limits=limits, drain_s=config.drain_s, metrics_token=metrics_token)
     ui_routes.mount(api, store.engine, access=args.ui_access)  # read-only web UI, same port
     ctx = Context(kube, store.engine, registry, config)
     if light_token:

@@ -104,3 +104,29 @@ def test_unexpected_errors_log_one_traceback_per_interval(tmp_path, caplog):
         statuses = _serve(tmp_path, BrokenWriter, fn)
     assert set(statuses) == {422}
     assert _tracebacks(caplog) == 1
+
+
+def test_metrics_need_the_scrape_token_when_one_is_set(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path}/k.db")
+    apis = {
+        "open": IngestApi(Registry(), BatchWriter(store.engine), startup_grace_s=0),
+        "token": IngestApi(
+            Registry(), BatchWriter(store.engine), startup_grace_s=0, metrics_token="s3cret"
+        ),
+    }
+
+    async def go(api, headers):
+        async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
+            r = await client.get("/metrics", headers=headers)
+            return r.status, await r.text()
+
+    try:
+        assert asyncio.run(go(apis["open"], {}))[0] == 200
+        assert asyncio.run(go(apis["token"], {}))[0] == 401
+        assert asyncio.run(go(apis["token"], {"Authorization": "Bearer wrong"}))[0] == 401
+        status, text = asyncio.run(go(apis["token"], {"Authorization": "Bearer s3cret"}))
+        assert status == 200 and "kubeprof_ingest_batches_total" in text
+    finally:
+        for api in apis.values():
+            api.pool.shutdown()
+        store.close()
