@@ -47,3 +47,24 @@ def test_off_cpu_record_decodes_its_wait():
     assert (rec.ts_ns, rec.pid, rec.tid, rec.comm) == (123, 7, 8, "worker")
     assert (rec.off, rec.blocked_ns, rec.syscall_nr, rec.state) == (1, 5_000_000, 202, 1)
     assert ctypes.sizeof(raw) == sampler._STACK_AT
+
+
+def test_collector_keeps_the_cpu_profile_when_the_off_cpu_probe_cannot_attach(monkeypatch):
+    from kubeprof.agent.cpu import collector, preflight
+
+    made = []
+
+    class FakeSampler:
+        def __init__(self, hz, offcpu):
+            if offcpu is not None and offcpu.enabled:
+                raise Exception("Failed to attach BPF program to tracepoint raw_syscalls:sys_exit")
+            made.append(hz)
+
+    monkeypatch.setattr(preflight, "check_environment", lambda: None)
+    monkeypatch.setattr(collector, "Sampler", FakeSampler)
+    c = collector.CpuCollector(99, offcpu=OffCpuKnobs())
+    assert made == [99] and not c.offcpu.enabled
+    assert c.warnings == [
+        "off-CPU probe off (the on-CPU sampler runs): Failed to attach BPF "
+        "program to tracepoint raw_syscalls:sys_exit"
+    ]

@@ -53,13 +53,23 @@ class CpuCollector:
         if problem:
             raise CollectorError(problem)
         self.offcpu = OffCpuKnobs() if offcpu is None else offcpu
+        self.warnings: list[str] = []  # one-line notes for the user (target exited at once)
         try:
             self._sampler: Sampler | None = Sampler(hz, self.offcpu)
         except Exception as e:  # bcc raises bare Exceptions with compiler logs
-            raise CollectorError(preflight.explain_load_error(e)) from e
+            if not self.offcpu.enabled:
+                raise CollectorError(preflight.explain_load_error(e)) from e
+            # The off-CPU probe's tracepoints may be missing where the sampler works:
+            # keep the on-CPU profile, say why the off-CPU one is off.
+            try:
+                self._sampler = Sampler(hz, None)
+            except Exception as e2:  # the same cause: report it once
+                raise CollectorError(preflight.explain_load_error(e2)) from e2
+            first = str(e).strip().splitlines()[-1:] or ["?"]
+            self.warnings.append(f"off-CPU probe off (the on-CPU sampler runs): {first[0]}")
+            self.offcpu = OffCpuKnobs(min_us=self.offcpu.min_us, every=0)
         self.hz = hz
         self.lost = 0
-        self.warnings: list[str] = []  # one-line notes for the user (target exited at once)
         self._python = python
         self._symbolizer = Symbolizer()
         self._targets: set[int] = set()  # requested roots
