@@ -177,6 +177,7 @@ def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
     which Perfetto and chrome://tracing open too, at about a tenth of the size)."""
     from kubeprof.analysis import gpu_trace, phases
     from kubeprof.report.perfetto import write_perfetto
+    from kubeprof.storage.offcpu import offcpu_samples
 
     store = Store.open(store_url)
     try:
@@ -184,6 +185,7 @@ def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
             info = q.find_session(conn, ref)
             activities = q.gpu_activities(conn, info.id)
             cpu = q.sample_columns(conn, info)
+            waits = offcpu_samples(conn, info.id)
             names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
     finally:
         store.close()
@@ -192,7 +194,7 @@ def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
     work = any(a.kind in ("kernel", "memcpy", "memset") for a in activities)
     ph = phases.detect(gpu_trace.build(activities), phases.Window(start, end)) if work else None
     args: dict[str, Any] = {"session": info.name, "start_ns": start, "activities": activities,
-                            "cpu": cpu, "phases": ph, "process_names": names,
+                            "cpu": cpu, "offcpu": waits, "phases": ph, "process_names": names,
                             "keep_interpreter": keep_interpreter}
     out = out if out is not None else f"{info.name}.trace.json"
     if out == "-":

@@ -7,7 +7,8 @@ Tracks, top to bottom:
   ("X") slices, with grid, block, registers, bytes and the launching Python line as args;
 - per profiled process: each sampled thread's CPU stacks as nested slices (a flame chart:
   consecutive samples that share a frame extend its slice, a gap longer than two sampling
-  periods ends every slice), a "CUDA launches" thread with one slice per launch and a flow
+  periods ends every slice), its off-CPU waits beside them (named by why it waited), a
+  "CUDA launches" thread with one slice per launch and a flow
   arrow from it to its kernel (``bind_id`` with ``flow_out``/``flow_in``), NVTX ranges and
   host syncs as async slices (they overlap).
 
@@ -27,12 +28,13 @@ from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.analysis.interpreter_frames import fold_stack
 from kubeprof.analysis.kernel_names import short_name
 from kubeprof.analysis.phases import Phases
-from kubeprof.model import Frame, FrameKind, GpuActivity, Stack
+from kubeprof.model import Frame, FrameKind, GpuActivity, OffCpuSample, Stack
 
 # Pseudo process and thread ids (Perfetto keeps them as 32-bit; real pids stay below 2**22).
 PHASES_PID = 0x7FFE0000
 GPU_PID = 0x7FFF0000  # + device ordinal
 LAUNCH_TID = 0x7FFF0001  # a profiled process's "CUDA launches" thread
+OFFCPU_TID = 0x40000000  # | tid: a thread's off-CPU waits, on a track beside its samples
 GAP_PERIODS = 2.0  # a thread unsampled for longer than this many periods was off CPU
 DEVICE_WORK = ("kernel", "memcpy", "memset")
 
@@ -268,11 +270,36 @@ def cpu_events(
         yield from thread_slices(t, labels, cpu.period_ns, t0)
 
 
+def offcpu_events(offcpu: Sequence[OffCpuSample], t0: int) -> Iterator[Event]:
+    """Each thread's off-CPU waits as slices on a track of their own beside its samples
+    ("off-CPU"), named by why it waited, its stack's innermost frame in the args."""
+    named: set[tuple[int, int]] = set()
+    for w in offcpu:
+        tid = OFFCPU_TID | w.tid
+        if (w.pid, tid) not in named:
+            named.add((w.pid, tid))
+            yield _meta(w.pid, tid, "thread_name", f"{w.thread} [{w.tid}] off-CPU")
+        args: dict[str, object] = {"source": w.source, "blocked_ms": round(w.blocked_ns / 1e6, 3)}
+        if w.stack:
+            args["waited_in"] = launch_site(w.stack)
+        yield {
+            "ph": "X",
+            "cat": "off-cpu",
+            "name": f"off-CPU: {w.reason or 'unknown'}",
+            "pid": w.pid,
+            "tid": tid,
+            "ts": _us(w.ts_ns, t0),
+            "dur": _us(w.ts_ns + w.blocked_ns, w.ts_ns),
+            "args": args,
+        }
+
+
 def events(
     *,
     start_ns: int,
     activities: Sequence[GpuActivity] = (),
     cpu: SampleColumns | None = None,
+    offcpu: Sequence[OffCpuSample] = (),
     phases: Phases | None = None,
     process_names: Mapping[int, str] | None = None,
     keep_interpreter: bool = False,
@@ -286,6 +313,7 @@ def events(
         yield from cpu_events(
             cpu, start_ns, keep_interpreter=keep_interpreter, process_names=process_names
         )
+    yield from offcpu_events(offcpu, start_ns)
 
 
 def _header(session: str, start_ns: int) -> dict[str, object]:

@@ -46,7 +46,15 @@ SCHEMA = {
                             "ph": {"const": "X"},
                             "name": {"type": "string", "minLength": 1},
                             "cat": {
-                                "enum": ["cpu", "kernel", "memcpy", "memset", "launch", "phase"]
+                                "enum": [
+                                    "cpu",
+                                    "kernel",
+                                    "memcpy",
+                                    "memset",
+                                    "launch",
+                                    "phase",
+                                    "off-cpu",
+                                ]
                             },
                             "ts": _NUM,
                             "dur": _NUM,
@@ -240,3 +248,57 @@ def test_out_dash_writes_the_trace_to_stdout(recorded):
     )
     assert run.returncode == 0
     assert json.loads(run.stdout)["otherData"]["session"] == MODE
+
+
+def test_off_cpu_waits_sit_beside_the_samples_of_their_thread(tmp_path):
+    """A thread that computes, waits 25 ms in a read, computes again: its samples on its
+    own track, the wait on the track beside it, where and as long as it was."""
+    from kubeprof.model import Batch, CpuSample, FrameKind, OffCpuSample, ProcessInfo
+    from kubeprof.report.perfetto import OFFCPU_TID
+    from kubeprof.storage import Store
+
+    url = f"sqlite:///{tmp_path}/w.db"
+    main = Frame("main", FrameKind.PYTHON, "/app/w.py", 3)
+    work = (main, Frame("crunch", FrameKind.PYTHON, "/app/w.py", 9))
+    wait = (main, Frame("fetch", FrameKind.PYTHON, "/app/w.py", 20))
+    t0, period = 1_000_000_000, 10_101_010
+    on = [t0 + i * period for i in range(5)] + [t0 + 80_000_000 + i * period for i in range(5)]
+    store = Store.open(url)
+    sid = store.create_session("w", command="python w.py", start_ns=t0, hz=99)
+    store.write_batch(
+        sid,
+        Batch(
+            samples=tuple(CpuSample(ts, 7, 7, "py", 0, work) for ts in on),
+            processes=(ProcessInfo(7, 1, "python", "python w.py"),),
+            offcpu_samples=(
+                OffCpuSample(
+                    t0 + 51_000_000, 7, 7, "py", 25_000_000, 25_000_000, "read", "bpf-sched", wait
+                ),
+            ),
+        ),
+    )
+    store.finish_session(sid, end_ns=t0 + 200_000_000)
+    store.close()
+    run = subprocess.run(
+        [KUBEPROF, "report", "w", "-f", "perfetto", "--out", "-", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    trace = json.loads(run.stdout)
+    jsonschema.validate(trace, SCHEMA)
+    waits = [e for e in trace["traceEvents"] if e.get("cat") == "off-cpu"]
+    assert len(waits) == 1
+    w = waits[0]
+    assert (w["pid"], w["tid"], w["name"]) == (7, OFFCPU_TID | 7, "off-CPU: read")
+    assert (w["ts"], w["dur"]) == (51_000.0, 25_000.0)
+    assert w["args"]["waited_in"] == "fetch (w.py:20)"
+    crunch = [e for e in trace["traceEvents"] if e.get("name") == "crunch (w.py)"]
+    assert [(e["tid"], e["ts"]) for e in crunch] == [(7, 0.0), (7, 80_000.0)]  # two runs
+    names = {
+        (e["pid"], e.get("tid")): e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["name"] == "thread_name"
+    }
+    assert names[(7, OFFCPU_TID | 7)] == "py [7] off-CPU"
