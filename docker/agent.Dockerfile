@@ -35,25 +35,16 @@ FROM runtime AS build
 ARG CUPTI_PYTHON=13.4.0
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY src ./src
-COPY agent ./agent
-COPY operator ./operator
-RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
- && python3 -m venv --system-site-packages /opt/kubeprof \
- && /opt/kubeprof/bin/pip install --no-cache-dir --disable-pip-version-check . "nvidia-ml-py>=12" \
- && /opt/kubeprof/bin/python -c 'import bcc, pynvml, kubeprof.cli'
 # The tracer bundle (kubeprof.agent.gpu.bundle) for pods of any Python 3.10-3.13: the
 # kubeprof package in lib/, libcupti and pure-Python dependencies in deps/, and
 # cupti-python with its compiled dependencies once per CPython minor in py/cp3XY/, and the C
 # launch hook (one stable-ABI build) beside the tracer in lib/. The init container copies all
 # of it (it cannot know the pod's Python); the tracer appends deps/ and its own py/cp3XY/ to
-# the end of sys.path at start, or says why it cannot.
+# the end of sys.path at start, or says why it cannot. The downloads come first, before any
+# source is copied, so a source change rebuilds only the layers after them.
 RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
+ && python3 -m venv --system-site-packages /opt/kubeprof \
  && T=/opt/kubeprof/tracer \
- && mkdir -p $T/lib \
- && cp -r "$(/opt/kubeprof/bin/python -c 'import kubeprof, os; print(os.path.dirname(kubeprof.__path__[0]))')/kubeprof" $T/lib/ \
  && /opt/kubeprof/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --only-binary=:all: \
       --target $T/deps "nvidia-cuda-cupti~=13.4" "cuda-pathfinder>=1.4.1" pyelftools \
  && for t in 310 311 312 313; do \
@@ -64,6 +55,16 @@ RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run
         --target "/opt/kubeprof/tracer/py/cp$t" \
         "cupti-python==$CUPTI_PYTHON" "cuda-bindings>=13.0.2" "numpy>=1.23" || exit 1; \
     done
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+COPY agent ./agent
+COPY operator ./operator
+RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run/secrets/ca; } \
+ && /opt/kubeprof/bin/pip install --no-cache-dir --disable-pip-version-check . "nvidia-ml-py>=12" \
+ && /opt/kubeprof/bin/python -c 'import bcc, pynvml, kubeprof.cli' \
+ && mkdir -p /opt/kubeprof/tracer/lib \
+ && cp -r "$(/opt/kubeprof/bin/python -c 'import kubeprof, os; print(os.path.dirname(kubeprof.__path__[0]))')/kubeprof" /opt/kubeprof/tracer/lib/
 COPY --from=hooks /out/_launchhook.abi3.so /opt/kubeprof/tracer/lib/kubeprof/agent/gpu/
 COPY --from=hooks /out/_launchhook.abi3.so /opt/kubeprof/lib/python3.11/site-packages/kubeprof/agent/gpu/
 # The image build fails when a build or the hook is missing; then pip goes (nothing installs
