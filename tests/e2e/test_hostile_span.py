@@ -145,6 +145,9 @@ def test_span_batches_are_refused_and_an_innocent_session_is_stored(
         attacker = h.session(c, ns, "attacker")["status"]
         assert innocent["phase"] == attacker["phase"] == "Completed", (innocent, attacker)
         assert innocent["samples"] == 100
+        # What each stored, against the per-session quota (refused batches count nothing).
+        assert innocent["quota"] == {"records": 120, "maxRecords": 100_000_000}
+        assert attacker["quota"] == {"records": 1, "maxRecords": 100_000_000}
         with psycopg.connect(postgres_dsn.libpq) as conn:
             sid = conn.execute(
                 "SELECT id FROM sessions WHERE name = %s", (attacker["storeSession"],)

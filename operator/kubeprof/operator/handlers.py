@@ -71,6 +71,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         except Exception:
             metrics.RECONCILE_ERRORS.labels(stage="other").inc()
             raise
+        entry = memo.ctx.writer_registry.get(body["metadata"]["namespace"],
+                                             body["metadata"]["name"])
+        if entry is not None and entry.uid == body["metadata"]["uid"]:
+            quota = memo.api.usage.quota(entry)  # what it stored against its row quota
+            if quota is not None:
+                status["quota"] = quota
         old = body.get("status") or {}
         if old.get("phase") != status.get("phase"):
             logger.info("phase %s -> %s (%s)", old.get("phase") or "-", status["phase"],

@@ -102,6 +102,15 @@ class SessionUsage:
         with s.lock:
             s.rows -= rows
 
+    def quota(self, entry: SessionEntry) -> dict[str, int] | None:
+        """`.status.quota`: records stored and the most the session may store; None until
+        this process has seen a batch of the session (the status keeps the last figure)."""
+        with self._lock:
+            s = self._sessions.get((entry.uid, entry.db_id))
+        if s is None or not s.loaded:
+            return None
+        return {"records": s.rows, "maxRecords": self.limits.max_session_rows}
+
     def forget(self, entry: SessionEntry) -> None:
         """Drop what is kept for a session that is gone."""
         with self._lock:

@@ -159,3 +159,32 @@ def test_rows_per_session_are_capped_and_a_duplicate_does_not_count_twice(store)
     assert [s for s, _ in reg_out] == [200, 200, 200, 413, 200], reg_out
     assert "limit of 10 per session" in reg_out[3][1]["message"]
     assert _rows(store, SampleRow) == 12
+
+
+def test_the_quota_figures_are_what_the_session_stored(store):
+    reg = Registry()
+    entry = _entry(store, reg, "s")
+    api = IngestApi(
+        reg,
+        BatchWriter(store.engine),
+        writers=1,
+        startup_grace_s=0,
+        limits=IngestLimits(max_session_rows=1000),
+    )
+
+    async def go():
+        async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
+            for n, bid in ((4, "b-1"), (4, "b-1"), (3, "b-2")):  # b-1 twice: a duplicate
+                r = await client.post(
+                    "/v1/sessions/ns/s/batches",
+                    data=encode(Batch(samples=_samples(T0, n)), batch_id=bid, node="n1"),
+                    headers={"Authorization": "Bearer tok", "Content-Encoding": "gzip"},
+                )
+                assert r.status == 200
+
+    try:
+        assert api.usage.quota(entry) is None  # nothing seen yet: no figure to show
+        asyncio.run(go())
+        assert api.usage.quota(entry) == {"records": 7, "maxRecords": 1000}
+    finally:
+        api.pool.shutdown()
