@@ -54,17 +54,22 @@ def test_sampled_wall_shares_match_what_the_program_measured(tmp_path):
     store.close()
     assert waits and {w.source for w in waits} == {OffCpuSource.SAMPLED_WALL.value}
     # Each function's share of the main thread's sampled loop time (on + off CPU: the wall
-    # view) against its share of the loop time the program measured. About 400 ticks:
-    # the sampling error of a 20 % share is about 2 points; 7 allows for 3 of them.
+    # view) against its share of the loop time the program measured. About 400 ticks: the
+    # binomial error of a 20 % share is 2 points; the thread's state (/proc, at the tick)
+    # and its stack (py-spy's nearest sample) are read at different instants, so a thread
+    # that moved on within a period is charged to its neighbour: up to 7 points were seen
+    # at a load average of 13 on this 2-core machine. 10 points is what is promised.
     loop = [
         ws for ws in profile.cpu + profile.offcpu if ws.tid == truth["main_tid"] and _in(ws, "main")
     ]
     total = sum(ws.value_ns for ws in loop)
     measured = sum(truth["spent_s"].values())
-    for name in FUNCS:
-        seen = sum(ws.value_ns for ws in loop if _in(ws, name)) / total
-        want = truth["spent_s"][name] / measured
-        assert abs(seen - want) < 0.07, f"{name}: {seen:.3f} sampled, {want:.3f} measured"
+    off = {
+        name: sum(ws.value_ns for ws in loop if _in(ws, name)) / total
+        - truth["spent_s"][name] / measured
+        for name in FUNCS
+    }
+    assert max(abs(d) for d in off.values()) < 0.10, f"sampled - measured share: {off}"
     # the blocking ones are off-CPU samples with the syscall as the reason
     read = {
         ws.stack[-1].name
