@@ -66,7 +66,7 @@ def row(mode: str) -> str:
     hz = float(sm.get("cpu_hz", 99) or 99)
     cpu = from_samples(t.samples, hz, sm.get("cpu_source", "py-spy")) if t.samples else None
     s0, s1 = t.meta["session_start_ns"], t.meta["session_end_ns"]
-    a = analyse(t.activities, t.metrics, cpu, Window(s0, s1))
+    a = analyse(t.activities, t.metrics, cpu, Window(s0, s1), offcpu=t.offcpu)
     h = a.headline
     diff = "–" if h.ratio is None else f"{100 * (h.ratio - truth['idle_ratio']):+.1f}"
     busy = f"{_pct(h.kernel_busy)} / {_pct(h.copy_busy)}"

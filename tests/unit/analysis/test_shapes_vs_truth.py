@@ -4,8 +4,9 @@ The H200 recordings in tests/fixtures/gpu/truth (``serve``, ``copyonly``, ``load
 recorded by tests/gpu/truth_run.sh around examples/gpu_shapes.py) replayed through the real
 analysis: the top finding, the window it names and its severity, checked against the
 ``KUBEPROF_TRUTH`` line each workload printed (CUDA events and perf_counter accounting).
-These recordings hold no off-CPU samples (py-spy fallback, on-CPU only), so where the
-launching thread blocked the analysis must say "off CPU, no stack".
+The recordings of 2026-12-04 hold no off-CPU samples (py-spy fallback, on-CPU only), so where
+the launching thread blocked the analysis must say "off CPU, no stack"; a recording with
+off-CPU samples must name the function it waited in instead.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def run(mode: str) -> tuple[dict, Analysis]:
         src = sm.get("cpu_source", "")
         cpu = cs.from_samples(tr.samples, hz=hz, source=src) if tr.samples else None
         window = Window(tr.meta["session_start_ns"], tr.meta["session_end_ns"])
-        _CACHE[mode] = (tr.meta["truth"], analyse(tr.activities, tr.metrics, cpu, window))
+        a = analyse(tr.activities, tr.metrics, cpu, window, offcpu=tr.offcpu)
+        _CACHE[mode] = ({**tr.meta["truth"], "offcpu": len(tr.offcpu)}, a)
     return _CACHE[mode]
 
 
@@ -55,8 +57,12 @@ def test_serve_is_waiting_for_work_over_its_active_window():
     )
     assert r.headline.ratio is not None
     assert abs(r.headline.ratio - truth["idle_ratio"]) < 0.05, (r.headline.ratio, truth)
-    # blocked with no off-CPU stack: says so instead of naming code from on-CPU samples
-    assert "off CPU, no stack" in top.message
+    # blocked: where, from off-CPU stacks; without them it says so instead of naming code
+    # from on-CPU samples
+    if truth["offcpu"]:
+        assert f"`{truth['host_functions']['waiting']} (" in top.message
+    else:
+        assert "off CPU, no stack" in top.message
     assert any(_ends(x, truth["host_functions"]["model"]) for x in top.evidence.lines)
     assert "CUDA graph" in top.message and "will not help" in top.message  # not the advice
     assert top.gain is not None and top.gain.share > 0.9
@@ -90,7 +96,7 @@ def test_starved_dataloader_names_the_wait_and_the_workers_function():
     assert any(_ends(x, fns["waiting"]) for x in top.evidence.lines)  # next(loader) site
     assert any(_ends(x, fns["worker"]) for x in top.evidence.lines)  # __getitem__'s work
     assert f"`{fns['worker']} (" in top.message and "num_workers" in top.message
-    assert "off CPU, no stack" in top.message
+    assert ("off CPU, no stack" in top.message) == (not truth["offcpu"])
     assert top.evidence.numbers["worker_processes"] == truth["workers"]
     assert "steady state" in top.message
     h = r.headline
