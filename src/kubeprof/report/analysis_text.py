@@ -182,7 +182,7 @@ def idle_text(a: Analysis, width: int = 100) -> list[str]:
         out += [
             "",
             f"Timeline ({per * a.timeline.bucket_ns // 1_000_000} ms a cell; bar = GPU busy; "
-            "s start-up, w warm-up, = steady, t tail)",
+            f"s start-up, w warm-up, = {'steady' if ph.loop else 'analysed'}, t tail)",
             f"  |{busy}|",
             f"  |{marks}|",
         ]
