@@ -70,8 +70,16 @@ def test_agent_bodies_through_the_ingest_api_give_each_pod_its_own_idle(store, p
     shown = {p["name"]: p for p in status["summary"]["pods"]}
     for pod, p in meta["pods"].items():
         rep, row = reports[pod], shown[f"{NS}/{pod}"]
-        # the same figure the device's own aggregation over PostgreSQL printed
-        assert rep["gpu_idle"] == pytest.approx(p["device_report"]["gpu_idle"])
+        # The device's own aggregation over PostgreSQL printed `device_idle` before issue 26
+        # gave kubeprof one idle definition: CUPTI pods now count copies/memsets busy too
+        # (idle can only drop, and by little: no copy loop here); NVML pods use the light
+        # agent's definition, which must be no further from the pod's own measurement.
+        device_idle = p["device_report"]["gpu_idle"]
+        if p["injected"]:
+            assert device_idle - 0.01 <= rep["gpu_idle"] <= device_idle + 1e-9
+        else:
+            own_idle = p["truth"]["idle_ratio"]
+            assert abs(rep["gpu_idle"] - own_idle) <= abs(device_idle - own_idle) + 1e-9
         assert row["gpuIdleSource"] == ("cupti" if p["injected"] else "nvml")
         if p["injected"]:
             assert rep["kernels"] > 300 and rep["kernel_pids"] == [p["truth"]["pid"]]
