@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
                      "and below Python frames; by default they are folded away so self time "
                      "lands on Python functions")
+    rep.add_argument("--whole-session", action="store_true",
+                     help="CPU view over the whole session; by default it follows the window "
+                     "the GPU analysis judged (steady state, or the active window after "
+                     "warm-up), start-up and warm-up left out")
 
     dif = sub.add_parser("diff", help="compare two sessions function by function (and per "
                          "kernel and launching line with GPU data), with GPU idle and "
@@ -241,7 +245,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return reporting.report_command(
                 args.session, args.format, args.view, args.out, args.store,
                 args.keep_interpreter, text=reporting.TextOptions(
-                    args.top, args.width, args.startup_frames))
+                    args.top, args.width, args.startup_frames),
+                whole_session=args.whole_session)
         if args.cmd == "compare":
             return _compare(args)
         if args.cmd == "diff":

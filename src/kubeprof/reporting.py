@@ -12,6 +12,7 @@ from typing import Any
 
 from kubeprof.analysis import energy, gpu_idle
 from kubeprof.analysis.cpu_samples import SampleColumns
+from kubeprof.analysis.cpu_window import samples_in, window_stacks
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_profile
@@ -25,6 +26,7 @@ from kubeprof.storage.offcpu import offcpu_samples
 # in-process CUDA tracer ran ("on"/"off") and, when off, why in one line.
 GPU_TRACER = "gpu_tracer"
 GPU_TRACER_REASON = "gpu_tracer_reason"
+CPU_WINDOW = "cpu_window"  # report-time meta: the window the CPU view shows
 
 
 def gpu_tracing(meta: Mapping[str, str], activities: Sequence[GpuActivity]) -> tuple[bool, str]:
@@ -103,11 +105,13 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = False) -> Report:
+def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = False,
+         whole_session: bool = False) -> Report:
     """The report of session `ref` (the newest when None) in the store at `store_url`.
 
     CPython's own frames are folded out of stacks with Python frames unless
-    `keep_interpreter` (analysis.interpreter_frames says why)."""
+    `keep_interpreter` (analysis.interpreter_frames says why). The CPU view follows the
+    window the GPU analysis judged unless `whole_session` (`cpu_follows_window`)."""
     store = Store.open(store_url)
     try:
         with store.engine.connect() as conn:
@@ -122,16 +126,44 @@ def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = Fal
             waits = offcpu_samples(conn, info.id)
     finally:
         store.close()
-    return build_report(profile, activities, metrics, info.start_ns, info.end_ns, cpu,
-                        process_names=names, offcpu=waits)
+    report = build_report(profile, activities, metrics, info.start_ns, info.end_ns, cpu,
+                          process_names=names, offcpu=waits)
+    if whole_session or cpu is None:
+        return report
+    return cpu_follows_window(report, cpu, fold=not keep_interpreter)
+
+
+def cpu_follows_window(report: Report, cpu: SampleColumns, *, fold: bool = True) -> Report:
+    """The report with its CPU view cut to the analysed GPU window (steady state, or the
+    active window after warm-up); start-up, warm-up and tail are left out and the header
+    says so (meta `cpu_window`). Unchanged without a GPU figure or samples in the window."""
+    a = report.analysis
+    if a is None or a.headline.ratio is None or a.phases.steady.duration_ns <= 0:
+        return report
+    w = a.phases.steady
+    process = {ws.pid: ws.process for ws in report.profile.cpu}
+    stacks = window_stacks(cpu, w, process)
+    inside, every = samples_in(cpu, w)
+    if not stacks or inside == every:
+        return report
+    cut = replace(report.profile, cpu=stacks, gpu=())
+    if fold:
+        cut = fold_profile(cut)
+    what = "steady state" if a.phases.loop else "active window after warm-up"
+    note = (f"{what} only ({w.duration_ns / 1e9:.2f} s, {inside:,} of {every:,} samples; "
+            "--whole-session: all)")
+    profile = replace(report.profile, cpu=cut.cpu,
+                      meta={**report.profile.meta, CPU_WINDOW: note})
+    return replace(report, profile=profile)
 
 
 def report_command(ref: str | None, fmt: str, view: str, out: str | None,
                    store_url: str | None, keep_interpreter: bool = False, *,
-                   text: TextOptions | None = None) -> int:
+                   text: TextOptions | None = None, whole_session: bool = False) -> int:
     if fmt == "perfetto":
         return timeline_command(store_url, ref, out, keep_interpreter=keep_interpreter)
-    report = load(store_url, ref, keep_interpreter=keep_interpreter)
+    report = load(store_url, ref, keep_interpreter=keep_interpreter,
+                  whole_session=whole_session)
     profile = report.profile
     if view == "gpu" and not profile.gpu:
         raise LookupError(f"session {profile.session!r} has no GPU data: record it with "
