@@ -284,8 +284,9 @@ def test_agent_values_reach_the_agent_daemonset(monkeypatch):
     assert pod["tolerations"] == CUSTOM["agent"]["tolerations"]
     assert pod["priorityClassName"] == "system-node-critical"
     spool = next(v for v in pod["volumes"] if v["name"] == "spool")
-    # Each session spools in its own folder under the configured root.
-    assert spool["hostPath"]["path"] == "/data/kubeprof/ml_s"
+    # Each session spools in its own folder under the configured root, keyed by its UID too
+    # (a session re-created under the same name never receives the old one's batches).
+    assert spool["hostPath"]["path"] == "/data/kubeprof/ml_s_u"
     assert config.reconcile_interval_s == 2.0 and config.namespaces == ("ml", "research")
 
 
