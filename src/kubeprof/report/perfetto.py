@@ -5,22 +5,24 @@ Tracks, top to bottom:
 - "kubeprof phases": start-up, warm-up, steady state and tail (analysis.phases);
 - one process per GPU, one thread per stream: kernels, copies and memsets as complete
   ("X") slices, with grid, block, registers, bytes and the launching Python line as args;
-- per profiled process: each sampled thread's CPU stacks as nested slices (a flame chart:
-  consecutive samples that share a frame extend its slice, a gap longer than two sampling
-  periods ends every slice), its off-CPU waits beside them (named by why it waited), a
-  "CUDA launches" thread with one slice per launch and a flow
-  arrow from it to its kernel (``bind_id`` with ``flow_out``/``flow_in``), NVTX ranges and
-  host syncs as async slices (they overlap).
+- per profiled process: each sampled thread's CPU stacks as nested begin/end slices (a
+  flame chart: consecutive samples that share a frame extend its slice, a gap longer than
+  two sampling periods ends every slice), its off-CPU waits beside them (named by why it
+  waited), a "CUDA launches" thread with one slice per launch and a flow arrow from it to
+  its kernel (``bind_id`` with ``flow_out``/``flow_in``), NVTX ranges and host syncs as
+  async slices (they overlap).
 
 The tracer does not record when a launch was called, only which stack called it: a launch
 is drawn at its kernel's start (the latest time it can have been called), and its thread's
-name says so. Times are µs from the session start. Pure: records in, events out, written one by one.
+name says so. Times are µs from the session start. Pure: records in, events out, written
+one by one.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -44,6 +46,16 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps bu
 
 def _us(ns: int | float, t0: int) -> float:
     return round((ns - t0) / 1000.0, 3)
+
+
+def _dur(start_ns: int, end_ns: int, t0: int) -> float:
+    """µs from start to end such that ts + dur, summed in floating point as a viewer does,
+    never passes the end (a slice must not overlap the next one that starts there)."""
+    ts, end = _us(start_ns, t0), _us(end_ns, t0)
+    dur = max(round(end - ts, 3), 0.0)
+    while dur > 0 and ts + dur > end:
+        dur = math.nextafter(dur, 0.0)
+    return dur
 
 
 def _meta(pid: int, tid: int | None, key: str, value: object) -> Event:
@@ -93,7 +105,7 @@ def phase_events(phases: Phases, t0: int) -> list[Event]:
                     "pid": PHASES_PID,
                     "tid": 1,
                     "ts": _us(w.start_ns, t0),
-                    "dur": _us(w.end_ns, w.start_ns),
+                    "dur": _dur(w.start_ns, w.end_ns, t0),
                     "args": args,
                 }
             )
@@ -145,7 +157,7 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
                 "pid": gpu,
                 "tid": a.stream,
                 "ts": ts,
-                "dur": _us(a.end_ns, a.start_ns),
+                "dur": _dur(a.start_ns, a.end_ns, t0),
                 "args": args,
             }
             if not a.correlation_id:
@@ -213,23 +225,26 @@ def thread_slices(
     thread: ThreadSamples, labels: Callable[[int], tuple[str, ...]], period_ns: float, t0: int
 ) -> Iterable[Event]:
     """One thread's samples as nested slices: a frame's slice runs while consecutive
-    samples keep it (and every frame above it) on the stack."""
-    open_frames: list[tuple[str, int]] = []  # (label, start_ns), root first
+    samples keep it (and every frame above it) on the stack. Begin/end events, not complete
+    ones: a callee's end is then the very number its caller's is, so no viewer's float sum
+    (ts + dur) can make it end after its caller."""
+    open_frames: list[str] = []  # labels, root first
     gap = GAP_PERIODS * period_ns
     last = None
 
+    def event(ph: str, name: str, at_ns: float) -> Event:
+        return {
+            "ph": ph,
+            "cat": "cpu",
+            "name": name,
+            "pid": thread.pid,
+            "tid": thread.tid,
+            "ts": _us(at_ns, t0),
+        }
+
     def close(depth: int, end_ns: float) -> Iterable[Event]:
-        # Callers first: viewers nest slices of equal start and length in file order.
-        for name, start in open_frames[depth:]:
-            yield {
-                "ph": "X",
-                "cat": "cpu",
-                "name": name,
-                "pid": thread.pid,
-                "tid": thread.tid,
-                "ts": _us(start, t0),
-                "dur": _us(end_ns, start),
-            }
+        for name in reversed(open_frames[depth:]):  # innermost first
+            yield event("E", name, end_ns)
         del open_frames[depth:]
 
     for ts, sid in zip(thread.ts_ns, thread.stack_ids, strict=True):
@@ -237,10 +252,15 @@ def thread_slices(
             yield from close(0, last + period_ns)
         stack = labels(sid)
         keep = 0
-        while keep < min(len(open_frames), len(stack)) and open_frames[keep][0] == stack[keep]:
+        while keep < min(len(open_frames), len(stack)) and open_frames[keep] == stack[keep]:
             keep += 1
+        # Frames that open where others closed open 1 ns later: no viewer then has to
+        # guess the order of an end and a begin at one instant (speedscope begins first).
+        at = ts + 1 if len(open_frames) > keep else ts
         yield from close(keep, ts)
-        open_frames.extend((label, ts) for label in stack[keep:])
+        for label in stack[keep:]:
+            yield event("B", label, at)
+            open_frames.append(label)
         last = ts
     if last is not None:
         yield from close(0, last + period_ns)
@@ -289,7 +309,7 @@ def offcpu_events(offcpu: Sequence[OffCpuSample], t0: int) -> Iterator[Event]:
             "pid": w.pid,
             "tid": tid,
             "ts": _us(w.ts_ns, t0),
-            "dur": _us(w.ts_ns + w.blocked_ns, w.ts_ns),
+            "dur": _dur(w.ts_ns, w.ts_ns + w.blocked_ns, t0),
             "args": args,
         }
 
