@@ -302,6 +302,8 @@ def operator(
     finally:
         (workdir / "operator.log").write_text(op.logs())
         op.remove()
+        kubeconfig.unlink()  # the test cluster's admin credentials: not left in /tmp
+        shutil.rmtree(workdir / "volumes" / "token", ignore_errors=True)  # the ingest token
 
 
 @pytest.mark.usefixtures("operator")
