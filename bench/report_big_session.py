@@ -195,13 +195,11 @@ def main() -> None:
         print(f"PostgreSQL 15 in {d}: {url}", flush=True)
     try:
         session = args.session
+        what = f"session {session}"
         if not session:
             session, write_s = write_session(url, args.kernels, args.samples, args.threads)
-            print(
-                f"wrote {session}: {args.kernels:,} kernels, {args.samples:,} samples "
-                f"in {write_s:.0f} s",
-                flush=True,
-            )
+            what = f"{args.kernels:,} kernels, {args.samples:,} CPU samples"
+            print(f"wrote {session}: {what} in {write_s:.0f} s", flush=True)
         out = Path(tempfile.mkdtemp(prefix="kp-big-report-"))
         rows = []
         for r in range(args.repeat):
@@ -234,7 +232,7 @@ def main() -> None:
         shutil.rmtree(out, ignore_errors=True)
         load = os.getloadavg()
         print(
-            f"\n{args.kernels:,} kernels, {args.samples:,} CPU samples; load average "
+            f"\n{what}; load average "
             f"{load[0]:.1f} at the end; bench peak RSS "
             f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
         )
