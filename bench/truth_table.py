@@ -33,6 +33,12 @@ MODES = (
     "loader_starved",
     "loader_pageable",
     "loader_ok",
+    # the same five shapes recorded again with off-CPU samples (py-spy sampled-wall)
+    "offcpu/serve",
+    "offcpu/copyonly",
+    "offcpu/loader_starved",
+    "offcpu/loader_pageable",
+    "offcpu/loader_ok",
 )
 
 
