@@ -4,8 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KUBEPROF := $(VENV)/bin/kubeprof
 DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
-# make test: tests marked `serial` (eBPF, the control plane) run in order on one xdist
-# worker, the rest on the others; TEST_WORKERS=0 runs all in one process.
+# make test: tests/integration (eBPF sampling: sample counts need the CPUs) runs alone
+# first; then the rest on xdist workers, each group of tests (tests/conftest.py: `serial`
+# = eBPF and machine-wide state, `cluster`) in order on one; TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 
 .PHONY: setup demo test lint unit integration e2e helm-build cluster-build cluster-up cluster-down images bench clean
@@ -44,7 +45,9 @@ unit: setup helm-build
 	$(VENV)/bin/pytest -q tests/unit
 
 test: setup lint cluster-build images  ## everything: lint, unit, eBPF integration, e2e on a real control plane
-	$(VENV)/bin/pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup tests
+	@rc=0; $(VENV)/bin/pytest -q -rs tests/integration || rc=$$?; \
+	$(VENV)/bin/pytest -q -rs -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/integration tests \
+	  || rc=$$?; exit $$rc
 
 bench: setup
 	$(PY) bench/cpu_overhead.py
