@@ -91,6 +91,17 @@ class Context:
         return w.start_ns <= a.start_ns < w.end_ns
 
 
+def window_words(ctx: Context) -> str:
+    """The analysed window with its length, for every finding's message: "the steady state
+    (4.98 s, 209 steps)" or "the active window after warm-up (6.45 s, 194 bursts of GPU work)",
+    so a share is never read without the time it is a share of."""
+    ph = ctx.phases
+    secs = f"{ph.steady.duration_ns / 1e9:.2f} s"
+    if ph.loop:
+        return f"the steady state ({secs}, {ph.steps} steps)"
+    return f"the active window after warm-up ({secs}, {ph.steps} bursts of GPU work)"
+
+
 def user_frame(stack: Stack) -> Frame | None:
     """Innermost Python frame outside installed libraries (the line a person edits)."""
     py = [f for f in stack if f.kind is FrameKind.PYTHON]

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from kubeprof.analysis.findings.context import Context, ms, pct, user_frame
+from kubeprof.analysis.findings.context import Context, ms, pct, user_frame, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.waiting import window_words
 
 MIN_WINDOW_SHARE = 0.25  # copies busy at least this share of the window ...
 MIN_BUSY_SHARE = 0.5  # ... and at least this share of the device's busy time

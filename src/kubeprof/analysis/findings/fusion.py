@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kubeprof.analysis.findings.context import Context, pct, us, user_frame
+from kubeprof.analysis.findings.context import Context, pct, us, user_frame, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.kernel_names import short_name
 from kubeprof.model import Frame, GpuActivity
@@ -71,7 +71,7 @@ def find(ctx: Context) -> Finding | None:
         f"Fusion candidate: `{name}` ({where}) launches ~{per_step:.0f} short elementwise "
         f"kernels per step back to back (runs of ~{per_run:.0f}, mean kernel "
         f"{us(top.kernel_ns / max(1, top.kernels))}); fusing them (torch.compile, a Triton "
-        f"kernel) would save ~{pct(saved / ctx.steady_ns)} of the steady state."
+        f"kernel) would save ~{pct(saved / ctx.steady_ns)} of {window_words(ctx)}."
     )
     return Finding(
         Kind.FUSION,

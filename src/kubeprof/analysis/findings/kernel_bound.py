@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from kubeprof.analysis.findings.context import Context, pct
+from kubeprof.analysis.findings.context import Context, pct, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Kind, Severity
 from kubeprof.analysis.kernel_names import short_name
 
@@ -73,14 +73,18 @@ def find(ctx: Context) -> Finding | None:
             "gpm_sm_active_pct": sm,
         }
         head = (
-            f"Steady state is {verdict} by GPM counters: DRAM bandwidth {dram:.0f} %, "
+            f"Over {window_words(ctx)} the GPU is {verdict} by GPM counters: DRAM bandwidth "
+            f"{dram:.0f} %, "
             f"tensor cores {tensor:.0f} %, SMs {sm:.0f} % active"
         )
     else:
         verdict = (
             "memory-bound" if memory_ns * 2 >= sum(time_by[n] for n in top) else "compute-bound"
         )
-        head = f"Top kernels are mostly {verdict} (no GPM counters; {HEURISTIC})"
+        head = (
+            f"Top kernels of {window_words(ctx)} are mostly {verdict} (no GPM counters; "
+            f"{HEURISTIC})"
+        )
     advice = (
         "memory-bound time shrinks with fusion and lower precision, not with more FLOPs"
         if verdict == "memory-bound"

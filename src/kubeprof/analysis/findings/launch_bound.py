@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, median, pct, us
+from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, median, pct, us, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.gpu_timeline import total
 from kubeprof.analysis.kernel_names import short_name
@@ -44,7 +44,7 @@ def find(ctx: Context) -> Finding | None:
     saved = max(0, short_ns - GRAPH_GAP_NS * len(short))
     top = sorted({short_name(k.demangled or k.name) for k in kernels[:200]})[:5]
     message = (
-        f"Launch-bound: GPU idle {pct(idle)} of the steady state in short gaps; "
+        f"Launch-bound: GPU idle {pct(idle)} of {window_words(ctx)} in short gaps; "
         f"{per_step:.0f} kernels per step, median kernel {us(med_k)} vs median gap "
         f"{us(med_g)}. Capture the step in a CUDA graph (torch.cuda.graphs, "
         "torch.compile(mode='reduce-overhead')) or fuse the small ops."

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from kubeprof.analysis.findings.context import Context, ms, pct, user_frame
+from kubeprof.analysis.findings.context import Context, ms, pct, user_frame, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 
 MIN_SHARE = 0.02  # of the steady state spent in pageable copies
@@ -66,7 +66,7 @@ def find(ctx: Context) -> Finding | None:
         top = lines.most_common(1)[0][0].split(" ")[0]
         dirs += f", at {top.rsplit('/', 1)[-1]}"
     message = (
-        f"Pageable-memory copies take {pct(total_ns / ctx.steady_ns)} of the steady state "
+        f"Pageable-memory copies take {pct(total_ns / ctx.steady_ns)} of {window_words(ctx)} "
         f"({dirs}, {ms(total_ns)}): allocate the host tensors pinned (pin_memory=True, "
         "tensor.pin_memory()) and copy with non_blocking=True so copies overlap compute."
     )

@@ -6,7 +6,7 @@ input pipeline: those are ``waiting_for_work`` and ``input_starved``, whose advi
 
 from __future__ import annotations
 
-from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, ms, pct
+from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, ms, pct, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.gpu_timeline import total
 
@@ -52,7 +52,7 @@ def find(ctx: Context) -> Finding | None:
             "it waits on I/O, a lock, a queue or sleeps"
         )
     message = (
-        f"GPU idle {pct(idle)} of the steady state, {pct(host_ns / idle_ns)} of it waiting on "
+        f"GPU idle {pct(idle)} of {window_words(ctx)}, {pct(host_ns / idle_ns)} of it waiting on "
         f"the host ({len(long_gaps) / steps:.3g} gaps of ~{ms(host_ns / len(long_gaps))} per "
         f"step); {where}. Overlap input preparation with GPU work (DataLoader workers, "
         "prefetching, pinned-memory copies) or move it to the GPU."

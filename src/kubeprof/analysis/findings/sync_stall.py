@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter
 
-from kubeprof.analysis.findings.context import Context, pct, us, user_frame
+from kubeprof.analysis.findings.context import Context, pct, us, user_frame, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.idle_breakdown import LAUNCH_GAP_NS
 
@@ -45,8 +45,8 @@ def find(ctx: Context) -> Finding | None:
         top = lines.most_common(1)[0][0]
         where = f" at {top.split(' ')[0].rsplit('/', 1)[-1]}"
     message = (
-        f"Host-device syncs{where} stall the GPU {pct(stall_ns / ctx.steady_ns)} of the "
-        f"steady state ({per_step:.3g} per step, ~{us(stall_ns / len(stalls))} each, after "
+        f"Host-device syncs{where} stall the GPU {pct(stall_ns / ctx.steady_ns)} of "
+        f"{window_words(ctx)} ({per_step:.3g} per step, ~{us(stall_ns / len(stalls))} each, after "
         f"kernels of ~{us(med_before)}): avoid .item()/.cpu()/synchronize() inside the loop, "
         "keep values on the GPU or read them every N steps."
     )

@@ -1,4 +1,4 @@
-"""Shared words for the two findings on a launcher that waits: where, and on which window."""
+"""Shared words for the two findings on a launcher that waits: where it blocked, and when."""
 
 from __future__ import annotations
 
@@ -7,15 +7,6 @@ from kubeprof.analysis.host_waits import HostWaits
 
 MIN_IDLE = 0.25  # analysed-window idle share from which waiting is worth a finding
 MIN_WAIT_SHARE = 0.5  # of the idle time, in long host-wait stretches
-
-
-def window_words(ctx: Context) -> str:
-    """ "the steady state (4.98 s, 209 steps)" or "the active window after warm-up (...)"."""
-    ph = ctx.phases
-    secs = f"{ph.steady.duration_ns / 1e9:.2f} s"
-    if ph.loop:
-        return f"the steady state ({secs}, {ph.steps} steps)"
-    return f"the active window after warm-up ({secs}, {ph.steps} bursts of GPU work)"
 
 
 def long_wait(ctx: Context) -> tuple[float, int] | None:

@@ -7,9 +7,9 @@ pipeline (``input_starved``), or a window without long waits.
 
 from __future__ import annotations
 
-from kubeprof.analysis.findings.context import Context, pct
+from kubeprof.analysis.findings.context import Context, pct, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.waiting import long_wait, where_blocked, window_words
+from kubeprof.analysis.findings.waiting import long_wait, where_blocked
 
 
 def find(ctx: Context) -> Finding | None:
