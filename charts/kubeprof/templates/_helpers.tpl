@@ -76,6 +76,16 @@ app.kubernetes.io/component: operator
 {{- if .Values.postgresql.enabled -}}database-url{{- else -}}{{ .Values.externalDatabase.urlKey }}{{- end -}}
 {{- end -}}
 
+{{/* The Secret and key of /metrics' scrape token (metrics.auth): the operator mounts it,
+the ServiceMonitor sends it. */}}
+{{- define "kubeprof.metricsTokenSecret" -}}
+{{- default (printf "%s-metrics-token" (include "kubeprof.fullname" .) | trunc 63 | trimSuffix "-") .Values.metrics.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "kubeprof.metricsTokenKey" -}}
+{{- if .Values.metrics.auth.existingSecret -}}{{ .Values.metrics.auth.key }}{{- else -}}token{{- end -}}
+{{- end -}}
+
 {{- define "kubeprof.job" -}}
 {{- default (include "kubeprof.fullname" .) .Values.prometheusRule.job -}}
 {{- end -}}
