@@ -53,8 +53,8 @@ def _dur(start_ns: int, end_ns: int, t0: int) -> float:
     never passes the end (a slice must not overlap the next one that starts there)."""
     ts, end = _us(start_ns, t0), _us(end_ns, t0)
     dur = max(round(end - ts, 3), 0.0)
-    while dur > 0 and ts + dur > end:
-        dur = math.nextafter(dur, 0.0)
+    while dur > 0 and ts + dur > end:  # one or two steps of the sum's own precision
+        dur = max(dur - math.ulp(end), 0.0)
     return dur
 
 
