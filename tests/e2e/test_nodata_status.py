@@ -105,7 +105,8 @@ def test_ready_agents_that_sent_nothing_end_with_no_data(
     c, ns, name = cluster, NS["quiet"], "quiet"
     c.kubectl("apply", "-f", "-", stdin=h.deployment_yaml(APP, ns))
     target = h.poll(lambda: h.running_pods(c, ns, APP), 60, "workload pod Running")[0]
-    c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "20s"))
+    # 30 s: room for kwok to ready the agent pod on a loaded control plane before the end.
+    c.kubectl("apply", "-f", "-", stdin=h.session_yaml(name, ns, APP, "30s"))
 
     # While it runs: the DaemonSet controller's agent pod on the target's node, made Ready
     # by kwok, is what .status.agents counts (no agent process behind it sends anything).
