@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kubeprof.analysis import energy, gpu_idle
+from kubeprof.analysis import energy
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.cpu_window import samples_in, window_stacks
 from kubeprof.analysis.findings import Window, analyse
@@ -67,7 +67,8 @@ def build_report(profile: Profile, activities: Sequence[GpuActivity],
     if not (activities or metrics):
         return Report(profile, findings=findings, analysis=analysis, energy=est,
                       energy_note=note)
-    head = gpu_idle.from_figure(analysis.headline) if analysis is not None else None
+    head = analysis.headline if analysis is not None and analysis.headline.ratio is not None \
+        else None
     summary = gpu_summary(activities, metrics, start_ns, end_ns, headline=head)
     gpu = gpu_profile_stacks(activities, process_names)
     return Report(replace(profile, gpu=gpu), gpu=summary, findings=findings, analysis=analysis,

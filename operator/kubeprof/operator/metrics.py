@@ -163,6 +163,8 @@ def publish_recent_gpu_idle(namespace: str, session: str,
     fresh: set[tuple[str, ...]] = set()
     for node, per_dev in figures.items():
         for dev, fig in per_dev.items():
+            if fig.ratio is None:  # no figure: its series is dropped below
+                continue
             for uid in users.get((node, dev)) or [""]:
                 pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
                 labels = (namespace, session, pns, node, str(dev), pod)

@@ -8,7 +8,8 @@ all devices used), over any window.
 `.status` and `/metrics`): ``steady_idle.figure`` (the one definition the findings analysis
 uses too) over ``window``, the steady state of the workload's main loop or, without a loop,
 the active window after warm-up (``phases.detect``); only where no device work was traced,
-NVML's device-wide utilisation stands in, labelled ``source="nvml"``.
+NVML's device-wide utilisation stands in, labelled ``source="nvml"``. Every figure here is a
+``steady_idle.IdleFigure``, the one type the report, JSON and the operator's status read.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from kubeprof.analysis.gpu_timeline import (
     clip,
     total,
 )
+from kubeprof.analysis.steady_idle import CUPTI, NVML, IdleFigure
 from kubeprof.model import GpuActivity, GpuMetricSample
 
 UTIL_METRIC = "gpu_util_pct"  # NVML: percent of the sample period in which a kernel ran
-CUPTI = "cupti"
-NVML = "nvml"
+__all__ = ["CUPTI", "NVML", "UTIL_METRIC", "IdleFigure", "IdleRatio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +81,6 @@ def session(
     return _ratio(busy_by_device(activities, kinds=kinds), start, end)
 
 
-@dataclass(frozen=True, slots=True)
-class IdleFigure:
-    """The headline GPU idle ratio, with where it comes from and the window it covers."""
-
-    ratio: float  # 0..1, averaged over `devices`
-    source: str  # "cupti" (kernel spans) or "nvml" (utilisation fallback); "cupti+nvml" mixed
-    window: Interval  # [start_ns, end_ns) in the clock of the records it was measured on
-    devices: int = 1
-
-
 def window(activities: Sequence[GpuActivity]) -> Interval:
     """The window the headline is measured over (``phases.detect``'s analysed window): whole
     steps of the main loop, or the active window after warm-up where there is no loop.
@@ -108,13 +99,6 @@ def _analysed(trace: gpu_trace.GpuTrace) -> phases.Window | None:
     return steady if steady.duration_ns > 0 else phases.Window(first, last)
 
 
-def from_figure(fig: steady_idle.IdleFigure) -> IdleFigure | None:
-    """The headline of an analysis' figure (None when no data backs it)."""
-    if fig.ratio is None:
-        return None
-    return IdleFigure(fig.ratio, CUPTI, (fig.window.start_ns, fig.window.end_ns), fig.devices)
-
-
 def headline(
     activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample] = ()
 ) -> IdleFigure | None:
@@ -126,7 +110,7 @@ def headline(
     """
     trace = gpu_trace.build(activities)
     w = _analysed(trace)
-    if w is not None and (fig := from_figure(steady_idle.figure(trace, w))) is not None:
+    if w is not None and (fig := steady_idle.figure(trace, w)).ratio is not None:
         return fig
     util = nvml_util(metrics)
     if not util:
@@ -143,7 +127,7 @@ def per_device(
     out: dict[int, IdleFigure] = {}
     if end > start:
         for dev, r in by_device(activities, start, end).items():
-            out[dev] = IdleFigure(r.idle_ratio, CUPTI, (start, end), 1)
+            out[dev] = _cupti_figure(r, start, end)
     for dev, samples in nvml_util(metrics).items():
         if dev not in out:
             out[dev] = _nvml_figure(samples)
@@ -151,15 +135,18 @@ def per_device(
 
 
 def combine(figures: Iterable[IdleFigure]) -> IdleFigure | None:
-    """Device-weighted mean of figures from separate clock domains (e.g. several nodes)."""
-    figs = list(figures)
+    """Device-weighted mean of figures from separate clock domains (e.g. several nodes);
+    figures without a ratio are left out."""
+    figs = [f for f in figures if f.ratio is not None]
     if len(figs) <= 1:
         return figs[0] if figs else None
     devices = sum(f.devices for f in figs)
-    ratio = sum(f.ratio * f.devices for f in figs) / devices
+    ratio = sum((f.ratio or 0.0) * f.devices for f in figs) / devices
     source = "+".join(sorted({s for f in figs for s in f.source.split("+")}))
-    span = (min(f.window[0] for f in figs), max(f.window[1] for f in figs))
-    return IdleFigure(ratio, source, span, devices)
+    span = phases.Window(
+        min(f.window.start_ns for f in figs), max(f.window.end_ns for f in figs)
+    )
+    return steady_idle.of_ratio(ratio, source, span, devices)
 
 
 def nvml_util(metrics: Iterable[GpuMetricSample]) -> dict[int, list[GpuMetricSample]]:
@@ -173,8 +160,13 @@ def nvml_util(metrics: Iterable[GpuMetricSample]) -> dict[int, list[GpuMetricSam
 
 def _nvml_figure(samples: Sequence[GpuMetricSample]) -> IdleFigure:
     mean = sum(m.value for m in samples) / len(samples)
-    span = (min(m.ts_ns for m in samples), max(m.ts_ns for m in samples))
-    return IdleFigure(min(1.0, max(0.0, 1 - mean / 100)), NVML, span, 1)
+    span = phases.Window(min(m.ts_ns for m in samples), max(m.ts_ns for m in samples))
+    return steady_idle.of_ratio(min(1.0, max(0.0, 1 - mean / 100)), NVML, span)
+
+
+def _cupti_figure(r: IdleRatio, start: int, end: int) -> IdleFigure:
+    """One device's traced figure over [start, end) (no kernel/copy split)."""
+    return IdleFigure(phases.Window(start, end), r.busy_ns, r.devices, r.idle_ratio)
 
 
 def recent(activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample],
@@ -188,7 +180,7 @@ def recent(activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample]
     """
     start = now_ns - window_ns
     inside = [a for a in activities if a.end_ns > start and a.start_ns < now_ns]
-    out = {dev: IdleFigure(r.idle_ratio, CUPTI, (start, now_ns), 1)
+    out = {dev: _cupti_figure(r, start, now_ns)
            for dev, r in by_device(inside, start, now_ns).items()}
     for dev, samples in nvml_util(m for m in metrics if start <= m.ts_ns <= now_ns).items():
         out.setdefault(dev, _nvml_figure(samples))

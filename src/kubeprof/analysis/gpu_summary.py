@@ -77,13 +77,17 @@ def gpu_summary(
 ) -> GpuSummary:
     """Summarise a session's GPU records over [session_start_ns, session_end_ns).
 
-    ``headline``: the findings analysis' figure (``gpu_idle.from_figure``) when the caller
+    ``headline``: the findings analysis' figure (``Analysis.headline``) when the caller
     has analysed the session already, so the trace is not indexed and phased again."""
     s0, s1 = session_start_ns, session_end_ns
     if headline is None:
         headline = gpu_idle.headline(activities, metrics)
     traced = headline is not None and headline.source == gpu_idle.CUPTI
-    a0, a1 = headline.window if headline is not None and traced else (0, 0)
+    a0, a1 = (
+        (headline.window.start_ns, headline.window.end_ns)
+        if headline is not None and traced
+        else (0, 0)
+    )
     att = attribution(activities)
     busy = busy_by_device(activities)
     tl_end = max(s1, a1)

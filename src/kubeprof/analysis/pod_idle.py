@@ -65,7 +65,8 @@ def pod_idle(
         figs = [f for n in sorted(by_node) if (f := gpu_idle.headline(by_node[n])) is not None]
         fig = gpu_idle.combine(figs)
         if fig is not None and fig.source == gpu_idle.CUPTI:
-            return PodIdle(fig.ratio, gpu_idle.CUPTI, kernels=kernels, window=fig.window)
+            span = (fig.window.start_ns, fig.window.end_ns)
+            return PodIdle(fig.ratio, gpu_idle.CUPTI, kernels=kernels, window=span)
     return _nvml(pids, metrics, users)
 
 

@@ -100,7 +100,7 @@ def node_gpus(node: str, activities: Sequence[GpuActivity],
               metrics: Sequence[GpuMetricSample]) -> list[GpuIdle]:
     """One GpuIdle per device of a node, by the headline definition (gpu_idle.per_device)."""
     return [GpuIdle(node, dev, f.ratio, source=f.source)
-            for dev, f in gpu_idle.per_device(activities, metrics).items()]
+            for dev, f in gpu_idle.per_device(activities, metrics).items() if f.ratio is not None]
 
 
 def add_gpu_idle(s: Summary, headlines: Mapping[str, gpu_idle.IdleFigure | None],

@@ -17,19 +17,26 @@ from kubeprof.analysis.phases import Phases, Window
 
 BUCKET_NS = 100_000_000  # timeline resolution: 100 ms
 MAX_BUCKETS = 4_096  # a longer window gets wider buckets, so memory never follows the span
+CUPTI = "cupti"  # measured from traced kernel/copy/memset spans
+NVML = "nvml"  # NVML utilisation stands in where no device work was traced
 
 
 @dataclass(frozen=True, slots=True)
 class IdleFigure:
-    """Idle share of one window; ``ratio`` is None when no data backs it (see ``reason``)."""
+    """Idle share of one window: THE GPU idle type of the analysis, the report, JSON and the
+    operator's status (``gpu_idle`` builds its headline, per-device, rolling and NVML figures
+    as this type too). ``ratio`` is None when no data backs it (see ``reason``)."""
 
     window: Window
     busy_ns: int  # any-engine busy time, summed over devices
     devices: int
     ratio: float | None  # 0..1
     reason: str = ""  # why ratio is None
-    kernel_busy_ns: int = 0  # of which a kernel ran (SMs busy)
-    copy_busy_ns: int = 0  # a copy or memset ran (copy engines; overlaps kernel time)
+    # of which a kernel ran (SMs busy) / a copy or memset ran (copy engines; overlaps kernel
+    # time); None where the figure has no engine split (NVML, a mean of nodes, per device)
+    kernel_busy_ns: int | None = None
+    copy_busy_ns: int | None = None
+    source: str = CUPTI  # "cupti", "nvml", or "cupti+nvml" for a mean over both
 
     @property
     def idle_ns(self) -> int:
@@ -41,13 +48,17 @@ class IdleFigure:
 
     @property
     def kernel_busy(self) -> float | None:
-        """Share of the window a kernel ran (None without a figure)."""
-        return self.kernel_busy_ns / self.capacity_ns if self.ratio is not None else None
+        """Share of the window a kernel ran (None without a figure or an engine split)."""
+        if self.ratio is None or self.kernel_busy_ns is None or not self.capacity_ns:
+            return None
+        return self.kernel_busy_ns / self.capacity_ns
 
     @property
     def copy_busy(self) -> float | None:
-        """Share of the window a copy or memset ran (None without a figure)."""
-        return self.copy_busy_ns / self.capacity_ns if self.ratio is not None else None
+        """Share of the window a copy or memset ran (None without a figure or an engine split)."""
+        if self.ratio is None or self.copy_busy_ns is None or not self.capacity_ns:
+            return None
+        return self.copy_busy_ns / self.capacity_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +89,14 @@ class Timeline:
 
 
 def no_data(window: Window, reason: str) -> IdleFigure:
-    return IdleFigure(window, 0, 0, None, reason)
+    return IdleFigure(window, 0, 0, None, reason, 0, 0)
+
+
+def of_ratio(ratio: float, source: str, window: Window, devices: int = 1) -> IdleFigure:
+    """A figure known as a ratio only (NVML utilisation, a device-weighted mean of nodes, one
+    device's share): busy is what the ratio implies, with no kernel/copy split."""
+    busy = round((1.0 - ratio) * window.duration_ns * devices)
+    return IdleFigure(window, busy, devices, ratio, source=source)
 
 
 NO_WORK = "the GPU tracer recorded no kernels, copies or memsets"
@@ -91,7 +109,7 @@ def figure(trace: GpuTrace, window: Window, *, empty_reason: str = "") -> IdleFi
     if not devices:
         return no_data(window, NO_WORK)
     if window.duration_ns <= 0:
-        return IdleFigure(window, 0, devices, None, empty_reason or "empty window")
+        return IdleFigure(window, 0, devices, None, empty_reason or "empty window", 0, 0)
     a, b = window.start_ns, window.end_ns
     busy = trace.busy_ns(a, b)
     return IdleFigure(

@@ -34,8 +34,8 @@ def _us(ns: float) -> str:
     return f"{ns / 1e3:,.1f} µs"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f} %"
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.1f} %" if x is not None else "-"
 
 
 def _strip(values: tuple[float, ...], width: int = 60) -> str:

@@ -86,7 +86,7 @@ def _headline(report: Report) -> dict[str, Any] | None:
         return {
             "idle_ratio": h2.ratio,
             "source": "nvml",
-            "window": {"start_ns": h2.window[0], "end_ns": h2.window[1]},
+            "window": {"start_ns": h2.window.start_ns, "end_ns": h2.window.end_ns},
             "devices": h2.devices,
             "reason": "no CUDA kernel records: NVML device utilisation stands in",
         }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubeprof.analysis import gpu_idle
+from kubeprof.analysis import gpu_idle, steady_idle
+from kubeprof.analysis.phases import Window
 from kubeprof.model import GpuActivity, GpuMetricSample
 
 KERNELS = [GpuActivity("kernel", "k", 100, 200, 0, 7, 1), GpuActivity("kernel", "k", 300, 500,
@@ -17,7 +18,7 @@ UTIL = [GpuMetricSample(1, 0, "gpu_util_pct", 20.0), GpuMetricSample(2, 0, "gpu_
 
 def test_headline_prefers_cupti_spans_over_nvml():
     h = gpu_idle.headline(KERNELS, UTIL)
-    assert h is not None and h.source == "cupti" and h.window == (100, 500)
+    assert h is not None and h.source == "cupti" and h.window == Window(100, 500)
     # device 0 busy 300 of 400, device 1 busy 400 of 400
     assert h.devices == 2 and h.ratio == pytest.approx(1 - 700 / 800)
     assert h.ratio == gpu_idle.session(KERNELS, *gpu_idle.window(KERNELS)).idle_ratio
@@ -41,8 +42,9 @@ def test_per_device_uses_nvml_only_where_no_kernel_ran():
 
 
 def test_combine_weights_by_devices_and_labels_mixed_sources():
-    a = gpu_idle.IdleFigure(0.5, "cupti", (0, 10), 3)
-    b = gpu_idle.IdleFigure(0.9, "nvml", (5, 20), 1)
+    a = steady_idle.of_ratio(0.5, "cupti", Window(0, 10), 3)
+    b = steady_idle.of_ratio(0.9, "nvml", Window(5, 20), 1)
     c = gpu_idle.combine([a, b])
     assert c is not None and c.ratio == pytest.approx(0.6) and c.source == "cupti+nvml"
+    assert c.window == Window(0, 20) and c.kernel_busy is None  # a mean has no engine split
     assert c.devices == 4 and gpu_idle.combine([a]) == a and gpu_idle.combine([]) is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kubeprof.analysis import gpu_idle
+from kubeprof.analysis import gpu_idle, steady_idle
+from kubeprof.analysis.phases import Window
 from kubeprof.model import Batch, GpuActivity, GpuMetricSample
 from kubeprof.operator import aggregate, metrics
 from kubeprof.storage import Store
@@ -84,7 +85,7 @@ def test_recent_figure_falls_back_to_nvml_and_is_absent_without_data():
 
 
 def test_running_gauge_drops_series_that_left_the_window():
-    fig = gpu_idle.IdleFigure(0.8, gpu_idle.CUPTI, (0, 1), 1)
+    fig = steady_idle.of_ratio(0.8, gpu_idle.CUPTI, Window(0, 1))
     metrics.publish_recent_gpu_idle("ns", "live", {"n1": {0: fig, 1: fig}},
                                     {("n1", 0): ["u1"]}, {"u1": "ns/trainer-0"})
     text = metrics.render().decode()

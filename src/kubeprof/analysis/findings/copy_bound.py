@@ -28,7 +28,7 @@ def _direction(name: str) -> str:
 
 def find(ctx: Context) -> Finding | None:
     fig = ctx.figures.steady
-    if fig.ratio is None or fig.copy_busy is None or not fig.busy_ns:
+    if fig.ratio is None or fig.copy_busy is None or fig.copy_busy_ns is None or not fig.busy_ns:
         return None
     if fig.copy_busy < MIN_WINDOW_SHARE or fig.copy_busy_ns < MIN_BUSY_SHARE * fig.busy_ns:
         return None
