@@ -116,7 +116,9 @@ def test_stop_without_poll_keeps_everything_and_is_idempotent(hotloop):
 
 def test_target_that_exits_at_once_gives_a_clear_note():
     c = CpuCollector(hz=99)
-    proc = subprocess.Popen(["sleep", "0.05"])
+    # `true`, not a short sleep: a sleep's wait is an off-CPU sample now, and a process that
+    # waited is reported with its wait, not with this note
+    proc = subprocess.Popen(["true"])
     try:
         c.add_target(proc.pid)
     except CollectorError as e:  # it may already be gone
