@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kubeprof.analysis.findings.context import Context, pct, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.waiting import long_wait, where_blocked
+from kubeprof.analysis.findings.waiting import long_wait, wait_numbers, where_blocked
 
 
 def find(ctx: Context) -> Finding | None:
@@ -19,14 +19,7 @@ def find(ctx: Context) -> Finding | None:
         return None
     idle, wait_ns = found
     window = ctx.steady_ns
-    numbers: dict[str, float] = {
-        "idle_share": idle,
-        "waiting_share": wait_ns / window,  # of the analysed window
-        "waits": w.stretches,
-        "mean_wait_ms": wait_ns / max(1, w.stretches) / 1e6,
-    }
-    if w.on_cpu_share is not None:
-        numbers["launcher_on_cpu_share"] = w.on_cpu_share
+    numbers = wait_numbers(ctx, w, idle, wait_ns)
     lines: list[str] = []
     frames: list[str] = []
     pull = ""

@@ -20,6 +20,19 @@ def long_wait(ctx: Context) -> tuple[float, int] | None:
     return idle, wait_ns
 
 
+def wait_numbers(ctx: Context, w: HostWaits, idle: float, wait_ns: int) -> dict[str, float]:
+    """The evidence numbers both waiting findings give (shares are of the analysed window)."""
+    numbers: dict[str, float] = {
+        "idle_share": idle,
+        "waiting_share": wait_ns / ctx.steady_ns,
+        "waits": w.stretches,
+        "mean_wait_ms": wait_ns / max(1, w.stretches) / 1e6,
+    }
+    if w.on_cpu_share is not None:
+        numbers["launcher_on_cpu_share"] = w.on_cpu_share
+    return numbers
+
+
 def where_blocked(w: HostWaits) -> str:
     """Where the thread waited: the off-CPU stack's line, or "off CPU, no stack"."""
     off = pct(1 - w.on_cpu_share) if w.on_cpu_share is not None else "most"
