@@ -21,8 +21,9 @@ demo: setup  ## record the bundled example workload and write its reports to kub
 	$(KUBEPROF) report --store $(DEMO_STORE) --format html --out kubeprof-out/demo.html
 	@echo "open kubeprof-out/demo.html (self-contained flame graph); text in kubeprof-out/demo.txt"
 
-lint: setup  ## ruff (with A005 strict), mypy over the three source roots, import-linter contracts
+lint: setup  ## ruff check (with A005 strict) and format --check, mypy over the three source roots, import-linter contracts
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

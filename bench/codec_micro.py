@@ -37,9 +37,26 @@ def load(path: str) -> ModuleType:
 
 
 def gpu_batch(n: int, stacks: list) -> Batch:
-    acts = tuple(GpuActivity("kernel", f"_Z{i % 50}kernel", i, i + 5, 0, 4000, i, 7,
-                             f"kernel{i % 50}", (1, 2, 3), (32, 1, 1), 40, 128, 0,
-                             stacks[i % len(stacks)]) for i in range(n // 2))
+    acts = tuple(
+        GpuActivity(
+            "kernel",
+            f"_Z{i % 50}kernel",
+            i,
+            i + 5,
+            0,
+            4000,
+            i,
+            7,
+            f"kernel{i % 50}",
+            (1, 2, 3),
+            (32, 1, 1),
+            40,
+            128,
+            0,
+            stacks[i % len(stacks)],
+        )
+        for i in range(n // 2)
+    )
     mets = tuple(GpuMetricSample(i, 0, "gpu_util_pct", 42.5) for i in range(n - n // 2))
     return Batch(gpu_activities=acts, gpu_metrics=mets)
 
@@ -54,8 +71,9 @@ def best_us_per_row(fn, rows: int, reps: int) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--baseline", required=True, help="path of a codec module to compare")
     p.add_argument("--rows", type=int, default=5000)
     p.add_argument("--reps", type=int, default=30)
@@ -63,8 +81,10 @@ def main() -> int:
     base = load(args.baseline)
     rng = random.Random(1)
     stacks = make_stacks(500, 24, rng)
-    shapes = {"cpu samples": make_batch(args.rows, stacks, rng, 0),
-              "gpu activities + metrics": gpu_batch(args.rows, stacks)}
+    shapes = {
+        "cpu samples": make_batch(args.rows, stacks, rng, 0),
+        "gpu activities + metrics": gpu_batch(args.rows, stacks),
+    }
     print("| batch | op | baseline us/row | kubeprof.protocol.codec us/row | speed-up |")
     print("|---|---|---:|---:|---:|")
     for label, batch in shapes.items():
@@ -74,15 +94,21 @@ def main() -> int:
             for name, mod in (("base", base), ("new", codec)):
                 body = mod.encode(batch, batch_id="b", node="n")
                 assert codec.decode(body)[2] == batch and base.decode(body)[2] == batch
-                fn = ((lambda m=mod, x=batch: m.encode(x, batch_id="b", node="n")) if op == "encode"
-                      else (lambda m=mod, b=body: m.decode(b)))
+                fn = (
+                    (lambda m=mod, x=batch: m.encode(x, batch_id="b", node="n"))
+                    if op == "encode"
+                    else (lambda m=mod, b=body: m.decode(b))
+                )
                 times[name] = fn
             res = {k: float("inf") for k in times}
             for _ in range(3):  # alternate, so load changes hit both
                 for k, fn in times.items():
                     res[k] = min(res[k], best_us_per_row(fn, n, args.reps // 3 or 1))
-            print(f"| {label} | {op} | {res['base']:.2f} | {res['new']:.2f} | "
-                  f"{res['base'] / res['new']:.2f}x |", flush=True)
+            print(
+                f"| {label} | {op} | {res['base']:.2f} | {res['new']:.2f} | "
+                f"{res['base'] / res['new']:.2f}x |",
+                flush=True,
+            )
     return 0
 
 

@@ -42,6 +42,7 @@ POD = "0b6f2d3c-1111-4a4a-9c9c-000000000001"
 
 # -- the child: an ingest server ---------------------------------------------------------
 
+
 def serve(dsn: str, port: int) -> None:
     """Run the ingest API until killed (in whatever kubeprof is first on sys.path)."""
     import asyncio
@@ -59,12 +60,30 @@ def serve(dsn: str, port: int) -> None:
     reg = Registry()
     # "other": a second tenant, for the fairness cases; hostile-2/3: more attackers
     for name in ("hostile", "other", "hostile-2", "hostile-3"):
-        sid = ensure_session(store.engine, "bench", name, f"uid-{name}-{time.time_ns()}",
-                             hz=99, started_at=datetime.now(UTC), meta={})
-        reg.put(SessionEntry("bench", name, f"uid-{name}", sid, TOKEN, Phase.RUNNING, 0.0,
-                             [Target(POD, "trainer", "bench", NODE)]))
+        sid = ensure_session(
+            store.engine,
+            "bench",
+            name,
+            f"uid-{name}-{time.time_ns()}",
+            hz=99,
+            started_at=datetime.now(UTC),
+            meta={},
+        )
+        reg.put(
+            SessionEntry(
+                "bench",
+                name,
+                f"uid-{name}",
+                sid,
+                TOKEN,
+                Phase.RUNNING,
+                0.0,
+                [Target(POD, "trainer", "bench", NODE)],
+            )
+        )
     params = inspect.signature(IngestApi).parameters
     if "exists" in params:  # the API before issue 10 asked the API server about sessions
+
         async def exists(_ns: str, _n: str) -> bool:
             return False
 
@@ -79,27 +98,37 @@ def serve(dsn: str, port: int) -> None:
 
 # -- bodies --------------------------------------------------------------------------------
 
+
 def _tiny_rows(n: int, batch_id: str) -> bytes:
     """gzip JSON of n minimal sample rows: tiny on the wire, huge once inflated."""
-    return gzip.compress(b'{"v":1,"batch_id":"' + batch_id.encode() + b'","node":"node-a",'
-                         b'"frames":[],"samples":[' + b'[0,1,1,"",0,[]],' * (n - 1)
-                         + b'[0,1,1,"",0,[]]]}', compresslevel=9)
+    return gzip.compress(
+        b'{"v":1,"batch_id":"' + batch_id.encode() + b'","node":"node-a",'
+        b'"frames":[],"samples":[' + b'[0,1,1,"",0,[]],' * (n - 1) + b'[0,1,1,"",0,[]]]}',
+        compresslevel=9,
+    )
 
 
-def _batch(rows: int, depth: int, stacks: int, seed: int, batch_id: str,
-           name_len: int = 0) -> bytes:
+def _batch(
+    rows: int, depth: int, stacks: int, seed: int, batch_id: str, name_len: int = 0
+) -> bytes:
     """A realistic body: CPU samples over `stacks` distinct stacks of `depth` frames."""
     from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
     from kubeprof.protocol import codec
 
     rng = random.Random(seed)
-    frames = [Frame(f"fn_{seed}_{i}", FrameKind.PYTHON, f"/app/m{i % 9}.py", i)
-              for i in range(max(depth * 4, 64))]
+    frames = [
+        Frame(f"fn_{seed}_{i}", FrameKind.PYTHON, f"/app/m{i % 9}.py", i)
+        for i in range(max(depth * 4, 64))
+    ]
     pool = [tuple(rng.sample(frames, depth)) for _ in range(stacks)]
-    samples = tuple(CpuSample(i * 1000, 100 + i % 8, 100 + i % 64, "python", i % 16,
-                              pool[i % len(pool)]) for i in range(rows))
-    b = Batch(samples=samples, processes=(ProcessInfo(100, 1, "python", "python train.py",
-                                                      "c" * 64, POD),))
+    samples = tuple(
+        CpuSample(i * 1000, 100 + i % 8, 100 + i % 64, "python", i % 16, pool[i % len(pool)])
+        for i in range(rows)
+    )
+    b = Batch(
+        samples=samples,
+        processes=(ProcessInfo(100, 1, "python", "python train.py", "c" * 64, POD),),
+    )
     doc = codec.to_dict(b, batch_id=batch_id, node=NODE)
     if name_len:  # as a hostile client sends it (kubeprof's encoder would clip it)
         doc["frames"][0] = ("x" * name_len, *doc["frames"][0][1:])
@@ -113,11 +142,15 @@ def _distinct_stacks(rows: int, depth: int, batch_id: str) -> bytes:
     frames = b",".join(b'["f%d","python","/m.py",%d]' % (i, i) for i in range(nframes))
     rng = random.Random(7)
     samples = b",".join(
-        b"[%d,1,1,\"t\",0,[%s]]" % (i, b",".join(b"%d" % rng.randrange(257, nframes)
-                                                  for _ in range(depth)))
-        for i in range(rows))
-    return gzip.compress(b'{"v":1,"batch_id":"' + batch_id.encode() + b'","node":"node-a",'
-                         b'"frames":[' + frames + b'],"samples":[' + samples + b']}', 5)
+        b'[%d,1,1,"t",0,[%s]]'
+        % (i, b",".join(b"%d" % rng.randrange(257, nframes) for _ in range(depth)))
+        for i in range(rows)
+    )
+    return gzip.compress(
+        b'{"v":1,"batch_id":"' + batch_id.encode() + b'","node":"node-a",'
+        b'"frames":[' + frames + b'],"samples":[' + samples + b"]}",
+        5,
+    )
 
 
 DAY_NS = 86400 * 10**9
@@ -128,9 +161,11 @@ def _span(end_ns: int, start_ns: int, batch_id: str) -> bytes:
     from kubeprof.model import Batch, GpuActivity
     from kubeprof.protocol import codec
 
-    return codec.encode(Batch(gpu_activities=(GpuActivity("kernel", "k", start_ns, end_ns, 0,
-                                                          100, 1),)),
-                        batch_id=batch_id, node=NODE)
+    return codec.encode(
+        Batch(gpu_activities=(GpuActivity("kernel", "k", start_ns, end_ns, 0, 100, 1),)),
+        batch_id=batch_id,
+        node=NODE,
+    )
 
 
 # Case name -> (what it is, [(body, headers)] sent at once).
@@ -138,50 +173,87 @@ Case = tuple[str, Callable[[], list[tuple[bytes, dict[str, str]]]]]
 GZ = {"Content-Encoding": "gzip"}
 SESSION = "x-bench-session"  # not sent: which of the two sessions a body goes to
 CASES: dict[str, Case] = {
-    "good": ("a real agent's batch: 2,000 samples, 40-frame stacks",
-             lambda: [(_batch(2_000, 40, 200, 1, "good-1"), GZ)]),
-    "bomb-noheader": ("gzip bomb without Content-Encoding: 14.5 M rows",
-                      lambda: [(_tiny_rows(14_500_000, "bomb-1"), {})]),
-    "bomb-header": ("the same bomb with Content-Encoding: gzip",
-                    lambda: [(_tiny_rows(14_500_000, "bomb-2"), GZ)]),
-    "million-rows": ("1,000,001 minimal rows (issue: stored in 20 s)",
-                     lambda: [(_tiny_rows(1_000_001, "rows-1"), GZ)]),
-    "long-name": ("a 1 MB function name",
-                  lambda: [(_batch(10, 2, 1, 2, "long-1", name_len=1 << 20), GZ)]),
-    "bombs-x8": ("8 bombs at once, no Content-Encoding",
-                 lambda: [(_tiny_rows(14_500_000, f"bomb-x{i}"), {}) for i in range(8)]),
-    "largest-x4": ("4 at once of the largest batch the defaults accept "
-                   "(49,999 samples + 1 process, 60-frame stacks: 3.4 M values)",
-                   lambda: [(_batch(49_999, 60, 5_000, 10 + i, f"big-{i}-{time.time_ns()}"), GZ)
-                            for i in range(4)]),
-    "distinct-x3": ("3 at once of those, two sessions (all three writer threads busy)",
-                    lambda: [(_distinct_stacks(50_000, 65, f"d3-{i}-{time.time_ns()}"),
-                              {**GZ, SESSION: "other" if i == 2 else "hostile"})
-                             for i in range(3)]),
-    "span-115d": ("one GPU kernel spanning 115 days (the issue's 246-byte batch)",
-                  lambda: [(_span(10**12 + 115 * DAY_NS, 10**12, f"span-{time.time_ns()}"), GZ)]),
-    "span-max": ("one GPU kernel from 0 to 2^63-1 ns",
-                 lambda: [(_span(2**63 - 1, 0, f"spanmax-{time.time_ns()}"), GZ)]),
-    "distinct-x2": ("2 at once of 50,000 samples, each with its own 65-frame stack "
-                    "(3.7 M values; accepted, the costliest to decode and intern)",
-                    lambda: [(_distinct_stacks(50_000, 65, f"distinct-{i}-{time.time_ns()}"), GZ)
-                             for i in range(2)]),
+    "good": (
+        "a real agent's batch: 2,000 samples, 40-frame stacks",
+        lambda: [(_batch(2_000, 40, 200, 1, "good-1"), GZ)],
+    ),
+    "bomb-noheader": (
+        "gzip bomb without Content-Encoding: 14.5 M rows",
+        lambda: [(_tiny_rows(14_500_000, "bomb-1"), {})],
+    ),
+    "bomb-header": (
+        "the same bomb with Content-Encoding: gzip",
+        lambda: [(_tiny_rows(14_500_000, "bomb-2"), GZ)],
+    ),
+    "million-rows": (
+        "1,000,001 minimal rows (issue: stored in 20 s)",
+        lambda: [(_tiny_rows(1_000_001, "rows-1"), GZ)],
+    ),
+    "long-name": (
+        "a 1 MB function name",
+        lambda: [(_batch(10, 2, 1, 2, "long-1", name_len=1 << 20), GZ)],
+    ),
+    "bombs-x8": (
+        "8 bombs at once, no Content-Encoding",
+        lambda: [(_tiny_rows(14_500_000, f"bomb-x{i}"), {}) for i in range(8)],
+    ),
+    "largest-x4": (
+        "4 at once of the largest batch the defaults accept "
+        "(49,999 samples + 1 process, 60-frame stacks: 3.4 M values)",
+        lambda: [
+            (_batch(49_999, 60, 5_000, 10 + i, f"big-{i}-{time.time_ns()}"), GZ) for i in range(4)
+        ],
+    ),
+    "distinct-x3": (
+        "3 at once of those, two sessions (all three writer threads busy)",
+        lambda: [
+            (
+                _distinct_stacks(50_000, 65, f"d3-{i}-{time.time_ns()}"),
+                {**GZ, SESSION: "other" if i == 2 else "hostile"},
+            )
+            for i in range(3)
+        ],
+    ),
+    "span-115d": (
+        "one GPU kernel spanning 115 days (the issue's 246-byte batch)",
+        lambda: [(_span(10**12 + 115 * DAY_NS, 10**12, f"span-{time.time_ns()}"), GZ)],
+    ),
+    "span-max": (
+        "one GPU kernel from 0 to 2^63-1 ns",
+        lambda: [(_span(2**63 - 1, 0, f"spanmax-{time.time_ns()}"), GZ)],
+    ),
+    "distinct-x2": (
+        "2 at once of 50,000 samples, each with its own 65-frame stack "
+        "(3.7 M values; accepted, the costliest to decode and intern)",
+        lambda: [
+            (_distinct_stacks(50_000, 65, f"distinct-{i}-{time.time_ns()}"), GZ) for i in range(2)
+        ],
+    ),
 }
 
 
 # -- the parent: measure ---------------------------------------------------------------------
 
-def _post(port: int, body: bytes, headers: dict[str, str], session: str = "hostile",
-          source: str = "127.0.0.1") -> int:
+
+def _post(
+    port: int,
+    body: bytes,
+    headers: dict[str, str],
+    session: str = "hostile",
+    source: str = "127.0.0.1",
+) -> int:
     """POST from `source` (any 127/8 address: a distinct client, as agents on distinct
     pods are)."""
     headers = dict(headers)
     session = headers.pop(SESSION, session)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600,
-                                      source_address=(source, 0))
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600, source_address=(source, 0))
     try:
-        conn.request("POST", f"/v1/sessions/bench/{session}/batches", body=body,
-                     headers={"Authorization": f"Bearer {TOKEN}", **headers})
+        conn.request(
+            "POST",
+            f"/v1/sessions/bench/{session}/batches",
+            body=body,
+            headers={"Authorization": f"Bearer {TOKEN}", **headers},
+        )
         r = conn.getresponse()
         r.read()
         return r.status
@@ -226,8 +298,10 @@ def fairness(port: int, rounds: int = 5) -> list[float]:
             assert _post(port, small, GZ, session="other") == 200
             waits.append(time.perf_counter() - t)
             assert all(f.result() == 200 for f in futs)
-        big = [_batch(49_999, 60, 5_000, 30 + r * 4 + i, f"fair-{r}-{i}-{time.time_ns()}")
-               for i in range(4)]
+        big = [
+            _batch(49_999, 60, 5_000, 30 + r * 4 + i, f"fair-{r}-{i}-{time.time_ns()}")
+            for i in range(4)
+        ]
     return waits
 
 
@@ -241,9 +315,13 @@ def _hold(port: int, session: str, source: str) -> socket.socket:
     s = socket.socket()
     s.bind((source, 0))
     s.connect(("127.0.0.1", port))
-    s.sendall((f"POST /v1/sessions/bench/{session}/batches HTTP/1.1\r\nHost: x\r\n"
-               f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100000\r\n\r\n").encode()
-              + b"\x1f\x8b\x08\x00")
+    s.sendall(
+        (
+            f"POST /v1/sessions/bench/{session}/batches HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100000\r\n\r\n"
+        ).encode()
+        + b"\x1f\x8b\x08\x00"
+    )
     return s
 
 
@@ -276,13 +354,18 @@ def _template(rows: int, seed: int) -> bytes:
     frames = [Frame(f"fn_{seed}_{i}", FrameKind.PYTHON, f"/app/m{i % 9}.py", i) for i in range(80)]
     rng = random.Random(seed)
     pool = [tuple(rng.sample(frames, 30)) for _ in range(200)]
-    b = Batch(samples=tuple(CpuSample(i * 1000, 100, 100 + i % 64, "python", i % 16,
-                                      pool[i % len(pool)]) for i in range(rows)))
+    b = Batch(
+        samples=tuple(
+            CpuSample(i * 1000, 100, 100 + i % 64, "python", i % 16, pool[i % len(pool)])
+            for i in range(rows)
+        )
+    )
     return json.dumps(codec.to_dict(b, batch_id="X" * 32, node=NODE)).encode()
 
 
-def fairness_hostile(port: int, seconds: float = 60.0, rows: int = 10_000,
-                     senders: int = 4) -> tuple[dict[str, list[int]], list[int], list[float]]:
+def fairness_hostile(
+    port: int, seconds: float = 60.0, rows: int = 10_000, senders: int = 4
+) -> tuple[dict[str, list[int]], list[int], list[float]]:
     """Three sessions each send `rows`-sample batches from `senders` threads as fast as
     they are answered; meanwhile another session sends a 100-row batch every 0.25 s.
     Returns the attackers' answers, the victim's answers and its latencies (seconds)."""
@@ -297,8 +380,11 @@ def fairness_hostile(port: int, seconds: float = 60.0, rows: int = 10_000,
             answers[session].append(_post(port, body, {}, session=session, source=source))
 
     # Each attacking session from its own address (its agents' pod), the victim from another.
-    threads = [threading.Thread(target=attack, args=(h, f"127.0.3.{i + 1}"), daemon=True)
-               for i, h in enumerate(hostile) for _ in range(senders)]
+    threads = [
+        threading.Thread(target=attack, args=(h, f"127.0.3.{i + 1}"), daemon=True)
+        for i, h in enumerate(hostile)
+        for _ in range(senders)
+    ]
     for t in threads:
         t.start()
     time.sleep(3)  # the attackers are at full rate
@@ -335,20 +421,30 @@ def measure(pid: int, port: int, bodies: list[tuple[bytes, dict[str, str]]]) -> 
     stop.set()
     probe.join()
     time.sleep(1)
-    return {"statuses": statuses, "elapsed_s": elapsed, "start_mb": start_kb / 1024,
-            "peak_mb": _status_kb(pid, "VmHWM") / 1024,
-            "after_mb": _status_kb(pid, "VmRSS") / 1024, "healthz_s": worst[0],
-            "wire_kb": sum(len(b) for b, _ in bodies) / 1024,
-            "json_mb": sum(len(gzip.decompress(b)) for b, _ in bodies) / 2**20}
+    return {
+        "statuses": statuses,
+        "elapsed_s": elapsed,
+        "start_mb": start_kb / 1024,
+        "peak_mb": _status_kb(pid, "VmHWM") / 1024,
+        "after_mb": _status_kb(pid, "VmRSS") / 1024,
+        "healthz_s": worst[0],
+        "wire_kb": sum(len(b) for b, _ in bodies) / 1024,
+        "json_mb": sum(len(gzip.decompress(b)) for b, _ in bodies) / 2**20,
+    }
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dsn", help="SQLAlchemy URL of an existing database")
     p.add_argument("--cases", default=",".join(CASES))
-    p.add_argument("--tree", type=Path, default=ROOT,
-                   help="checkout whose kubeprof the server runs (default: this one)")
+    p.add_argument(
+        "--tree",
+        type=Path,
+        default=ROOT,
+        help="checkout whose kubeprof the server runs (default: this one)",
+    )
     p.add_argument("--serve", nargs=2, metavar=("DSN", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
@@ -369,49 +465,71 @@ def main() -> int:
         url = pg.url
     port = pick(1)[0]
     tree = args.tree.resolve()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        str(tree / s) for s in ("agent", "operator", "src"))}
-    child = subprocess.Popen([sys.executable, __file__, "--serve", url, str(port)], env=env,
-                             stdout=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(tree / s) for s in ("agent", "operator", "src")),
+    }
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", url, str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         print(f"server: {tree} (pid {child.pid})")
-        print("| case | on the wire | JSON inflated | answers | peak RSS MiB (start) | "
-              "RSS after MiB | slowest /healthz s | wall s |")
+        print(
+            "| case | on the wire | JSON inflated | answers | peak RSS MiB (start) | "
+            "RSS after MiB | slowest /healthz s | wall s |"
+        )
         print("|---|---:|---:|---|---:|---:|---:|---:|")
         for name in args.cases.split(","):
             if name == "slow-16":
                 Path(f"/proc/{child.pid}/clear_refs").write_text("5")
                 statuses, waits = slow_clients(port)
-                print(f"\nanother session's 100-row batch while 16 idle uploads of one "
-                      f"session are open: answers {_answers(statuses)}; p50 "
-                      f"{_pct(waits, 0.5):.3f} s, p99 {_pct(waits, 0.99):.3f} s; server peak "
-                      f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB", flush=True)
+                print(
+                    f"\nanother session's 100-row batch while 16 idle uploads of one "
+                    f"session are open: answers {_answers(statuses)}; p50 "
+                    f"{_pct(waits, 0.5):.3f} s, p99 {_pct(waits, 0.99):.3f} s; server peak "
+                    f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB",
+                    flush=True,
+                )
                 continue
             if name == "fairness-3":
                 Path(f"/proc/{child.pid}/clear_refs").write_text("5")
                 hostile, statuses, waits = fairness_hostile(port)
-                print("\nthree sessions at full rate (4 senders each, 10,000-row batches): "
-                      + "; ".join(f"{h} {_answers(a)}" for h, a in hostile.items())
-                      + f"\nanother session's 100-row batch every 0.25 s: answers "
-                      f"{_answers(statuses)}; p50 {_pct(waits, 0.5):.3f} s, p99 "
-                      f"{_pct(waits, 0.99):.3f} s, max {max(waits):.3f} s; server peak "
-                      f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB", flush=True)
+                print(
+                    "\nthree sessions at full rate (4 senders each, 10,000-row batches): "
+                    + "; ".join(f"{h} {_answers(a)}" for h, a in hostile.items())
+                    + f"\nanother session's 100-row batch every 0.25 s: answers "
+                    f"{_answers(statuses)}; p50 {_pct(waits, 0.5):.3f} s, p99 "
+                    f"{_pct(waits, 0.99):.3f} s, max {max(waits):.3f} s; server peak "
+                    f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB",
+                    flush=True,
+                )
                 continue
             if name == "fairness":
                 waits = fairness(port)
-                print(f"\nanother session's 100-row batch during 4 x 50,000-row batches: "
-                      f"{', '.join(f'{w:.2f}' for w in waits)} s (median "
-                      f"{sorted(waits)[len(waits) // 2]:.2f} s)", flush=True)
+                print(
+                    f"\nanother session's 100-row batch during 4 x 50,000-row batches: "
+                    f"{', '.join(f'{w:.2f}' for w in waits)} s (median "
+                    f"{sorted(waits)[len(waits) // 2]:.2f} s)",
+                    flush=True,
+                )
                 continue
             what, make = CASES[name]
             bodies = make()
             r = measure(child.pid, port, bodies)
-            answers = ", ".join(f"{s}×{r['statuses'].count(s)}" if r["statuses"].count(s) > 1
-                                else str(s) for s in sorted(set(r["statuses"])))
-            print(f"| {what} | {r['wire_kb']:,.1f} KB | {r['json_mb']:,.1f} MiB | {answers} | "
-                  f"{r['peak_mb']:,.0f} ({r['start_mb']:,.0f}) | {r['after_mb']:,.0f} | "
-                  f"{r['healthz_s']:.2f} | {r['elapsed_s']:.1f} |", flush=True)
+            answers = ", ".join(
+                f"{s}×{r['statuses'].count(s)}" if r["statuses"].count(s) > 1 else str(s)
+                for s in sorted(set(r["statuses"]))
+            )
+            print(
+                f"| {what} | {r['wire_kb']:,.1f} KB | {r['json_mb']:,.1f} MiB | {answers} | "
+                f"{r['peak_mb']:,.0f} ({r['start_mb']:,.0f}) | {r['after_mb']:,.0f} | "
+                f"{r['healthz_s']:.2f} | {r['elapsed_s']:.1f} |",
+                flush=True,
+            )
             if child.poll() is not None:
                 print(f"server exited with {child.returncode}")
                 break

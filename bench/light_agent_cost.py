@@ -29,7 +29,7 @@ from kubeprof.agent.light.window import Window, attribute
 
 
 def main() -> None:
-    gpus, procs, polls = (int(a) for a in (sys.argv[1:] + ["8", "16", "600"][len(sys.argv) - 1:]))
+    gpus, procs, polls = (int(a) for a in (sys.argv[1:] + ["8", "16", "600"][len(sys.argv) - 1 :]))
     root = Path(tempfile.mkdtemp(prefix="kubeprof-bench-light-"))
     pods, pid = [], 1000
     pids: dict[int, list[int]] = {}
@@ -38,9 +38,16 @@ def main() -> None:
             uid, cid = str(uuid.uuid4()), uuid.uuid4().hex * 2
             (root / str(pid)).mkdir()
             (root / str(pid) / "cgroup").write_text(f"0::/{cgroup_name(uid, cid)}\n")
-            pods.append({"metadata": {"uid": uid, "namespace": "ml", "name": f"p-{pid}"},
-                         "status": {"containerStatuses": [
-                             {"name": "main", "containerID": f"containerd://{cid}"}]}})
+            pods.append(
+                {
+                    "metadata": {"uid": uid, "namespace": "ml", "name": f"p-{pid}"},
+                    "status": {
+                        "containerStatuses": [
+                            {"name": "main", "containerID": f"containerd://{cid}"}
+                        ]
+                    },
+                }
+            )
             pids.setdefault(g, []).append(pid)
             pid += 1
     resolver = Resolver(root, pod_names(pods))
@@ -51,19 +58,28 @@ def main() -> None:
     size = 0
     t0 = time.process_time()
     for i in range(polls):
-        readings = [DeviceReading(
-            g, f"GPU-{g}", 50, 1 << 34, 1 << 37,
-            tuple(RunningProcess(p, 1 << 30) for p in ps),
-            tuple(ProcessSample(p, i * 1000 + 1, (p * 7 + i) % 100) for p in ps))
-            for g, ps in pids.items()]
+        readings = [
+            DeviceReading(
+                g,
+                f"GPU-{g}",
+                50,
+                1 << 34,
+                1 << 37,
+                tuple(RunningProcess(p, 1 << 30) for p in ps),
+                tuple(ProcessSample(p, i * 1000 + 1, (p * 7 + i) % 100) for p in ps),
+            )
+            for g, ps in pids.items()
+        ]
         window.add(float(i), [attribute(r, resolver) for r in readings])
         if i % scrape_every == 0:
             size = len(generate_latest(reg))
     cpu = time.process_time() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"gpus={gpus} procs/gpu={procs} polls={polls} scrape every {scrape_every} polls")
-    print(f"cpu per poll: {cpu / polls * 1e3:.2f} ms  (at --interval 1: {cpu / polls * 100:.2f} "
-          f"% of one core)  peak RSS {rss_mb:.0f} MiB  /metrics {size / 1024:.0f} KiB")
+    print(
+        f"cpu per poll: {cpu / polls * 1e3:.2f} ms  (at --interval 1: {cpu / polls * 100:.2f} "
+        f"% of one core)  peak RSS {rss_mb:.0f} MiB  /metrics {size / 1024:.0f} KiB"
+    )
 
 
 if __name__ == "__main__":

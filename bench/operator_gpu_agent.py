@@ -83,16 +83,18 @@ def cgroup_root() -> Path | None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seconds", type=float, default=12)
     p.add_argument("--busy", type=float, default=0.5, help="busy share of each second")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kubeprof-gpu-agent-"))
     store = Store.open(f"sqlite:///{work}/k.db")
     uid = str(uuid.uuid4())
-    sid = ensure_session(store.engine, "gpu", "check", uid, hz=99,
-                         started_at=datetime.now(UTC), meta={})
+    sid = ensure_session(
+        store.engine, "gpu", "check", uid, hz=99, started_at=datetime.now(UTC), meta={}
+    )
     srv, stats = stand_in_ingest(store, sid)
     result: dict = {"pod_uid": uid}
 
@@ -105,31 +107,72 @@ def main() -> int:
         except OSError as exc:
             result["cgroup_error"] = str(exc)
             cg = None
-    prefix = f'echo $$ > {cg}/cgroup.procs && ' if cg else ""
-    wl = subprocess.Popen(["sh", "-c", prefix + 'exec "$0" -c "$1" "$2" "$3"', sys.executable,
-                           WORKLOAD, str(args.busy), str(args.seconds + 4)])
+    prefix = f"echo $$ > {cg}/cgroup.procs && " if cg else ""
+    wl = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            prefix + 'exec "$0" -c "$1" "$2" "$3"',
+            sys.executable,
+            WORKLOAD,
+            str(args.busy),
+            str(args.seconds + 4),
+        ]
+    )
     time.sleep(2)  # CUDA context up before sampling starts
     token = work / "token"
     token.write_text("t")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / s) for s in
-                                                        ("src", "agent", "operator"))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(ROOT / s) for s in ("src", "agent", "operator")),
+    }
     agent = subprocess.run(
-        [sys.executable, "-m", "kubeprof.cli", "agent", "--collectors", "nvml",
-         "--pod-uid", uid, "--node-name", "gpu-node", "--namespace", "gpu", "--session",
-         "check", "--ingest-url", f"http://127.0.0.1:{srv.server_port}", "--token-file",
-         str(token), "--spool-dir", str(work / "spool"), "--nvml-interval", "0.1",
-         "--end-time", str(time.time() + args.seconds)],
-        env=env, capture_output=True, text=True, timeout=args.seconds + 120)
+        [
+            sys.executable,
+            "-m",
+            "kubeprof.cli",
+            "agent",
+            "--collectors",
+            "nvml",
+            "--pod-uid",
+            uid,
+            "--node-name",
+            "gpu-node",
+            "--namespace",
+            "gpu",
+            "--session",
+            "check",
+            "--ingest-url",
+            f"http://127.0.0.1:{srv.server_port}",
+            "--token-file",
+            str(token),
+            "--spool-dir",
+            str(work / "spool"),
+            "--nvml-interval",
+            "0.1",
+            "--end-time",
+            str(time.time() + args.seconds),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=args.seconds + 120,
+    )
     wl.wait(60)
     srv.shutdown()
     with store.engine.begin() as conn:
         s = aggregate.aggregate(conn, sid)
     result.update(
-        agent_rc=agent.returncode, agent_log_tail=agent.stderr[-1500:], ingest=stats,
-        expected_idle=round(1 - args.busy, 2), session_gpu_idle=s.gpu_idle,
+        agent_rc=agent.returncode,
+        agent_log_tail=agent.stderr[-1500:],
+        ingest=stats,
+        expected_idle=round(1 - args.busy, 2),
+        session_gpu_idle=s.gpu_idle,
         session_gpu_idle_source=s.gpu_idle_source,
         gpus=[g.__dict__ | {"pods": g.pods} for g in s.gpus],
-        pods={k: v.gpu_idle for k, v in s.pods.items()}, processes=s.processes)
+        pods={k: v.gpu_idle for k, v in s.pods.items()},
+        processes=s.processes,
+    )
     if cg is not None:
         with contextlib.suppress(OSError):
             cg.rmdir()

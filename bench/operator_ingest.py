@@ -76,10 +76,16 @@ def make_stacks(n: int, depth: int, rng: random.Random) -> list[tuple[Frame, ...
 
 
 def make_batch(size: int, stacks: list, rng: random.Random, t0: int) -> Batch:
-    samples = tuple(CpuSample(t0 + i * 10_101_010, 4000 + i % 8, 4000 + i % 32, "python",
-                              i % 16, rng.choice(stacks)) for i in range(size))
-    return Batch(samples=samples, processes=(ProcessInfo(4000, 1, "python", "python train.py",
-                                                         "c" * 64, "pod-uid"),))
+    samples = tuple(
+        CpuSample(
+            t0 + i * 10_101_010, 4000 + i % 8, 4000 + i % 32, "python", i % 16, rng.choice(stacks)
+        )
+        for i in range(size)
+    )
+    return Batch(
+        samples=samples,
+        processes=(ProcessInfo(4000, 1, "python", "python train.py", "c" * 64, "pod-uid"),),
+    )
 
 
 def bench_db(engine, sid: int, size: int, total: int, stacks, rng) -> float:
@@ -92,8 +98,9 @@ def bench_db(engine, sid: int, size: int, total: int, stacks, rng) -> float:
     return rows / (time.perf_counter() - t)
 
 
-def bench_copy(engine, sid: int, size: int, total: int, stacks, rng, *,
-               text: bool = False) -> float:
+def bench_copy(
+    engine, sid: int, size: int, total: int, stacks, rng, *, text: bool = False
+) -> float:
     """Rows/s of plain COPY: the ceiling for any ingest path on this database.
 
     text=False sends the rows with psycopg's write_row (as kubeprof's store does, so the
@@ -104,20 +111,31 @@ def bench_copy(engine, sid: int, size: int, total: int, stacks, rng, *,
     with engine.begin() as conn:
         ids = Interner().stack_ids_for(conn, stacks)
     s_cols = ["session_id", "node", "ts_ns", "pid", "tid", "cpu", "thread", "stack_id"]
-    p_cols = ["session_id", "node", "pid", "ppid", "name", "cmdline", "container_id",
-              "pod_uid"]
+    p_cols = ["session_id", "node", "pid", "ppid", "name", "cmdline", "container_id", "pod_uid"]
     tag = f"copy-{size}-{rng.random()}"
     prepared = [
-        ([(sid, "node-1", x.ts_ns, x.pid, x.tid, x.cpu, x.thread, ids[stack_hash(x.stack)])
-          for x in b.samples],
-         # the node differs per batch: a process row is an upsert in the real path
-         [(sid, f"{tag}-{i}", p.pid, p.ppid, p.name, p.cmdline, p.container_id, p.pod_uid)
-          for p in b.processes])
-        for i, b in enumerate(batches)]
+        (
+            [
+                (sid, "node-1", x.ts_ns, x.pid, x.tid, x.cpu, x.thread, ids[stack_hash(x.stack)])
+                for x in b.samples
+            ],
+            # the node differs per batch: a process row is an upsert in the real path
+            [
+                (sid, f"{tag}-{i}", p.pid, p.ppid, p.name, p.cmdline, p.container_id, p.pod_uid)
+                for p in b.processes
+            ],
+        )
+        for i, b in enumerate(batches)
+    ]
     s_sql = f'COPY "{SampleRow.__tablename__}" ({", ".join(s_cols)}) FROM STDIN'
     p_sql = f'COPY "{ProcessRow.__tablename__}" ({", ".join(p_cols)}) FROM STDIN'
-    payload = [[(sql, "".join("\t".join(map(str, r)) + "\n" for r in rows) if text else rows)
-                for sql, rows in ((s_sql, srows), (p_sql, prows))] for srows, prows in prepared]
+    payload = [
+        [
+            (sql, "".join("\t".join(map(str, r)) + "\n" for r in rows) if text else rows)
+            for sql, rows in ((s_sql, srows), (p_sql, prows))
+        ]
+        for srows, prows in prepared
+    ]
     raw = engine.raw_connection()
     try:
         pg = raw.driver_connection
@@ -137,11 +155,17 @@ def bench_copy(engine, sid: int, size: int, total: int, stacks, rng, *,
     return sum(len(a) + len(b) for a, b in prepared) / elapsed
 
 
-def bench_http(url: str, token: str, size: int, total: int, senders: int, stacks,
-               rng, encode=codec.encode) -> float:
+def bench_http(
+    url: str, token: str, size: int, total: int, senders: int, stacks, rng, encode=codec.encode
+) -> float:
     batches = [make_batch(size, stacks, rng, i * size) for i in range(max(1, total // size))]
-    bodies = [(encode(b, batch_id=f"h-{size}-{i}-{rng.random()}", node=f"node-{i % senders}"),
-               len(b.samples) + len(b.processes)) for i, b in enumerate(batches)]
+    bodies = [
+        (
+            encode(b, batch_id=f"h-{size}-{i}-{rng.random()}", node=f"node-{i % senders}"),
+            len(b.samples) + len(b.processes),
+        )
+        for i, b in enumerate(batches)
+    ]
 
     def send(chunk: list) -> None:
         client = IngestClient(url, "bench", "ingest", token, timeout_s=120)
@@ -157,13 +181,11 @@ def bench_http(url: str, token: str, size: int, total: int, senders: int, stacks
     return sum(r for _, r in bodies) / (time.perf_counter() - t)
 
 
-def start_api(engine, sid: int, token: str, writers: int,
-              senders: int) -> tuple[str, callable]:
+def start_api(engine, sid: int, token: str, writers: int, senders: int) -> tuple[str, callable]:
     reg = Registry()
     # The senders stand for agents on nodes node-0..node-N: the session's target nodes.
     targets = [Target(f"pod-{i}", f"pod-{i}", "bench", f"node-{i}") for i in range(senders)]
-    reg.put(SessionEntry("bench", "ingest", "uid-bench", sid, token, Phase.RUNNING, 0.0,
-                         targets))
+    reg.put(SessionEntry("bench", "ingest", "uid-bench", sid, token, Phase.RUNNING, 0.0, targets))
     api = IngestApi(reg, BatchWriter(engine), writers=writers, startup_grace_s=0)
     loop = asyncio.new_event_loop()
     from tests.e2e.cluster.ports import pick
@@ -183,18 +205,22 @@ def start_api(engine, sid: int, token: str, writers: int,
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sizes", default="100,1000,5000,20000")
     p.add_argument("--rows", type=int, default=200_000, help="rows per measurement")
     p.add_argument("--senders", type=int, default=4)
     p.add_argument("--writers", type=int, default=2)
     p.add_argument("--stacks", type=int, default=500, help="distinct stacks")
     p.add_argument("--dsn", help="SQLAlchemy URL of an existing database")
-    p.add_argument("--baseline-codec", metavar="PATH",
-                   help="a codec module file (encode/decode/CodecError) to time the http "
-                        "path with as well, alternating with kubeprof.protocol.codec, e.g. "
-                        "`git show 13e38fb:agent/kubeprof/agent/cluster/codec.py`")
+    p.add_argument(
+        "--baseline-codec",
+        metavar="PATH",
+        help="a codec module file (encode/decode/CodecError) to time the http "
+        "path with as well, alternating with kubeprof.protocol.codec, e.g. "
+        "`git show 13e38fb:agent/kubeprof/agent/cluster/codec.py`",
+    )
     args = p.parse_args()
     pg = None
     if args.dsn:
@@ -210,18 +236,28 @@ def main() -> int:
     stacks = make_stacks(args.stacks, 24, rng)
     store = Store.open(url)
     try:
-        sid = ensure_session(store.engine, "bench", "ingest", f"uid-{time.time_ns()}", hz=99,
-                             started_at=datetime.now(UTC), meta={})
+        sid = ensure_session(
+            store.engine,
+            "bench",
+            "ingest",
+            f"uid-{time.time_ns()}",
+            hz=99,
+            started_at=datetime.now(UTC),
+            meta={},
+        )
         # Warm the interner tables once so every size sees the same state.
-        BatchWriter(store.engine).store(sid, f"warm-{time.time_ns()}", "node-1",
-                                        make_batch(2000, stacks, rng, 0))
+        BatchWriter(store.engine).store(
+            sid, f"warm-{time.time_ns()}", "node-1", make_batch(2000, stacks, rng, 0)
+        )
         token = "bench-token"
         api_url, stop = start_api(store.engine, sid, token, args.writers, args.senders)
         base = load_codec(args.baseline_codec) if args.baseline_codec else None
-        print(f"| batch size (rows) | COPY text rows/s | COPY write_row rows/s (limit) | "
-              f"db rows/s | db % of limit | http rows/s ({args.senders} senders, "
-              f"{args.writers} writers) | http % of limit |"
-              + (" http rows/s, baseline codec | new / baseline |" if base else ""))
+        print(
+            f"| batch size (rows) | COPY text rows/s | COPY write_row rows/s (limit) | "
+            f"db rows/s | db % of limit | http rows/s ({args.senders} senders, "
+            f"{args.writers} writers) | http % of limit |"
+            + (" http rows/s, baseline codec | new / baseline |" if base else "")
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
         for size in (int(s) for s in args.sizes.split(",")):
             text_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng, text=True)
@@ -232,14 +268,25 @@ def main() -> int:
             if base is not None:
                 ingest.codec = base  # the API decodes with the baseline too
                 try:
-                    base_rate = bench_http(api_url, token, size, args.rows, args.senders,
-                                           stacks, rng, encode=base.encode)
+                    base_rate = bench_http(
+                        api_url,
+                        token,
+                        size,
+                        args.rows,
+                        args.senders,
+                        stacks,
+                        rng,
+                        encode=base.encode,
+                    )
                 finally:
                     ingest.codec = codec
                 extra = f" {base_rate:,.0f} | {http_rate / base_rate:.2f}x |"
-            print(f"| {size:,} | {text_rate:,.0f} | {copy_rate:,.0f} | {db_rate:,.0f} | "
-                  f"{100 * db_rate / copy_rate:.0f} % | {http_rate:,.0f} | "
-                  f"{100 * http_rate / copy_rate:.0f} % |" + extra, flush=True)
+            print(
+                f"| {size:,} | {text_rate:,.0f} | {copy_rate:,.0f} | {db_rate:,.0f} | "
+                f"{100 * db_rate / copy_rate:.0f} % | {http_rate:,.0f} | "
+                f"{100 * http_rate / copy_rate:.0f} % |" + extra,
+                flush=True,
+            )
         stop()
     finally:
         store.close()

@@ -37,9 +37,16 @@ def run(url: str, n_samples: int, n_stacks: int, batch: int) -> dict[str, float]
     t0 = time.perf_counter()
     for start in range(0, n_samples, batch):
         samples = tuple(
-            CpuSample(start + i, 100 + (i % 4), 100 + (i % 8), "worker", i % 2,
-                      pool[min(int(rng.paretovariate(1.2)) - 1, n_stacks - 1)])
-            for i in range(min(batch, n_samples - start)))
+            CpuSample(
+                start + i,
+                100 + (i % 4),
+                100 + (i % 8),
+                "worker",
+                i % 2,
+                pool[min(int(rng.paretovariate(1.2)) - 1, n_stacks - 1)],
+            )
+            for i in range(min(batch, n_samples - start))
+        )
         store.write_batch(sid, Batch(samples=samples))
     write_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -48,14 +55,19 @@ def run(url: str, n_samples: int, n_stacks: int, batch: int) -> dict[str, float]
         profile = q.load_profile(conn, info)
     query_s = time.perf_counter() - t0
     store.close()
-    return {"samples": n_samples, "distinct": len({ws.stack for ws in profile.cpu}),
-            "write_rows_s": n_samples / write_s, "query_s": query_s,
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "samples": n_samples,
+        "distinct": len({ws.stack for ws in profile.cpu}),
+        "write_rows_s": n_samples / write_s,
+        "query_s": query_s,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--samples", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--stacks", type=int, default=5000, help="distinct stacks in the pool")
     ap.add_argument("--batch", type=int, default=5000)
@@ -66,8 +78,11 @@ def main() -> None:
     for n in args.samples:
         url = args.store or f"sqlite:///{tempfile.mkdtemp()}/bench.db"
         r = run(url, n, args.stacks, args.batch)
-        print(f"| {r['samples']:,} | {r['distinct']:,} | {r['write_rows_s']:,.0f} | "
-              f"{r['query_s']:.2f} | {r['rss_mb']:.0f} |", flush=True)
+        print(
+            f"| {r['samples']:,} | {r['distinct']:,} | {r['write_rows_s']:,.0f} | "
+            f"{r['query_s']:.2f} | {r['rss_mb']:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -145,8 +145,11 @@ def packed_ms(step_gpu: Callable[[], None], facts: dict[str, Any], reps: int = 2
     b.record()
     torch.cuda.synchronize()
     spin_ms = e0.elapsed_time(a)
-    facts.update(packed_enqueue_ms=round(enqueue_ms, 3), packed_spin_ms=round(spin_ms, 3),
-                 packed_ok=enqueue_ms < spin_ms)
+    facts.update(
+        packed_enqueue_ms=round(enqueue_ms, 3),
+        packed_spin_ms=round(spin_ms, 3),
+        packed_ok=enqueue_ms < spin_ms,
+    )
     return a.elapsed_time(b) / reps
 
 
@@ -154,8 +157,12 @@ def packed_ms(step_gpu: Callable[[], None], facts: dict[str, Any], reps: int = 2
 def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict, bool]:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
-    facts: dict[str, Any] = {"syncs_per_step": 0, "bytes_copied_per_step": 0,
-                             "host_functions": [], "busy_includes": "kernels"}
+    facts: dict[str, Any] = {
+        "syncs_per_step": 0,
+        "bytes_copied_per_step": 0,
+        "host_functions": [],
+        "busy_includes": "kernels",
+    }
     if mode in ("compute", "half", "starved"):
         a = torch.randn(N_BIG, N_BIG, device=dev, dtype=torch.bfloat16, generator=g)
         b = torch.randn(N_BIG, N_BIG, device=dev, dtype=torch.bfloat16, generator=g)
@@ -201,8 +208,12 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
             tiny_ops()
             bursts.end(s)
 
-        facts.update(kernels_per_step=TINY_OPS, elements=256, launch_bound=True,
-                     packed_step_ms=packed_ms(tiny_ops, facts))
+        facts.update(
+            kernels_per_step=TINY_OPS,
+            elements=256,
+            launch_bound=True,
+            packed_step_ms=packed_ms(tiny_ops, facts),
+        )
         return step, facts, True
     if mode == "item":
         a = torch.randn(N_SMALL, N_SMALL, device=dev, dtype=torch.bfloat16, generator=g)
@@ -220,11 +231,16 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
             total[0] += read_loss(c)
             bursts.end(s)
 
-        facts.update(kernels_per_step=2, matmul_n=N_SMALL, syncs_per_step=1,
-                     copies_per_step=1,
-                     bytes_copied_per_step=2, sync_function="read_loss",
-                     sync_line=_line_of("KUBEPROF_TRUTH_SYNC_LINE"),
-                     packed_step_ms=packed_ms(mm_and_sum, facts))
+        facts.update(
+            kernels_per_step=2,
+            matmul_n=N_SMALL,
+            syncs_per_step=1,
+            copies_per_step=1,
+            bytes_copied_per_step=2,
+            sync_function="read_loss",
+            sync_line=_line_of("KUBEPROF_TRUTH_SYNC_LINE"),
+            packed_step_ms=packed_ms(mm_and_sum, facts),
+        )
         return step, facts, True
     if mode == "pageable":
         n = COPY_MB * (1 << 20) // 4
@@ -241,10 +257,16 @@ def setup(mode: str, pinned: bool) -> tuple[Callable[[int, Bursts], None], dict,
             torch.matmul(a, a, out=c)
             bursts.end(s)
 
-        facts.update(kernels_per_step=1, copies_per_step=1, pinned=pinned,
-                     busy_includes="kernels+copies",
-                     bytes_copied_per_step=n * 4, syncs_per_step=0 if pinned else 1,
-                     copy_function="copy_batch", copy_line=_line_of("KUBEPROF_TRUTH_COPY_LINE"))
+        facts.update(
+            kernels_per_step=1,
+            copies_per_step=1,
+            pinned=pinned,
+            busy_includes="kernels+copies",
+            bytes_copied_per_step=n * 4,
+            syncs_per_step=0 if pinned else 1,
+            copy_function="copy_batch",
+            copy_line=_line_of("KUBEPROF_TRUTH_COPY_LINE"),
+        )
         return step, facts, False
     raise SystemExit(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
 

@@ -68,12 +68,17 @@ def _label(text: str) -> str:
 
 def _carbon_flags(p: argparse.ArgumentParser) -> None:
     """Where the workload runs, for the energy and CO2 estimate (Cloud Carbon Footprint)."""
-    p.add_argument("--cloud-provider", choices=["aws", "gcp", "azure"],
-                   help="cloud provider, for CO2e (with --region)")
-    p.add_argument("--region", help="the provider's region, e.g. us-east-1 (with "
-                   "--cloud-provider)")
-    p.add_argument("--pue", type=_positive_float, help="data centre PUE (default: the "
-                   "provider's, as Cloud Carbon Footprint publishes it)")
+    p.add_argument(
+        "--cloud-provider",
+        choices=["aws", "gcp", "azure"],
+        help="cloud provider, for CO2e (with --region)",
+    )
+    p.add_argument("--region", help="the provider's region, e.g. us-east-1 (with --cloud-provider)")
+    p.add_argument(
+        "--pue",
+        type=_positive_float,
+        help="data centre PUE (default: the provider's, as Cloud Carbon Footprint publishes it)",
+    )
 
 
 def _carbon_meta(args: argparse.Namespace) -> dict[str, str]:
@@ -97,97 +102,186 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubeprof",
-                                     description="GPU+CPU profiler for AI workloads.")
+    parser = argparse.ArgumentParser(
+        prog="kubeprof", description="GPU+CPU profiler for AI workloads."
+    )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    rec = sub.add_parser("record", help="profile a command or a running process",
-                         epilog=EPILOG_RECORD,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rec.add_argument("--duration", type=_positive_float, metavar="SECONDS",
-                     help="stop after this many seconds (default: when the target exits)")
-    rec.add_argument("--hz", type=_hz, default=DEFAULT_CPU_HZ,
-                     help="CPU sampling rate (default %(default)s)")
-    rec.add_argument("--offcpu-min-us", type=_nonnegative, default=DEFAULT_OFFCPU_MIN_US,
-                     metavar="US", help="off-CPU waits shorter than this get no stack, only "
-                     "counted (default %(default)s; BENCHMARKS.md has the cost per setting)")
-    rec.add_argument("--offcpu-every", type=_nonnegative, default=DEFAULT_OFFCPU_EVERY,
-                     metavar="N", help="follow 1 in N switch-outs for off-CPU waits, each "
-                     "kept wait counting N times (default %(default)s: all; 0: no off-CPU "
-                     "profile)")
-    rec.add_argument("--output", "-o", metavar="NAME", help="session name (default: "
-                     "command name and time)")
-    rec.add_argument("--store", metavar="URL", help="database URL (default: embedded SQLite "
-                     "in ~/.local/share/kubeprof, or $KUBEPROF_STORE); postgresql+psycopg:// "
-                     "URLs also work")
+    rec = sub.add_parser(
+        "record",
+        help="profile a command or a running process",
+        epilog=EPILOG_RECORD,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rec.add_argument(
+        "--duration",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: when the target exits)",
+    )
+    rec.add_argument(
+        "--hz", type=_hz, default=DEFAULT_CPU_HZ, help="CPU sampling rate (default %(default)s)"
+    )
+    rec.add_argument(
+        "--offcpu-min-us",
+        type=_nonnegative,
+        default=DEFAULT_OFFCPU_MIN_US,
+        metavar="US",
+        help="off-CPU waits shorter than this get no stack, only "
+        "counted (default %(default)s; BENCHMARKS.md has the cost per setting)",
+    )
+    rec.add_argument(
+        "--offcpu-every",
+        type=_nonnegative,
+        default=DEFAULT_OFFCPU_EVERY,
+        metavar="N",
+        help="follow 1 in N switch-outs for off-CPU waits, each "
+        "kept wait counting N times (default %(default)s: all; 0: no off-CPU "
+        "profile)",
+    )
+    rec.add_argument(
+        "--output", "-o", metavar="NAME", help="session name (default: command name and time)"
+    )
+    rec.add_argument(
+        "--store",
+        metavar="URL",
+        help="database URL (default: embedded SQLite "
+        "in ~/.local/share/kubeprof, or $KUBEPROF_STORE); postgresql+psycopg:// "
+        "URLs also work",
+    )
     rec.add_argument("--pid", type=int, help="profile this running process (and children)")
-    rec.add_argument("--gpu", action="store_true",
-                     help="trace CUDA kernels with their Python stacks and sample NVML")
-    rec.add_argument("--no-cpu", dest="cpu", action="store_false",
-                     help="record no CPU samples (GPU only); not needed where BPF is not "
-                     "allowed: CPU sampling then falls back to py-spy by itself")
-    rec.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
-                     type=_label, help="attach a label to the session, e.g. batch_size=64 "
-                     "(repeatable; `kubeprof compare` reads batch_size)")
+    rec.add_argument(
+        "--gpu",
+        action="store_true",
+        help="trace CUDA kernels with their Python stacks and sample NVML",
+    )
+    rec.add_argument(
+        "--no-cpu",
+        dest="cpu",
+        action="store_false",
+        help="record no CPU samples (GPU only); not needed where BPF is not "
+        "allowed: CPU sampling then falls back to py-spy by itself",
+    )
+    rec.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_label,
+        help="attach a label to the session, e.g. batch_size=64 "
+        "(repeatable; `kubeprof compare` reads batch_size)",
+    )
     _carbon_flags(rec)
-    rec.add_argument("command", nargs=argparse.REMAINDER,
-                     help="-- COMMAND [ARGS...] to run and profile")
+    rec.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...] to run and profile"
+    )
 
     rep = sub.add_parser("report", help="show a stored session")
     rep.add_argument("session", nargs="?", help="session name or id (default: the newest)")
-    rep.add_argument("--format", "-f", default="text",
-                     choices=["text", "json", "html", "collapsed", "pprof", "speedscope",
-                              "perfetto"],
-                     help="text (findings first), json (the whole report, machine-readable), "
-                     "html (findings panel and flame graphs), a flame-graph export, or "
-                     "perfetto (a timeline for ui.perfetto.dev / chrome://tracing: "
-                     "SESSION.trace.json)")
-    rep.add_argument("--view", choices=["cpu", "gpu", "off-cpu", "wall"], default=None,
-                     help="which stacks to show: cpu (on CPU), gpu, off-cpu (where threads "
-                     "waited, by time), wall (on + off CPU per thread); text/html show all "
-                     "views by default; collapsed/pprof/speedscope export CPU unless only GPU "
-                     "data exist")
-    rep.add_argument("--out", metavar="FILE", help="write here; - is stdout (default: "
-                     "stdout for text formats, SESSION.html / SESSION.pb.gz for html / pprof)")
+    rep.add_argument(
+        "--format",
+        "-f",
+        default="text",
+        choices=["text", "json", "html", "collapsed", "pprof", "speedscope", "perfetto"],
+        help="text (findings first), json (the whole report, machine-readable), "
+        "html (findings panel and flame graphs), a flame-graph export, or "
+        "perfetto (a timeline for ui.perfetto.dev / chrome://tracing: "
+        "SESSION.trace.json)",
+    )
+    rep.add_argument(
+        "--view",
+        choices=["cpu", "gpu", "off-cpu", "wall"],
+        default=None,
+        help="which stacks to show: cpu (on CPU), gpu, off-cpu (where threads "
+        "waited, by time), wall (on + off CPU per thread); text/html show all "
+        "views by default; collapsed/pprof/speedscope export CPU unless only GPU "
+        "data exist",
+    )
+    rep.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write here; - is stdout (default: "
+        "stdout for text formats, SESSION.html / SESSION.pb.gz for html / pprof)",
+    )
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
-    rep.add_argument("--top", type=_count, default=10, metavar="N",
-                     help="rows per table in the text report (default %(default)s)")
-    rep.add_argument("--width", type=_columns, metavar="COLS", help="cut text lines at COLS "
-                     "columns, 0 for never (default: the terminal's width; no cut into a "
-                     "file or pipe)")
-    rep.add_argument("--startup-frames", action="store_true", help="rank start-up frames "
-                     "(<module>, main, __libc_start_main, ...) in 'top by total' too")
-    rep.add_argument("--keep-interpreter", action="store_true",
-                     help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
-                     "and below Python frames; by default they are folded away so self time "
-                     "lands on Python functions")
-    rep.add_argument("--whole-session", action="store_true",
-                     help="CPU view over the whole session; by default it follows the window "
-                     "the GPU analysis judged (steady state, or the active window after "
-                     "warm-up), start-up and warm-up left out")
+    rep.add_argument(
+        "--top",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="rows per table in the text report (default %(default)s)",
+    )
+    rep.add_argument(
+        "--width",
+        type=_columns,
+        metavar="COLS",
+        help="cut text lines at COLS "
+        "columns, 0 for never (default: the terminal's width; no cut into a "
+        "file or pipe)",
+    )
+    rep.add_argument(
+        "--startup-frames",
+        action="store_true",
+        help="rank start-up frames (<module>, main, __libc_start_main, ...) in 'top by total' too",
+    )
+    rep.add_argument(
+        "--keep-interpreter",
+        action="store_true",
+        help="keep CPython's own frames (_PyEval_EvalFrameDefault, ...) between "
+        "and below Python frames; by default they are folded away so self time "
+        "lands on Python functions",
+    )
+    rep.add_argument(
+        "--whole-session",
+        action="store_true",
+        help="CPU view over the whole session; by default it follows the window "
+        "the GPU analysis judged (steady state, or the active window after "
+        "warm-up), start-up and warm-up left out",
+    )
 
-    dif = sub.add_parser("diff", help="compare two sessions function by function (and per "
-                         "kernel and launching line with GPU data), with GPU idle and "
-                         "findings side by side", epilog="example:\n  kubeprof diff "
-                         "before after          rows by |change of self time|, B - A",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    dif = sub.add_parser(
+        "diff",
+        help="compare two sessions function by function (and per "
+        "kernel and launching line with GPU data), with GPU idle and "
+        "findings side by side",
+        epilog="example:\n  kubeprof diff "
+        "before after          rows by |change of self time|, B - A",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     dif.add_argument("a", metavar="A", help="the session before (name or id)")
     dif.add_argument("b", metavar="B", help="the session after (name or id)")
-    dif.add_argument("--format", "-f", default="text", choices=["text", "json", "html"],
-                     help="text, json (every row), or html (A-vs-B.diff.html)")
+    dif.add_argument(
+        "--format",
+        "-f",
+        default="text",
+        choices=["text", "json", "html"],
+        help="text, json (every row), or html (A-vs-B.diff.html)",
+    )
     dif.add_argument("--out", metavar="FILE", help="write here; - is stdout")
-    dif.add_argument("--top", type=_count, default=20, metavar="N",
-                     help="rows per table in text and html (default %(default)s)")
-    dif.add_argument("--sort", choices=["self", "total"], default="self",
-                     help="rank rows by the absolute change of self time (default) or of "
-                     "total time")
+    dif.add_argument(
+        "--top",
+        type=_count,
+        default=20,
+        metavar="N",
+        help="rows per table in text and html (default %(default)s)",
+    )
+    dif.add_argument(
+        "--sort",
+        choices=["self", "total"],
+        default="self",
+        help="rank rows by the absolute change of self time (default) or of total time",
+    )
     dif.add_argument("--store", metavar="URL", help="database URL (as for record)")
-    dif.add_argument("--keep-interpreter", action="store_true",
-                     help="keep CPython's own frames (as for report)")
+    dif.add_argument(
+        "--keep-interpreter", action="store_true", help="keep CPython's own frames (as for report)"
+    )
 
-    cmp_ = sub.add_parser("compare", help="compare sessions of one workload (e.g. at several "
-                          "batch sizes): throughput, GPU busy, energy per sample")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="compare sessions of one workload (e.g. at several "
+        "batch sizes): throughput, GPU busy, energy per sample",
+    )
     cmp_.add_argument("sessions", nargs="+", metavar="SESSION", help="session names or ids")
     cmp_.add_argument("--store", metavar="URL", help="database URL (as for record)")
     _carbon_flags(cmp_)
@@ -195,28 +289,47 @@ def build_parser() -> argparse.ArgumentParser:
     ses = sub.add_parser("sessions", help="list stored sessions (`sessions rm` removes)")
     ses.add_argument("--store", metavar="URL", help="database URL (as for record)")
     ses_sub = ses.add_subparsers(dest="ses_cmd")
-    rm = ses_sub.add_parser("rm", help="remove sessions and all their data",
-                            epilog="examples:\n  kubeprof sessions rm quick quick-2\n"
-                            "  kubeprof sessions rm --older-than 7d --dry-run",
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    rm.add_argument("names", nargs="*", metavar="NAME", help="session names or ids "
-                    "(NAMESPACE/NAME for a cluster session)")
-    rm.add_argument("--older-than", metavar="AGE", help="also every session started more "
-                    "than AGE ago (30m, 12h, 7d, 2w)")
+    rm = ses_sub.add_parser(
+        "rm",
+        help="remove sessions and all their data",
+        epilog="examples:\n  kubeprof sessions rm quick quick-2\n"
+        "  kubeprof sessions rm --older-than 7d --dry-run",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rm.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="session names or ids (NAMESPACE/NAME for a cluster session)",
+    )
+    rm.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="also every session started more than AGE ago (30m, 12h, 7d, 2w)",
+    )
     rm.add_argument("--dry-run", action="store_true", help="only list what would go")
     rm.add_argument("--store", dest="rm_store", metavar="URL", help="database URL")
 
-    ui = sub.add_parser("ui", help="serve the web UI (sessions, flame graphs, diffs) over a "
-                        "store, read-only")
+    ui = sub.add_parser(
+        "ui", help="serve the web UI (sessions, flame graphs, diffs) over a store, read-only"
+    )
     ui.add_argument("--store", metavar="URL", help="database URL (as for record)")
-    ui.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:8686",
-                    help="where to serve (default %(default)s: this machine only; the UI "
-                         "has no login, so bind another address only behind your own auth)")
+    ui.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8686",
+        help="where to serve (default %(default)s: this machine only; the UI "
+        "has no login, so bind another address only behind your own auth)",
+    )
 
-    sub.add_parser("operator", help="run the Kubernetes operator (see `kubeprof operator "
-                   "--help`)", add_help=False)
-    sub.add_parser("agent", help="run one node's profiling agent (see `kubeprof agent "
-                   "--help`)", add_help=False)
+    sub.add_parser(
+        "operator",
+        help="run the Kubernetes operator (see `kubeprof operator --help`)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "agent", help="run one node's profiling agent (see `kubeprof agent --help`)", add_help=False
+    )
     return parser
 
 
@@ -243,21 +356,34 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _record(args)
         if args.cmd == "report":
             return reporting.report_command(
-                args.session, args.format, args.view, args.out, args.store,
-                args.keep_interpreter, text=reporting.TextOptions(
-                    args.top, args.width, args.startup_frames),
-                whole_session=args.whole_session)
+                args.session,
+                args.format,
+                args.view,
+                args.out,
+                args.store,
+                args.keep_interpreter,
+                text=reporting.TextOptions(args.top, args.width, args.startup_frames),
+                whole_session=args.whole_session,
+            )
         if args.cmd == "compare":
             return _compare(args)
         if args.cmd == "diff":
-            return reporting.diff_command(args.a, args.b, args.format, args.out, args.store,
-                                          keep_interpreter=args.keep_interpreter,
-                                          top=args.top, by=args.sort)
+            return reporting.diff_command(
+                args.a,
+                args.b,
+                args.format,
+                args.out,
+                args.store,
+                keep_interpreter=args.keep_interpreter,
+                top=args.top,
+                by=args.sort,
+            )
         if args.cmd == "sessions" and args.ses_cmd == "rm":
             from kubeprof.session_removal import rm_command
 
-            return rm_command(args.names, args.older_than, args.rm_store or args.store,
-                              dry_run=args.dry_run)
+            return rm_command(
+                args.names, args.older_than, args.rm_store or args.store, dry_run=args.dry_run
+            )
         if args.cmd == "sessions":
             return reporting.sessions_command(args.store)
         if args.cmd == "ui":
@@ -271,16 +397,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _ui(args: argparse.Namespace) -> int:
     host, _, port = args.listen.rpartition(":")
     if not port.isdigit():
-        print(f"kubeprof ui: error: --listen wants HOST:PORT, got {args.listen!r}",
-              file=sys.stderr)
+        print(f"kubeprof ui: error: --listen wants HOST:PORT, got {args.listen!r}", file=sys.stderr)
         return 2
     from kubeprof.ui.server import ui_command
 
     try:
         return ui_command(args.store, host or "127.0.0.1", int(port))
     except OSError as exc:
-        print(f"kubeprof ui: error: cannot listen on {args.listen}: {exc.strerror}; pick "
-              "another --listen HOST:PORT", file=sys.stderr)
+        print(
+            f"kubeprof ui: error: cannot listen on {args.listen}: {exc.strerror}; pick "
+            "another --listen HOST:PORT",
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -293,8 +421,11 @@ def _compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
-    carbon = CarbonSettings(meta["carbon:cloudProvider"], meta["carbon:region"],
-                            args.pue) if meta else None
+    carbon = (
+        CarbonSettings(meta["carbon:cloudProvider"], meta["carbon:region"], args.pue)
+        if meta
+        else None
+    )
     return compare_command(args.sessions, args.store, carbon=carbon)
 
 
@@ -303,8 +434,10 @@ def _record(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if bool(command) == (args.pid is not None):
-        print("kubeprof: error: give exactly one of --pid PID or -- COMMAND [ARGS...]",
-              file=sys.stderr)
+        print(
+            "kubeprof: error: give exactly one of --pid PID or -- COMMAND [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
     # Loaded here, not at the top: the core never imports the agent at module level.
     from kubeprof.agent.record import RecordError, RecordOptions, record
@@ -315,10 +448,19 @@ def _record(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
-    opts = RecordOptions(command=command, pid=args.pid, duration_s=args.duration, hz=args.hz,
-                         name=args.output, store_url=args.store, cpu=args.cpu, gpu=args.gpu,
-                         meta=meta, offcpu_min_us=args.offcpu_min_us,
-                         offcpu_every=args.offcpu_every)
+    opts = RecordOptions(
+        command=command,
+        pid=args.pid,
+        duration_s=args.duration,
+        hz=args.hz,
+        name=args.output,
+        store_url=args.store,
+        cpu=args.cpu,
+        gpu=args.gpu,
+        meta=meta,
+        offcpu_min_us=args.offcpu_min_us,
+        offcpu_every=args.offcpu_every,
+    )
     shown = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
     if shown is not None:  # a status line on a terminal; nothing extra when piped
         opts.progress, opts.log = shown, shown.log
@@ -332,8 +474,11 @@ def _record(args: argparse.Namespace) -> int:
             shown.done()
     for warning in result.warnings:
         print(f"kubeprof: warning: {warning}", file=sys.stderr)
-    print(f"kubeprof: session {result.session_name!r}: {result.rows} rows stored; "
-          f"see `kubeprof report {result.session_name}`", file=sys.stderr)
+    print(
+        f"kubeprof: session {result.session_name!r}: {result.rows} rows stored; "
+        f"see `kubeprof report {result.session_name}`",
+        file=sys.stderr,
+    )
     if result.status == "interrupted":
         return 130  # Ctrl-C, after saving: what shells and other tools report for SIGINT
     if result.records == 0:

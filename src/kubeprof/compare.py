@@ -39,8 +39,10 @@ def parse_label(text: str) -> tuple[str, str]:
     if not sep:
         raise LabelError(f"--label {text!r}: expected KEY=VALUE, e.g. --label batch_size=64")
     if not LABEL_KEY.fullmatch(key):
-        raise LabelError(f"--label {text!r}: KEY must start with a letter or _ and hold only "
-                         "letters, digits, _ . - (at most 63)")
+        raise LabelError(
+            f"--label {text!r}: KEY must start with a letter or _ and hold only "
+            "letters, digits, _ . - (at most 63)"
+        )
     if not value or len(value) > MAX_LABEL_VALUE:
         raise LabelError(f"--label {text!r}: VALUE must be 1 to {MAX_LABEL_VALUE} characters")
     return key, value
@@ -60,8 +62,7 @@ def labels_meta(values: Sequence[str]) -> dict[str, str]:
 
 def session_labels(meta: Mapping[str, str]) -> dict[str, str]:
     """A session's labels (meta entries ``label:KEY``), keyed by KEY."""
-    return {k.removeprefix(LABEL_PREFIX): v for k, v in meta.items()
-            if k.startswith(LABEL_PREFIX)}
+    return {k.removeprefix(LABEL_PREFIX): v for k, v in meta.items() if k.startswith(LABEL_PREFIX)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +73,23 @@ class Compared:
     energy: energy.EnergyEstimate
 
 
-def compare_command(refs: list[str], store_url: str | None, *,
-                    carbon: energy.CarbonSettings | None = None,
-                    out: TextIO | None = None) -> int:
+def compare_command(
+    refs: list[str],
+    store_url: str | None,
+    *,
+    carbon: energy.CarbonSettings | None = None,
+    out: TextIO | None = None,
+) -> int:
     """Print the comparison of the sessions ``refs`` (names or ids); 2 on a user error.
 
     ``carbon`` (from flags) overrides each session's stored ``carbon:*`` settings.
     """
     out = out or sys.stdout
     if not refs:
-        print("kubeprof compare: name at least one session (`kubeprof sessions` lists them)",
-              file=sys.stderr)
+        print(
+            "kubeprof compare: name at least one session (`kubeprof sessions` lists them)",
+            file=sys.stderr,
+        )
         return 2
     try:
         rows = load(refs, store_url, carbon)
@@ -91,16 +98,19 @@ def compare_command(refs: list[str], store_url: str | None, *,
         return 2
     if len(rows) >= 2 and all(r.run.batch_size is None for r in rows):
         names = [r.run.name for r in rows]
-        print("kubeprof compare: no batch_size label on these sessions: compare is the "
-              "batch-size tool (record each run with --label batch_size=N); to compare runs "
-              f"function by function use `kubeprof diff {names[0]} {names[1]}`",
-              file=sys.stderr)
+        print(
+            "kubeprof compare: no batch_size label on these sessions: compare is the "
+            "batch-size tool (record each run with --label batch_size=N); to compare runs "
+            f"function by function use `kubeprof diff {names[0]} {names[1]}`",
+            file=sys.stderr,
+        )
     out.write(render(rows))
     return 0
 
 
-def load(refs: Sequence[str], store_url: str | None,
-         carbon: energy.CarbonSettings | None) -> list[Compared]:
+def load(
+    refs: Sequence[str], store_url: str | None, carbon: energy.CarbonSettings | None
+) -> list[Compared]:
     """Each session's run figures and energy estimate (reads the store, nothing else)."""
     store = Store.open(store_url)
     rows = []
@@ -111,15 +121,25 @@ def load(refs: Sequence[str], store_url: str | None,
                 activities = q.gpu_activities(conn, info.id)
                 metrics = q.gpu_metrics(conn, info.id)
                 run = batch_scaling.run_from_records(
-                    info.name, session_labels(info.meta), activities, metrics,
-                    info.start_ns, info.end_ns)
+                    info.name,
+                    session_labels(info.meta),
+                    activities,
+                    metrics,
+                    info.start_ns,
+                    info.end_ns,
+                )
                 settings = carbon or energy.settings_from_meta(info.meta)
                 coeffs = energy.coefficients(settings) if settings else None
                 vcpus, memory_gb = _machine(info.meta, cq.session_host(conn, info.id))
                 est = energy.estimate(
-                    cq.energy_metrics_by_node(conn, info.id), wall_s=info.duration_s,
-                    cpu_samples=info.samples, hz=info.hz, vcpus=vcpus, memory_gb=memory_gb,
-                    coeffs=coeffs)
+                    cq.energy_metrics_by_node(conn, info.id),
+                    wall_s=info.duration_s,
+                    cpu_samples=info.samples,
+                    hz=info.hz,
+                    vcpus=vcpus,
+                    memory_gb=memory_gb,
+                    coeffs=coeffs,
+                )
                 rows.append(Compared(run, est))
     finally:
         store.close()
@@ -147,27 +167,55 @@ def _machine(meta: Mapping[str, str], host: str) -> tuple[int | None, float | No
 def render(rows: Sequence[Compared]) -> str:
     """The table, the verdicts, what is missing, and each session's energy arithmetic."""
     scaling = batch_scaling.analyse([r.run for r in rows])
-    full = all(r.energy.coefficients is not None and r.energy.cpu is not None
-               and r.energy.memory is not None for r in rows)
-    head = ("SESSION", "BATCH", "STEPS/S", "SAMPLES/S", "GPU BUSY", "DRAM %", "TENSOR %",
-            "J/SAMPLE")
+    full = all(
+        r.energy.coefficients is not None
+        and r.energy.cpu is not None
+        and r.energy.memory is not None
+        for r in rows
+    )
+    head = (
+        "SESSION",
+        "BATCH",
+        "STEPS/S",
+        "SAMPLES/S",
+        "GPU BUSY",
+        "DRAM %",
+        "TENSOR %",
+        "J/SAMPLE",
+    )
     table = [head]
     for r in rows:
         run = r.run
-        table.append((
-            run.name, _num(run.batch_size, "{}"), _num(run.steps_per_s, "{:.3g}"),
-            _num(run.samples_per_s, "{:.4g}"), _num(run.gpu_busy, "{:.0%}"),
-            _num(run.dram_pct, "{:.0f}"), _num(run.tensor_pct, "{:.0f}"),
-            _num(_j_per_sample(r, full), "{:.3g}")))
+        table.append(
+            (
+                run.name,
+                _num(run.batch_size, "{}"),
+                _num(run.steps_per_s, "{:.3g}"),
+                _num(run.samples_per_s, "{:.4g}"),
+                _num(run.gpu_busy, "{:.0%}"),
+                _num(run.dram_pct, "{:.0f}"),
+                _num(run.tensor_pct, "{:.0f}"),
+                _num(_j_per_sample(r, full), "{:.3g}"),
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-             for row in table]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in table
+    ]
     lines.append("")
-    lines.append("J/SAMPLE = " + (
-        "mean power (GPU measured + CCF CPU and memory) x PUE / samples per s"
-        if full else "mean measured GPU power / samples per s (GPU only, no PUE: not every "
-        "session has a cloud provider, region and machine size)"))
+    lines.append(
+        "J/SAMPLE = "
+        + (
+            "mean power (GPU measured + CCF CPU and memory) x PUE / samples per s"
+            if full
+            else "mean measured GPU power / samples per s (GPU only, no PUE: not every "
+            "session has a cloud provider, region and machine size)"
+        )
+    )
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {v}" for v in scaling.verdicts]
@@ -183,8 +231,11 @@ def render(rows: Sequence[Compared]) -> str:
     for r in rows:
         e = r.energy
         kwh, co2 = e.facility_kwh, e.co2e_g
-        head_line = (f"{kwh:.6f} kWh, {co2:.3f} g CO2e" if kwh is not None and co2 is not None
-                     else f"{e.it_joules / energy.J_PER_KWH:.6f} kWh at the machine, no CO2e")
+        head_line = (
+            f"{kwh:.6f} kWh, {co2:.3f} g CO2e"
+            if kwh is not None and co2 is not None
+            else f"{e.it_joules / energy.J_PER_KWH:.6f} kWh at the machine, no CO2e"
+        )
         lines.append(f"  {r.run.name}: {head_line}")
         lines += [f"    {x}" for x in energy.explain(e)]
     return "\n".join(lines) + "\n"

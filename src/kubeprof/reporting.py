@@ -49,34 +49,55 @@ def gpu_tracing(meta: Mapping[str, str], activities: Sequence[GpuActivity]) -> t
     return False, "no CUDA kernel records in this session"
 
 
-def build_report(profile: Profile, activities: Sequence[GpuActivity],
-                 metrics: Sequence[GpuMetricSample], start_ns: int, end_ns: int,
-                 cpu: SampleColumns | None = None, *,
-                 process_names: Mapping[int, str] | None = None,
-                 offcpu: Sequence[OffCpuSample] = ()) -> Report:
+def build_report(
+    profile: Profile,
+    activities: Sequence[GpuActivity],
+    metrics: Sequence[GpuMetricSample],
+    start_ns: int,
+    end_ns: int,
+    cpu: SampleColumns | None = None,
+    *,
+    process_names: Mapping[int, str] | None = None,
+    offcpu: Sequence[OffCpuSample] = (),
+) -> Report:
     """The whole report of a session from its CPU profile, GPU records and CPU sample
     columns (no I/O): the GPU summary, and the findings analysis for any session with GPU
     or CPU data (``offcpu``: its off-CPU samples, where the launching thread waited)."""
     analysis = None
     if activities or metrics or cpu is not None:
         traced, why = gpu_tracing(profile.meta, activities)
-        analysis = analyse(activities, metrics, cpu, Window(start_ns, end_ns),
-                           gpu_traced=traced, untraced_reason=why, offcpu=offcpu)
+        analysis = analyse(
+            activities,
+            metrics,
+            cpu,
+            Window(start_ns, end_ns),
+            gpu_traced=traced,
+            untraced_reason=why,
+            offcpu=offcpu,
+        )
     findings = analysis.findings if analysis is not None else ()
     est, note = session_energy(profile, metrics)
     if not (activities or metrics):
-        return Report(profile, findings=findings, analysis=analysis, energy=est,
-                      energy_note=note)
-    head = analysis.headline if analysis is not None and analysis.headline.ratio is not None \
-        else None
+        return Report(profile, findings=findings, analysis=analysis, energy=est, energy_note=note)
+    head = (
+        analysis.headline if analysis is not None and analysis.headline.ratio is not None else None
+    )
     summary = gpu_summary(activities, metrics, start_ns, end_ns, headline=head)
     gpu = gpu_profile_stacks(activities, process_names)
-    return Report(replace(profile, gpu=gpu), gpu=summary, findings=findings, analysis=analysis,
-                  energy=est, energy_note=note)
+    return Report(
+        replace(profile, gpu=gpu),
+        gpu=summary,
+        findings=findings,
+        analysis=analysis,
+        energy=est,
+        energy_note=note,
+    )
 
 
-def session_energy(profile: Profile, metrics: Sequence[GpuMetricSample],
-                   ) -> tuple[energy.EnergyEstimate | None, str]:
+def session_energy(
+    profile: Profile,
+    metrics: Sequence[GpuMetricSample],
+) -> tuple[energy.EnergyEstimate | None, str]:
     """The session's energy and CO2e by the CCF method (the same estimate `compare` shows).
 
     GPU energy from the NVML readings; CPU and memory only with the carbon settings (`record
@@ -92,10 +113,15 @@ def session_energy(profile: Profile, metrics: Sequence[GpuMetricSample],
         return None, ""
     vcpus = _number(profile.meta.get("host:vcpus"))
     memory_gb = _number(profile.meta.get("host:memory_gb"))
-    est = energy.estimate({"": readings}, wall_s=profile.duration_s,
-                          cpu_samples=sum(ws.samples for ws in profile.cpu), hz=profile.hz,
-                          vcpus=int(vcpus) if vcpus else None, memory_gb=memory_gb,
-                          coeffs=coeffs)
+    est = energy.estimate(
+        {"": readings},
+        wall_s=profile.duration_s,
+        cpu_samples=sum(ws.samples for ws in profile.cpu),
+        hz=profile.hz,
+        vcpus=int(vcpus) if vcpus else None,
+        memory_gb=memory_gb,
+        coeffs=coeffs,
+    )
     return est, ""
 
 
@@ -106,8 +132,13 @@ def _number(text: str | None) -> float | None:
         return None
 
 
-def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = False,
-         whole_session: bool = False) -> Report:
+def load(
+    store_url: str | None,
+    ref: str | None,
+    *,
+    keep_interpreter: bool = False,
+    whole_session: bool = False,
+) -> Report:
     """The report of session `ref` (the newest when None) in the store at `store_url`.
 
     CPython's own frames are folded out of stacks with Python frames unless
@@ -127,8 +158,16 @@ def load(store_url: str | None, ref: str | None, *, keep_interpreter: bool = Fal
             waits = offcpu_samples(conn, info.id)
     finally:
         store.close()
-    report = build_report(profile, activities, metrics, info.start_ns, info.end_ns, cpu,
-                          process_names=names, offcpu=waits)
+    report = build_report(
+        profile,
+        activities,
+        metrics,
+        info.start_ns,
+        info.end_ns,
+        cpu,
+        process_names=names,
+        offcpu=waits,
+    )
     if whole_session or cpu is None:
         return report
     return cpu_follows_window(report, cpu, fold=not keep_interpreter)
@@ -151,33 +190,50 @@ def cpu_follows_window(report: Report, cpu: SampleColumns, *, fold: bool = True)
     if fold:
         cut = fold_profile(cut)
     what = "steady state" if a.phases.loop else "active window after warm-up"
-    note = (f"{what} only ({w.duration_ns / 1e9:.2f} s, {inside:,} of {every:,} samples; "
-            "--whole-session: all)")
-    profile = replace(report.profile, cpu=cut.cpu,
-                      meta={**report.profile.meta, CPU_WINDOW: note})
+    note = (
+        f"{what} only ({w.duration_ns / 1e9:.2f} s, {inside:,} of {every:,} samples; "
+        "--whole-session: all)"
+    )
+    profile = replace(report.profile, cpu=cut.cpu, meta={**report.profile.meta, CPU_WINDOW: note})
     return replace(report, profile=profile)
 
 
-def report_command(ref: str | None, fmt: str, view: str, out: str | None,
-                   store_url: str | None, keep_interpreter: bool = False, *,
-                   text: TextOptions | None = None, whole_session: bool = False) -> int:
+def report_command(
+    ref: str | None,
+    fmt: str,
+    view: str,
+    out: str | None,
+    store_url: str | None,
+    keep_interpreter: bool = False,
+    *,
+    text: TextOptions | None = None,
+    whole_session: bool = False,
+) -> int:
     if fmt == "perfetto":
         return timeline_command(store_url, ref, out, keep_interpreter=keep_interpreter)
-    report = load(store_url, ref, keep_interpreter=keep_interpreter,
-                  whole_session=whole_session)
+    report = load(store_url, ref, keep_interpreter=keep_interpreter, whole_session=whole_session)
     profile = report.profile
     if view == "gpu" and not profile.gpu:
-        raise LookupError(f"session {profile.session!r} has no GPU data: record it with "
-                          "`kubeprof record --gpu`, or drop --view gpu")
+        raise LookupError(
+            f"session {profile.session!r} has no GPU data: record it with "
+            "`kubeprof record --gpu`, or drop --view gpu"
+        )
     if view == "cpu" and not profile.cpu:
-        raise LookupError(f"session {profile.session!r} has no CPU samples (recorded with "
-                          "--no-cpu?): use --view gpu")
+        raise LookupError(
+            f"session {profile.session!r} has no CPU samples (recorded with "
+            "--no-cpu?): use --view gpu"
+        )
     from kubeprof.report.formats import FORMATS, render
 
     text = text or TextOptions()
-    data = render(report, fmt, view=view, top=text.top,
-                  width=text.width if text.width is not None else _text_width(out),
-                  startup=text.startup)
+    data = render(
+        report,
+        fmt,
+        view=view,
+        top=text.top,
+        width=text.width if text.width is not None else _text_width(out),
+        startup=text.startup,
+    )
     if out is None and fmt in ("html", "pprof"):
         out = f"{profile.session}{FORMATS[fmt].suffix}"
     return _write(data, out)
@@ -203,8 +259,9 @@ def _write(data: str | bytes, out: str | None) -> int:
     return 0
 
 
-def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
-                     keep_interpreter: bool = False) -> int:
+def timeline_command(
+    store_url: str | None, ref: str | None, out: str | None, *, keep_interpreter: bool = False
+) -> int:
     """Session `ref` as Chrome trace-event JSON for Perfetto (report.perfetto), written
     event by event to `out` (SESSION.trace.json by default; gzip'd when it ends in .gz,
     which Perfetto and chrome://tracing open too, at about a tenth of the size)."""
@@ -226,31 +283,53 @@ def timeline_command(store_url: str | None, ref: str | None, out: str | None, *,
     end = info.end_ns or max((a.end_ns for a in activities), default=start)
     work = any(a.kind in ("kernel", "memcpy", "memset") for a in activities)
     ph = phases.detect(gpu_trace.build(activities), phases.Window(start, end)) if work else None
-    args: dict[str, Any] = {"session": info.name, "start_ns": start, "activities": activities,
-                            "cpu": cpu, "offcpu": waits, "phases": ph, "process_names": names,
-                            "keep_interpreter": keep_interpreter}
+    args: dict[str, Any] = {
+        "session": info.name,
+        "start_ns": start,
+        "activities": activities,
+        "cpu": cpu,
+        "offcpu": waits,
+        "phases": ph,
+        "process_names": names,
+        "keep_interpreter": keep_interpreter,
+    }
     out = out if out is not None else f"{info.name}.trace.json"
     if out == "-":
         write_perfetto(sys.stdout, **args)
         return 0
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with (gzip.open(path, "wt", encoding="utf-8", compresslevel=6) if out.endswith(".gz")
-          else path.open("w", encoding="utf-8")) as stream:
+    with (
+        gzip.open(path, "wt", encoding="utf-8", compresslevel=6)
+        if out.endswith(".gz")
+        else path.open("w", encoding="utf-8")
+    ) as stream:
         write_perfetto(stream, **args)
     print(f"kubeprof: wrote {path}", file=sys.stderr)
     return 0
 
 
-def diff_command(a_ref: str, b_ref: str, fmt: str, out: str | None, store_url: str | None,
-                 *, keep_interpreter: bool = False, top: int = 20, by: str = "self") -> int:
+def diff_command(
+    a_ref: str,
+    b_ref: str,
+    fmt: str,
+    out: str | None,
+    store_url: str | None,
+    *,
+    keep_interpreter: bool = False,
+    top: int = 20,
+    by: str = "self",
+) -> int:
     """`kubeprof diff A B`: the two sessions compared (report.session_diff), as text, json
     or html (A-vs-B.diff.html by default)."""
     from kubeprof.report.diff_render import render_diff_html, render_diff_json, render_diff_text
     from kubeprof.report.session_diff import diff_reports
 
-    d = diff_reports(load(store_url, a_ref, keep_interpreter=keep_interpreter),
-                     load(store_url, b_ref, keep_interpreter=keep_interpreter), by=by)
+    d = diff_reports(
+        load(store_url, a_ref, keep_interpreter=keep_interpreter),
+        load(store_url, b_ref, keep_interpreter=keep_interpreter),
+        by=by,
+    )
     if fmt == "json":
         return _write(render_diff_json(d), out)
     if fmt == "html":
@@ -286,10 +365,14 @@ def sessions_command(store_url: str | None) -> int:
     if not sessions:
         print("no sessions stored yet; record one with `kubeprof record -- COMMAND`")
         return 0
-    print(f"{'ID':>4}  {'NAME':<32} {'STATUS':<11} {'STARTED (UTC)':<19} {'SECS':>7} "
-          f"{'SAMPLES':>8} {'GPU-RECS':>8}  COMMAND")
+    print(
+        f"{'ID':>4}  {'NAME':<32} {'STATUS':<11} {'STARTED (UTC)':<19} {'SECS':>7} "
+        f"{'SAMPLES':>8} {'GPU-RECS':>8}  COMMAND"
+    )
     for s in sessions:
-        print(f"{s.id:>4}  {s.name:<32} {s.status:<11} "
-              f"{s.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19} {s.duration_s:>7.1f} "
-              f"{s.samples:>8} {s.gpu_activities:>8}  {' '.join(s.command.split())[:60]}")
+        print(
+            f"{s.id:>4}  {s.name:<32} {s.status:<11} "
+            f"{s.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19} {s.duration_s:>7.1f} "
+            f"{s.samples:>8} {s.gpu_activities:>8}  {' '.join(s.command.split())[:60]}"
+        )
     return 0

@@ -98,15 +98,20 @@ def test_clicking_the_timeline_narrows_the_flame_graph_to_that_time(browser, ui_
     total = browser.eval(f"{FRAMES}[0].w")  # the root frame at full width: all samples
     status = "document.getElementById('kp-status').textContent"
     whole = browser.eval(status)
-    box = browser.eval("(() => { const r = document.querySelector('svg.kp-timeline')"
-                       ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    box = browser.eval(
+        "(() => { const r = document.querySelector('svg.kp-timeline')"
+        ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()"
+    )
     browser.eval("document.querySelector('svg.kp-timeline').scrollIntoView({block: 'center'})")
-    box = browser.eval("(() => { const r = document.querySelector('svg.kp-timeline')"
-                       ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    box = browser.eval(
+        "(() => { const r = document.querySelector('svg.kp-timeline')"
+        ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()"
+    )
     browser.click(box[0] + box[2] * 0.05, box[1] + box[3] / 2)  # start-up: the first 10 s
     browser.wait("document.getElementById('kp-range').textContent.startsWith('showing')")
     assert "view=cpu" in browser.eval("location.search") and "from=0" in browser.eval(
-        "location.search")
+        "location.search"
+    )
     browser.wait(f"{status} !== {whole!r}")
     assert browser.eval(f"{FRAMES}[0].w") == total  # the root still spans the graph ...
     narrowed = browser.eval(status)

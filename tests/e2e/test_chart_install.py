@@ -169,20 +169,37 @@ def test_light_agent_deep_variant_is_accepted_and_scheduled_on_gpu_nodes(k8s_clu
     gpu = h.get_json(c, "get", "nodes", "-l", "nvidia.com/gpu.present=true")["items"]
 
     def placed() -> list[str]:
-        pods = h.get_json(
-            c, "get", "pods", "-n", cc.NAMESPACE, "-l",
-            "app.kubernetes.io/instance=kp,app.kubernetes.io/component=light-agent",
-        ) or {}
-        nodes = sorted(p["spec"].get("nodeName", "") for p in pods.get("items", [])
-                       if p["metadata"]["name"].startswith("kp-deep-light-"))
+        pods = (
+            h.get_json(
+                c,
+                "get",
+                "pods",
+                "-n",
+                cc.NAMESPACE,
+                "-l",
+                "app.kubernetes.io/instance=kp,app.kubernetes.io/component=light-agent",
+            )
+            or {}
+        )
+        nodes = sorted(
+            p["spec"].get("nodeName", "")
+            for p in pods.get("items", [])
+            if p["metadata"]["name"].startswith("kp-deep-light-")
+        )
         return nodes if len(nodes) == len(gpu) else []
 
     assert h.poll(placed, 90, "a light agent on every GPU node") == sorted(
-        n["metadata"]["name"] for n in gpu)
+        n["metadata"]["name"] for n in gpu
+    )
     ds = h.get_json(c, "get", "ds", "-n", cc.NAMESPACE, "kp-deep-light")
     sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert sc["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_PTRACE"]
     c.kubectl(
-        "delete", "-n", cc.NAMESPACE, "deployment/kp-deep", "daemonset/kp-deep-light",
-        "--wait=false", check=False,
+        "delete",
+        "-n",
+        cc.NAMESPACE,
+        "deployment/kp-deep",
+        "daemonset/kp-deep-light",
+        "--wait=false",
+        check=False,
     )

@@ -39,14 +39,24 @@ PIDS = {"idle": 4100001, "busy": 4100002, "flappy": 4100003}
 
 
 def _deployment(name: str, ns: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name, "team": "gpu"}},
-                              "spec": {"nodeSelector": {"nvidia.com/gpu.present": "true"},
-                                       "containers": [{"name": "main",
-                                                       "image": "registry.invalid/t:0"}]}}}})
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name, "team": "gpu"}},
+                    "spec": {
+                        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                        "containers": [{"name": "main", "image": "registry.invalid/t:0"}],
+                    },
+                },
+            },
+        }
+    )
 
 
 def _readings(n: int) -> str:
@@ -54,13 +64,29 @@ def _readings(n: int) -> str:
     lines = []
     for i in range(n):
         flap = 95 if (i // 4) % 2 else 5
-        samples = [{"pid": PIDS["idle"], "timeStamp": 1000 * (i + 1), "smUtil": 5},
-                   {"pid": PIDS["busy"], "timeStamp": 1000 * (i + 1), "smUtil": 90},
-                   {"pid": PIDS["flappy"], "timeStamp": 1000 * (i + 1), "smUtil": flap}]
+        samples = [
+            {"pid": PIDS["idle"], "timeStamp": 1000 * (i + 1), "smUtil": 5},
+            {"pid": PIDS["busy"], "timeStamp": 1000 * (i + 1), "smUtil": 90},
+            {"pid": PIDS["flappy"], "timeStamp": 1000 * (i + 1), "smUtil": flap},
+        ]
         procs = [{"pid": p, "usedGpuMemory": (k + 1) << 30} for k, p in enumerate(PIDS.values())]
-        lines.append(json.dumps({"devices": [{
-            "gpu": 0, "uuid": "GPU-e2e", "util_gpu": 60, "mem_used": 6 << 30,
-            "mem_total": 141 << 30, "processes": procs, "samples": samples}]}))
+        lines.append(
+            json.dumps(
+                {
+                    "devices": [
+                        {
+                            "gpu": 0,
+                            "uuid": "GPU-e2e",
+                            "util_gpu": 60,
+                            "mem_used": 6 << 30,
+                            "mem_total": 141 << 30,
+                            "processes": procs,
+                            "samples": samples,
+                        }
+                    ]
+                }
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -75,13 +101,17 @@ def _scrape(url: str) -> dict[str, dict[str, tuple[dict, float]]]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out.setdefault(s.name, {})[s.labels.get("pod", s.labels.get("gpu", ""))] = (
-                s.labels, s.value)
+                s.labels,
+                s.value,
+            )
     return out
 
 
 def _policy_sessions(c: Cluster, ns: str, policy: str) -> list[dict]:
-    got = h.get_json(c, "get", "profilingsessions", "-n", ns, "-l",
-                     f"kubeprof.dev/policy={policy}") or {}
+    got = (
+        h.get_json(c, "get", "profilingsessions", "-n", ns, "-l", f"kubeprof.dev/policy={policy}")
+        or {}
+    )
     return got.get("items", [])
 
 
@@ -97,12 +127,15 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
     c = k8s_cluster
     h.apply_crd(c)
     c.kubectl("apply", "-f", str(POLICY_CRD))
-    c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-              "crd/profilingpolicies.kubeprof.dev")
+    c.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/profilingpolicies.kubeprof.dev"
+    )
     for app in PIDS:
         c.kubectl("apply", "-f", "-", stdin=_deployment(app, ns))
-    pods = {app: h.poll(lambda a=app: h.running_pods(c, ns, a), 90, f"{app} pod running")[0]
-            for app in PIDS}
+    pods = {
+        app: h.poll(lambda a=app: h.running_pods(c, ns, a), 90, f"{app} pod running")[0]
+        for app in PIDS
+    }
 
     work = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-light-"))
     proc = work / "proc"
@@ -110,7 +143,8 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
         (proc / str(pid)).mkdir(parents=True)
         cid = uuid.uuid4().hex + uuid.uuid4().hex
         (proc / str(pid) / "cgroup").write_text(
-            f"0::/{cgroup_name(pods[app]['metadata']['uid'], cid)}\n")
+            f"0::/{cgroup_name(pods[app]['metadata']['uid'], cid)}\n"
+        )
     replay = work / "readings.jsonl"
     replay.write_text(_readings(64))
 
@@ -120,12 +154,33 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
         for node in nodes:
             (port,) = pick(1)
             urls[node] = f"http://127.0.0.1:{port}/metrics"
-            agents.append(h._spawn(
-                [*h.KUBEPROF, "agent", "--light", "--node-name", node, "--listen",
-                 f"127.0.0.1:{port}", "--replay", str(replay), "--proc-root", str(proc),
-                 "--interval", "0.5", "--window", "1.5", "--pods-interval", "1",
-                 "--kubeconfig", str(c.kubeconfig)],
-                {}, work / f"light-{node}.log"))
+            agents.append(
+                h._spawn(
+                    [
+                        *h.KUBEPROF,
+                        "agent",
+                        "--light",
+                        "--node-name",
+                        node,
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--replay",
+                        str(replay),
+                        "--proc-root",
+                        str(proc),
+                        "--interval",
+                        "0.5",
+                        "--window",
+                        "1.5",
+                        "--pods-interval",
+                        "1",
+                        "--kubeconfig",
+                        str(c.kubeconfig),
+                    ],
+                    {},
+                    work / f"light-{node}.log",
+                )
+            )
 
         def figures() -> dict[str, tuple[dict, float]]:
             got: dict[str, tuple[dict, float]] = {}
@@ -136,8 +191,9 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
                     got.update(_scrape(url).get("kubeprof_gpu_idle_ratio", {}))
                 except OSError:  # not listening yet
                     return {}
-            return got if {pods[a]["metadata"]["name"] for a in ("idle", "busy")} <= set(got) \
-                else {}
+            return (
+                got if {pods[a]["metadata"]["name"] for a in ("idle", "busy")} <= set(got) else {}
+            )
 
         idle = h.poll(figures, 60, "light agents' idle figures for the pods")
         labels, value = idle[pods["idle"]["metadata"]["name"]]
@@ -150,20 +206,31 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
             for lv, _ in _scrape(url).get("kubeprof_gpu_idle_ratio", {}).values():
                 assert lv["node"] == node
 
-        op = h.Operator(c, postgres_dsn.url, work,
-                        args=("--light-agents", ",".join(urls.values()),
-                              "--policy-interval", "1")).start()
+        op = h.Operator(
+            c,
+            postgres_dsn.url,
+            work,
+            args=("--light-agents", ",".join(urls.values()), "--policy-interval", "1"),
+        ).start()
         try:
             policy = {
-                "apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingPolicy",
+                "apiVersion": "kubeprof.dev/v1alpha1",
+                "kind": "ProfilingPolicy",
                 "metadata": {"name": "idle-gpus", "namespace": ns},
-                "spec": {"podSelector": {"matchLabels": {"team": "gpu"}}, "idleAbove": 0.5,
-                         "for": "6s", "profileFor": "5s", "perPodPeriod": "30s",
-                         "maxConcurrentSessions": 3, "keepFinishedSessions": 0},
+                "spec": {
+                    "podSelector": {"matchLabels": {"team": "gpu"}},
+                    "idleAbove": 0.5,
+                    "for": "6s",
+                    "profileFor": "5s",
+                    "perPodPeriod": "30s",
+                    "maxConcurrentSessions": 3,
+                    "keepFinishedSessions": 0,
+                },
             }
             c.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(policy))
-            (made,) = h.poll(lambda: _policy_sessions(c, ns, "idle-gpus"), 60,
-                             "the policy's session")
+            (made,) = h.poll(
+                lambda: _policy_sessions(c, ns, "idle-gpus"), 60, "the policy's session"
+            )
             idle_pod = pods["idle"]["metadata"]["name"]
             meta = made["metadata"]
             assert meta["annotations"]["kubeprof.dev/policy-pod"] == idle_pod
@@ -184,12 +251,15 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
             assert status["lastSession"] == meta["name"], status
             now = _policy_sessions(c, ns, "idle-gpus")
             assert [s["metadata"]["name"] for s in now] == [meta["name"]], now
+
             # Past the period the finished session is deleted (keepFinishedSessions 0) and,
             # the pod still idle, exactly one new session is made for it.
             def replaced() -> list[dict]:
                 got = _policy_sessions(c, ns, "idle-gpus")
-                return got if got and meta["name"] not in [s["metadata"]["name"] for s in got] \
-                    else []
+                return (
+                    got if got and meta["name"] not in [s["metadata"]["name"] for s in got] else []
+                )
+
             (second,) = h.poll(replaced, 120, "retention and the next period's session")
             assert second["metadata"]["annotations"]["kubeprof.dev/policy-pod"] == idle_pod
         finally:

@@ -43,27 +43,57 @@ def test_prometheus_scrapes_light_agents_and_chart_alert_fires(k8s_cluster: Clus
             doc = yaml.safe_load(_deployment(app, ns))
             doc["spec"]["template"]["spec"]["nodeName"] = node["metadata"]["name"]
             c.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(doc))
-        pods = {a: h.poll(lambda a=a: h.running_pods(c, ns, a), 90, f"{a} running")[0]
-                for a in apps}
+        pods = {
+            a: h.poll(lambda a=a: h.running_pods(c, ns, a), 90, f"{a} running")[0] for a in apps
+        }
         proc = work / "proc"
         for app in apps:
             (proc / str(PIDS[app])).mkdir(parents=True)
             cid = uuid.uuid4().hex + uuid.uuid4().hex
             (proc / str(PIDS[app]) / "cgroup").write_text(
-                f"0::/{cgroup_name(pods[app]['metadata']['uid'], cid)}\n")
+                f"0::/{cgroup_name(pods[app]['metadata']['uid'], cid)}\n"
+            )
         (work / "readings.jsonl").write_text(_readings(64))
         targets = []
         for node in sorted({p["spec"]["nodeName"] for p in pods.values()}):
             (port,) = pick(1)
             targets.append(f"127.0.0.1:{port}")
-            agents.append(h._spawn(
-                [*h.KUBEPROF, "agent", "--light", "--node-name", node, "--listen",
-                 f"127.0.0.1:{port}", "--replay", str(work / "readings.jsonl"),
-                 "--proc-root", str(proc), "--interval", "0.5", "--window", "5",
-                 "--pods-interval", "1", "--kubeconfig", str(c.kubeconfig)],
-                {}, work / f"light-{node}.log"))
-        docs = chart.render({"prometheusRule": {"enabled": True, "job": JOB,
-                                                "gpuIdle": {"threshold": 0.5, "for": "3s"}}})
+            agents.append(
+                h._spawn(
+                    [
+                        *h.KUBEPROF,
+                        "agent",
+                        "--light",
+                        "--node-name",
+                        node,
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--replay",
+                        str(work / "readings.jsonl"),
+                        "--proc-root",
+                        str(proc),
+                        "--interval",
+                        "0.5",
+                        "--window",
+                        "5",
+                        "--pods-interval",
+                        "1",
+                        "--kubeconfig",
+                        str(c.kubeconfig),
+                    ],
+                    {},
+                    work / f"light-{node}.log",
+                )
+            )
+        docs = chart.render(
+            {
+                "prometheusRule": {
+                    "enabled": True,
+                    "job": JOB,
+                    "gpuIdle": {"threshold": 0.5, "for": "3s"},
+                }
+            }
+        )
         rules = chart.rules_file(docs, work / "rules.yaml")
         prom = Prometheus(work, targets[0], rules)
         idle_pod = pods["idle"]["metadata"]["name"]
@@ -71,19 +101,22 @@ def test_prometheus_scrapes_light_agents_and_chart_alert_fires(k8s_cluster: Clus
         def firing() -> list[dict[str, Any]]:
             for a in agents:
                 assert a.alive(), a.text()[-2000:]
-            return [a for a in prom.api("alerts")["alerts"]
-                    if a["labels"]["alertname"] == "KubeprofGPUIdleRatioHigh"
-                    and a["state"] == "firing"]
+            return [
+                a
+                for a in prom.api("alerts")["alerts"]
+                if a["labels"]["alertname"] == "KubeprofGPUIdleRatioHigh" and a["state"] == "firing"
+            ]
 
         alerts = h.poll(firing, 90, "KubeprofGPUIdleRatioHigh firing on the light agent")
-        series = {s["metric"]["pod"]: float(s["value"][1]) for s in
-                  prom.query(f'kubeprof_gpu_idle_ratio{{namespace="{ns}"}}')}
+        series = {
+            s["metric"]["pod"]: float(s["value"][1])
+            for s in prom.query(f'kubeprof_gpu_idle_ratio{{namespace="{ns}"}}')
+        }
         assert series.get(idle_pod) == pytest.approx(0.95)
         assert series.get(pods["busy"]["metadata"]["name"]) == pytest.approx(0.10)
         assert [a["labels"]["pod"] for a in alerts] == [idle_pod]  # not the busy pod
         a = alerts[0]["labels"]
-        assert (a["namespace"], a["node"], a["gpu"]) == (
-            ns, pods["idle"]["spec"]["nodeName"], "0")
+        assert (a["namespace"], a["node"], a["gpu"]) == (ns, pods["idle"]["spec"]["nodeName"], "0")
         # No session behind a light agent's series: the description says whose it is.
         desc = alerts[0]["annotations"]["description"]
         assert f"used by pod {idle_pod} in namespace {ns}" in desc, desc

@@ -85,12 +85,16 @@ def test_example_session_completes_with_real_samples(
         # On this host's CLOCK_MONOTONIC, as NVML's readings are: a node's records must fit
         # in the session's span (kubeprof.protocol.bounds).
         t = time.monotonic_ns()
-        nvml = Batch(gpu_metrics=(GpuMetricSample(t + 1, 0, "gpu_util_pct", 20.0),
-                                  GpuMetricSample(t + 2, 0, "gpu_util_pct", 30.0),
-                                  GpuMetricSample(t + 2, 0, "proc_sm_util_pct", 25.0,
-                                                  pid=workload.popen.pid)))
+        nvml = Batch(
+            gpu_metrics=(
+                GpuMetricSample(t + 1, 0, "gpu_util_pct", 20.0),
+                GpuMetricSample(t + 2, 0, "gpu_util_pct", 30.0),
+                GpuMetricSample(t + 2, 0, "proc_sm_util_pct", 25.0, pid=workload.popen.pid),
+            )
+        )
         ans = IngestClient(operator.url, NS, NAME, token).post_batch(
-            encode(nvml, batch_id=f"{node}-nvml-1", node=node), f"{node}-nvml-1")
+            encode(nvml, batch_id=f"{node}-nvml-1", node=node), f"{node}-nvml-1"
+        )
         assert ans.status == 200, ans
         h.poll(lambda: h.phase(c, NS, NAME) == "Completed", 150, "phase Completed")
         rc = agent.popen.wait(60)
@@ -119,8 +123,9 @@ def test_example_session_completes_with_real_samples(
     row = listed[(NS, NAME)]
     assert (row["phase"], row["nodes"], row["pods"]) == ("completed", 1, 1), row
     assert row["gpuIdle"] == 0.75 and row["topFinding"].startswith("GPU idle 75%"), row
-    with urlopen(f"{operator.url}/api/v1/sessions/{NS}/{NAME}/flamegraph?view=cpu&pod={uid}",
-                 timeout=60) as r:
+    with urlopen(
+        f"{operator.url}/api/v1/sessions/{NS}/{NAME}/flamegraph?view=cpu&pod={uid}", timeout=60
+    ) as r:
         body = r.read().decode()
     assert token not in body
     cpu = json.loads(body)["views"]["cpu"]
@@ -147,9 +152,12 @@ def test_example_session_completes_with_real_samples(
     assert 'kubeprof_ingest_batches_total{result="stored"}' in exposed
     # the live idle series ended with the session; the pod's completed figure stays
     assert f'session="{NAME}",session_namespace="{NS}"}}' not in "".join(
-        ln for ln in exposed.splitlines() if ln.startswith("kubeprof_gpu_idle_ratio{")), exposed
-    assert (f'kubeprof_pod_gpu_idle_ratio{{namespace="{NS}",pod="{pod["metadata"]["name"]}",'
-            f'session="{NAME}",session_namespace="{NS}",source="nvml"}} 0.75') in exposed, exposed
+        ln for ln in exposed.splitlines() if ln.startswith("kubeprof_gpu_idle_ratio{")
+    ), exposed
+    assert (
+        f'kubeprof_pod_gpu_idle_ratio{{namespace="{NS}",pod="{pod["metadata"]["name"]}",'
+        f'session="{NAME}",session_namespace="{NS}",source="nvml"}} 0.75'
+    ) in exposed, exposed
     print(table)
 
     h.delete_session(c, NS, NAME)

@@ -47,8 +47,11 @@ def session(k8s_cluster: Cluster, ns: str) -> dict:
     """A real ProfilingSession (no operator runs here): the owner of the children."""
     h.apply_crd(k8s_cluster)
     k8s_cluster.kubectl("apply", "-f", "-", stdin=h.session_yaml("owner", ns, "nobody", "1h"))
-    return h.poll(lambda: h.get_json(k8s_cluster, "get", "profilingsession", "-n", ns, "owner"),
-                  30, "session created")
+    return h.poll(
+        lambda: h.get_json(k8s_cluster, "get", "profilingsession", "-n", ns, "owner"),
+        30,
+        "session created",
+    )
 
 
 def _gpu_nodes(kube: Kube, n: int) -> list[str]:
@@ -69,7 +72,10 @@ def test_secret_create_get_conflict_absent(kube: Kube, session: dict, ns: str):
     assert got is not None and base64.b64decode(got["data"]["token"]) == b"s3cret"
     ref = got["metadata"]["ownerReferences"][0]
     assert (ref["kind"], ref["uid"], ref["controller"]) == (
-        "ProfilingSession", session["metadata"]["uid"], True)
+        "ProfilingSession",
+        session["metadata"]["uid"],
+        True,
+    )
     assert kube.delete_secret(ns, name) is True
     assert kube.delete_secret(ns, name) is False
     assert kube.get_secret(ns, name) is None
@@ -89,15 +95,23 @@ def test_daemonset_create_get_patch_delete(kube: Kube, k8s_client, session: dict
     patch = {"spec": {"template": {"spec": {"affinity": build.node_affinity([two, one])}}}}
     patched = kube.patch_daemonset(ns, name, patch)
     terms = patched["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     # A merge patch replaces the list whole: exactly the patched terms, sorted by node.
     assert [t["matchFields"][0]["values"] for t in terms] == [[one], [two]]
     seen = client.AppsV1Api(k8s_client).read_namespaced_daemon_set(name, ns)
-    assert len(seen.spec.template.spec.affinity.node_affinity
-               .required_during_scheduling_ignored_during_execution.node_selector_terms) == 2
+    assert (
+        len(
+            seen.spec.template.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        )
+        == 2
+    )
     got = kube.get_daemonset(ns, name)
-    assert got is not None and got["spec"]["template"]["spec"]["affinity"] == \
-        patched["spec"]["template"]["spec"]["affinity"]
+    assert (
+        got is not None
+        and got["spec"]["template"]["spec"]["affinity"]
+        == patched["spec"]["template"]["spec"]["affinity"]
+    )
 
     with pytest.raises(KubeError) as err:
         kube.patch_daemonset(ns, "no-such-ds", patch)
@@ -108,8 +122,7 @@ def test_daemonset_create_get_patch_delete(kube: Kube, k8s_client, session: dict
     assert kube.delete_daemonset(ns, name) is False
 
 
-def test_pods_by_selector_and_sessions(kube: Kube, k8s_cluster: Cluster, session: dict,
-                                       ns: str):
+def test_pods_by_selector_and_sessions(kube: Kube, k8s_cluster: Cluster, session: dict, ns: str):
     k8s_cluster.kubectl("apply", "-f", "-", stdin=h.deployment_yaml("web", ns, replicas=2))
     h.poll(lambda: len(h.running_pods(k8s_cluster, ns, "web")) == 2, 60, "two pods Running")
     pods = kube.list_pods(ns, "app=web")
@@ -118,8 +131,9 @@ def test_pods_by_selector_and_sessions(kube: Kube, k8s_cluster: Cluster, session
     assert kube.session_exists(ns, "owner") is True
     assert kube.session_exists(ns, "absent") is False
     with ThreadPoolExecutor(8) as pool:  # one Kube, many threads (the ingest's executor)
-        answers = list(pool.map(lambda i: kube.session_exists(ns, "owner" if i % 2 else "x"),
-                                range(64)))
+        answers = list(
+            pool.map(lambda i: kube.session_exists(ns, "owner" if i % 2 else "x"), range(64))
+        )
     assert answers == [bool(i % 2) for i in range(64)]
 
 

@@ -76,7 +76,8 @@ def test_operator_killed_mid_session_completes_without_duplicates(
 
 
 def test_postgres_down_during_ingest_agent_retries_and_everything_arrives(
-        k8s_cluster: Cluster, workdir: Path):
+    k8s_cluster: Cluster, workdir: Path
+):
     c = k8s_cluster
     h.apply_crd(c)
     pg = Postgres(workdir / "pg-outage").start()  # our own server: stopping it is safe
@@ -92,8 +93,11 @@ def _postgres_outage(c: Cluster, pg: Postgres, workdir: Path) -> None:
     p = None
     try:
         p = h.start_profiled(c, op, ns, name, "40s", workdir)
-        h.poll(lambda: 'kubeprof_ingest_batches_total{result="stored"}' in op.metrics(), 60,
-               "first batches stored")
+        h.poll(
+            lambda: 'kubeprof_ingest_batches_total{result="stored"}' in op.metrics(),
+            60,
+            "first batches stored",
+        )
         port = pg.port
         pg.stop()
         h.poll(lambda: 'reason="database"' in op.metrics(), 30, "ingest refusing with 503")

@@ -61,15 +61,18 @@ def test_invalid_specs_are_rejected_with_field_names(k8s_cluster: Cluster, ns: s
         ({"duration": "48h"}, "spec.duration must be between 1s and 24h"),
         ({"profilers": {"cpu": {"frequencyHz": 100000}}}, "spec.profilers.cpu.frequencyHz"),
         ({"profilers": {"cpu": {"frequencyHz": 0}}}, "spec.profilers.cpu.frequencyHz"),
-        ({"profilers": {"gpu": {"metricsIntervalMs": 1}}},
-         "spec.profilers.gpu.metricsIntervalMs"),
+        ({"profilers": {"gpu": {"metricsIntervalMs": 1}}}, "spec.profilers.gpu.metricsIntervalMs"),
         ({"bogus": True}, 'unknown field "spec.bogus"'),
-        ({"target": {"namespace": ns, "podSelector": {}}},
-         "spec.target.podSelector must not be empty"),
+        (
+            {"target": {"namespace": ns, "podSelector": {}}},
+            "spec.target.podSelector must not be empty",
+        ),
         ({"target": {"namespace": ns}}, "spec.target.podSelector: Required value"),
         ({"carbon": {"cloudProvider": "aws", "region": "x", "pue": 0.5}}, "spec.carbon.pue"),
-        ({"profilers": {"cpu": {"enabled": False}, "gpu": {"enabled": False}}},
-         "at least one of cpu and gpu"),
+        (
+            {"profilers": {"cpu": {"enabled": False}, "gpu": {"enabled": False}}},
+            "at least one of cpu and gpu",
+        ),
     ]
     for change, expected in cases:
         doc = yaml.safe_load(yaml.safe_dump(base))
@@ -93,8 +96,11 @@ def test_invalid_specs_are_rejected_with_field_names(k8s_cluster: Cluster, ns: s
 def test_selector_matching_nothing_fails_with_reason(k8s_cluster: Cluster, operator, ns: str):
     c = k8s_cluster
     c.kubectl("apply", "-f", "-", stdin=h.session_yaml("nomatch", ns, "nobody", "6s"))
-    h.poll(lambda: (h.session(c, ns, "nomatch").get("status") or {}).get("reason")
-           == "NoMatchingPods", 30, "NoMatchingPods while pending")
+    h.poll(
+        lambda: (h.session(c, ns, "nomatch").get("status") or {}).get("reason") == "NoMatchingPods",
+        30,
+        "NoMatchingPods while pending",
+    )
     st = h.session(c, ns, "nomatch")["status"]
     assert st["phase"] == "Pending" and "no pod matches" in st["message"]
     h.poll(lambda: h.phase(c, ns, "nomatch") == "Failed", 60, "Failed at end time")
@@ -109,7 +115,8 @@ def _ds_nodes(c: Cluster, ns: str, name: str) -> list[str]:
     if not ds:
         return []
     terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     return sorted(t["matchFields"][0]["values"][0] for t in terms)
 
 
@@ -118,7 +125,8 @@ def _pod_nodes(c: Cluster, ns: str, app: str) -> list[str]:
 
 
 def test_pods_appearing_and_vanishing_repin_agents_and_delete_cleans_up(
-        k8s_cluster: Cluster, operator, ns: str):
+    k8s_cluster: Cluster, operator, ns: str
+):
     c = k8s_cluster
     c.kubectl("apply", "-f", "-", stdin=h.deployment_yaml("web", ns, replicas=1))
     h.poll(lambda: h.running_pods(c, ns, "web"), 60, "first pod")
@@ -131,26 +139,56 @@ def test_pods_appearing_and_vanishing_repin_agents_and_delete_cleans_up(
     want = _pod_nodes(c, ns, "web")
     h.poll(lambda: _ds_nodes(c, ns, "churn") == want, 30, f"DaemonSet re-pinned to {want}")
     h.poll(lambda: (h.session(c, ns, "churn")["status"].get("pods")) == 3, 30, "status pods 3")
-    h.poll(lambda: len([p for p in (h.get_json(c, "get", "pods", "-n", ns, "-l",
-                                               "app.kubernetes.io/component=agent") or {})
-                        .get("items", []) if p["status"].get("phase") == "Running"])
-           == len(want), 60, f"{len(want)} agent pods Running")
+    h.poll(
+        lambda: (
+            len(
+                [
+                    p
+                    for p in (
+                        h.get_json(
+                            c, "get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=agent"
+                        )
+                        or {}
+                    ).get("items", [])
+                    if p["status"].get("phase") == "Running"
+                ]
+            )
+            == len(want)
+        ),
+        60,
+        f"{len(want)} agent pods Running",
+    )
 
     c.kubectl("scale", "deployment", "-n", ns, "web", "--replicas=0")
-    h.poll(lambda: (h.session(c, ns, "churn")["status"].get("reason")) == "TargetsGone", 60,
-           "TargetsGone")
+    h.poll(
+        lambda: (h.session(c, ns, "churn")["status"].get("reason")) == "TargetsGone",
+        60,
+        "TargetsGone",
+    )
     assert h.phase(c, ns, "churn") == "Running"
-    h.poll(lambda: not h.get_json(c, "get", "ds", "-n", ns, "kubeprof-churn-agent"), 30,
-           "no DaemonSet without targets")
+    h.poll(
+        lambda: not h.get_json(c, "get", "ds", "-n", ns, "kubeprof-churn-agent"),
+        30,
+        "no DaemonSet without targets",
+    )
     c.kubectl("scale", "deployment", "-n", ns, "web", "--replicas=1")
-    h.poll(lambda: h.get_json(c, "get", "ds", "-n", ns, "kubeprof-churn-agent"), 60,
-           "DaemonSet back with the pod")
+    h.poll(
+        lambda: h.get_json(c, "get", "ds", "-n", ns, "kubeprof-churn-agent"),
+        60,
+        "DaemonSet back with the pod",
+    )
 
     h.delete_session(c, ns, "churn")
-    h.poll(lambda: not h.get_json(c, "get", "ds", "-n", ns, "kubeprof-churn-agent"), 60,
-           "DaemonSet garbage-collected")
-    h.poll(lambda: not h.get_json(c, "get", "secret", "-n", ns, "kubeprof-churn-ingest"), 60,
-           "Secret garbage-collected")
+    h.poll(
+        lambda: not h.get_json(c, "get", "ds", "-n", ns, "kubeprof-churn-agent"),
+        60,
+        "DaemonSet garbage-collected",
+    )
+    h.poll(
+        lambda: not h.get_json(c, "get", "secret", "-n", ns, "kubeprof-churn-ingest"),
+        60,
+        "Secret garbage-collected",
+    )
 
 
 def test_agent_with_another_sessions_token_is_refused(k8s_cluster: Cluster, operator, ns: str):
@@ -186,10 +224,15 @@ def test_agent_with_another_sessions_token_is_refused(k8s_cluster: Cluster, oper
 
 
 def test_kernel_tracing_is_reported_unavailable_and_carbon_is_stored(
-        k8s_cluster: Cluster, operator, ns: str, postgres_dsn):
+    k8s_cluster: Cluster, operator, ns: str, postgres_dsn
+):
     c = k8s_cluster
-    c.kubectl("apply", "-f", "-", stdin=h.session_yaml(
-        "kt", ns, "nobody", "10m", profilers={"gpu": {"kernelTracing": True}}))
+    c.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=h.session_yaml("kt", ns, "nobody", "10m", profilers={"gpu": {"kernelTracing": True}}),
+    )
 
     def kernel_tracing() -> dict | None:
         conds = (h.session(c, ns, "kt").get("status") or {}).get("conditions") or []
@@ -204,5 +247,8 @@ def test_kernel_tracing_is_reported_unavailable_and_carbon_is_stored(
     meta = json.loads(row[0])
     example = yaml.safe_load(h.EXAMPLE.read_text())["spec"]["carbon"]
     assert (meta["carbon:cloudProvider"], meta["carbon:region"], meta["carbon:pue"]) == (
-        example["cloudProvider"], example["region"], f"{example['pue']:g}")
+        example["cloudProvider"],
+        example["region"],
+        f"{example['pue']:g}",
+    )
     h.delete_session(c, ns, "kt")

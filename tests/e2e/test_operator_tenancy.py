@@ -71,8 +71,9 @@ def open_op(cluster: Cluster, postgres_dsn):
 @pytest.fixture(scope="module")
 def victim_pod(cluster: Cluster) -> dict:
     cluster.kubectl("apply", "-f", "-", stdin=h.deployment_yaml("secret-sauce", NS["vic"]))
-    return h.poll(lambda: h.running_pods(cluster, NS["vic"], "secret-sauce"), 60,
-                  "victim pod Running")[0]
+    return h.poll(
+        lambda: h.running_pods(cluster, NS["vic"], "secret-sauce"), 60, "victim pod Running"
+    )[0]
 
 
 def _status(c: Cluster, ns: str, name: str) -> dict:
@@ -107,14 +108,27 @@ def _as(c: Cluster, user: str, *args: str, stdin: str | None = None):
 
 
 def test_cross_namespace_needs_the_flag_and_the_creators_right_to_list_pods(
-        cluster: Cluster, open_op, victim_pod):
+    cluster: Cluster, open_op, victim_pod
+):
     c, team, vic = cluster, NS["team"], NS["vic"]
     user = f"alice-{RUN}"
     c.kubectl("apply", "-f", str(POLICY))
-    c.kubectl("create", "clusterrole", f"kps-{RUN}", "--verb=create,get,list,delete",
-              "--resource=profilingsessions.kubeprof.dev")
-    c.kubectl("create", "rolebinding", "alice-kps", "-n", team, f"--clusterrole=kps-{RUN}",
-              f"--user={user}")
+    c.kubectl(
+        "create",
+        "clusterrole",
+        f"kps-{RUN}",
+        "--verb=create,get,list,delete",
+        "--resource=profilingsessions.kubeprof.dev",
+    )
+    c.kubectl(
+        "create",
+        "rolebinding",
+        "alice-kps",
+        "-n",
+        team,
+        f"--clusterrole=kps-{RUN}",
+        f"--user={user}",
+    )
     try:
         time.sleep(3)  # the policy must be in force before the sessions are created
         r = _as(c, user, "apply", "-f", "-", stdin=_cross_session("borrow", team))
@@ -122,22 +136,28 @@ def test_cross_namespace_needs_the_flag_and_the_creators_right_to_list_pods(
         assert f"{user} may not list pods in namespace {vic}" in r.stderr, r.stderr
         assert not h.get_json(c, "get", "profilingsession", "-n", team, "borrow")
 
-        c.kubectl("create", "rolebinding", "alice-view", "-n", vic, "--clusterrole=view",
-                  f"--user={user}")
-        h.poll(lambda: _as(c, user, "auth", "can-i", "list", "pods", "-n", vic).returncode
-               == 0, 30, "alice may list pods in the victim namespace")
+        c.kubectl(
+            "create", "rolebinding", "alice-view", "-n", vic, "--clusterrole=view", f"--user={user}"
+        )
+        h.poll(
+            lambda: _as(c, user, "auth", "can-i", "list", "pods", "-n", vic).returncode == 0,
+            30,
+            "alice may list pods in the victim namespace",
+        )
         r = _as(c, user, "apply", "-f", "-", stdin=_cross_session("borrow", team))
         assert r.returncode == 0, r.stderr
-        h.poll(lambda: _status(c, team, "borrow").get("phase") == "Running", 60,
-               "borrow Running")
+        h.poll(lambda: _status(c, team, "borrow").get("phase") == "Running", 60, "borrow Running")
         st = _status(c, team, "borrow")
         assert st["pods"] == 1 and st["nodes"] == 1, st
-        ds = h.poll(lambda: h.get_json(c, "get", "ds", "-n", team, "kubeprof-borrow-agent"),
-                    30, "agent DaemonSet in the session's namespace")
+        ds = h.poll(
+            lambda: h.get_json(c, "get", "ds", "-n", team, "kubeprof-borrow-agent"),
+            30,
+            "agent DaemonSet in the session's namespace",
+        )
         terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert [t["matchFields"][0]["values"][0] for t in terms] == [
-            victim_pod["spec"]["nodeName"]]
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert [t["matchFields"][0]["values"][0] for t in terms] == [victim_pod["spec"]["nodeName"]]
         h.delete_session(c, team, "borrow")
     finally:
         c.kubectl("delete", "-f", str(POLICY), "--wait=false", check=False)
@@ -145,16 +165,22 @@ def test_cross_namespace_needs_the_flag_and_the_creators_right_to_list_pods(
 
 
 def test_agents_forbidden_by_pod_security_baseline_are_named_in_the_status(
-        cluster: Cluster, strict):
+    cluster: Cluster, strict
+):
     c, ns = cluster, NS["psa"]
     c.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline")
     c.kubectl("apply", "-f", "-", stdin=h.deployment_yaml("trainer", ns))  # baseline-clean
     h.poll(lambda: h.running_pods(c, ns, "trainer"), 60, "workload pod Running")
     c.kubectl("apply", "-f", "-", stdin=h.session_yaml("guarded", ns, "trainer", "10m"))
     # The DaemonSet controller may record the event before it counts the desired pods.
-    h.poll(lambda: (_status(c, ns, "guarded").get("reason"),
-                    _status(c, ns, "guarded").get("agentsReady"))
-           == ("AgentsForbiddenByPodSecurity", "0/1"), 60, "the Pod Security reason, 0/1")
+    h.poll(
+        lambda: (
+            (_status(c, ns, "guarded").get("reason"), _status(c, ns, "guarded").get("agentsReady"))
+            == ("AgentsForbiddenByPodSecurity", "0/1")
+        ),
+        60,
+        "the Pod Security reason, 0/1",
+    )
     st = _status(c, ns, "guarded")
     assert st["phase"] == "Running" and st["agentsReady"] == "0/1", st
     assert 'Pod Security "baseline:latest"' in st["message"], st["message"]
@@ -163,14 +189,25 @@ def test_agents_forbidden_by_pod_security_baseline_are_named_in_the_status(
     cond = {x["type"]: x for x in st["conditions"]}["AgentsReady"]
     assert (cond["status"], cond["reason"]) == ("False", "AgentsForbiddenByPodSecurity")
     # The message comes from the DaemonSet controller's event, read from the real cluster.
-    events = h.get_json(c, "get", "events", "-n", ns, "--field-selector",
-                        "involvedObject.name=kubeprof-guarded-agent,reason=FailedCreate")
+    events = h.get_json(
+        c,
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        "involvedObject.name=kubeprof-guarded-agent,reason=FailedCreate",
+    )
     assert events and events["items"], events
 
-    c.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged",
-              "--overwrite")
-    h.poll(lambda: _status(c, ns, "guarded").get("agentsReady") == "1/1", 120,
-           "agents admitted once the namespace allows privileged pods")
+    c.kubectl(
+        "label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", "--overwrite"
+    )
+    h.poll(
+        lambda: _status(c, ns, "guarded").get("agentsReady") == "1/1",
+        120,
+        "agents admitted once the namespace allows privileged pods",
+    )
     assert _status(c, ns, "guarded")["reason"] == "Profiling"
     h.delete_session(c, ns, "guarded")
 
@@ -186,41 +223,66 @@ PODS = {  # name -> labels
 }
 
 VALID = [
-    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
-     {"p-web", "p-db", "p-gpu", "p-cache"}),
+    (
+        {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+        {"p-web", "p-db", "p-gpu", "p-cache"},
+    ),
     ({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, {"p-cache"}),
     # NotIn also matches pods without the key.
-    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]},
-     {"p-db", "p-bare", "p-cache"}),
-    ({"matchLabels": {"app": "a"},
-      "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "db"]}]},
-     {"p-web", "p-db"}),
+    (
+        {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]},
+        {"p-db", "p-bare", "p-cache"},
+    ),
+    (
+        {
+            "matchLabels": {"app": "a"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "db"]}],
+        },
+        {"p-web", "p-db"},
+    ),
     ({"matchLabels": {"gpu": ""}}, {"p-gpu"}),  # an empty value is a value
     ({"matchLabels": {"example.com/team": "x"}}, {"p-web"}),
-    ({"matchExpressions": [{"key": "app", "operator": "In", "values": ["b"]},
-                           {"key": "gpu", "operator": "DoesNotExist"}]}, {"p-bare"}),
+    (
+        {
+            "matchExpressions": [
+                {"key": "app", "operator": "In", "values": ["b"]},
+                {"key": "gpu", "operator": "DoesNotExist"},
+            ]
+        },
+        {"p-bare"},
+    ),
 ]
 
 INVALID = [
     ({"matchExpressions": [{"key": " ", "operator": "Exists"}]}, "matchExpressions[0].key"),
     ({"matchLabels": {"": "a"}}, "matchLabels"),
     ({"matchLabels": {"app": "a b"}}, "matchLabels"),
-    ({"matchExpressions": [{"key": "Bad.Prefix/x", "operator": "Exists"}]},
-     "matchExpressions[0].key"),
+    (
+        {"matchExpressions": [{"key": "Bad.Prefix/x", "operator": "Exists"}]},
+        "matchExpressions[0].key",
+    ),
 ]
 
 
 def _pod(name: str, ns: str, labels: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"nodeSelector": {"nvidia.com/gpu.present": "true"},
-                     "containers": [{"name": "main", "image": "registry.invalid/x:0"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "containers": [{"name": "main", "image": "registry.invalid/x:0"}],
+        },
+    }
 
 
 def _pdb(name: str, ns: str, selector: dict) -> dict:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"minAvailable": 0, "selector": selector}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minAvailable": 0, "selector": selector},
+    }
 
 
 def _apply(c: Cluster, doc: dict):
@@ -232,9 +294,20 @@ def labelled_pods(cluster: Cluster) -> str:
     ns = NS["sel"]
     for name, labels in PODS.items():
         assert _apply(cluster, _pod(name, ns, labels)).returncode == 0
-    h.poll(lambda: len([p for p in (h.get_json(cluster, "get", "pods", "-n", ns) or {})
-                        .get("items", []) if p["status"].get("phase") == "Running"])
-           == len(PODS), 60, "labelled pods Running")
+    h.poll(
+        lambda: (
+            len(
+                [
+                    p
+                    for p in (h.get_json(cluster, "get", "pods", "-n", ns) or {}).get("items", [])
+                    if p["status"].get("phase") == "Running"
+                ]
+            )
+            == len(PODS)
+        ),
+        60,
+        "labelled pods Running",
+    )
     return ns
 
 
@@ -256,9 +329,13 @@ def oracles(cluster: Cluster, labelled_pods: str) -> list[tuple[set[str], int]]:
         assert _apply(c, _pdb(f"sel-{i}", ns, selector)).returncode == 0
         out.append((names, -1))
     for i in range(len(VALID)):
-        pdb = h.poll(lambda i=i: ((h.get_json(c, "get", "pdb", "-n", ns, f"sel-{i}") or {})
-                                  .get("status") or {}).get("observedGeneration"), 60,
-                     f"PDB sel-{i} observed")
+        pdb = h.poll(
+            lambda i=i: (
+                (h.get_json(c, "get", "pdb", "-n", ns, f"sel-{i}") or {}).get("status") or {}
+            ).get("observedGeneration"),
+            60,
+            f"PDB sel-{i} observed",
+        )
         assert pdb
         expected = h.get_json(c, "get", "pdb", "-n", ns, f"sel-{i}")["status"]["expectedPods"]
         out[i] = (out[i][0], expected)
@@ -267,8 +344,8 @@ def oracles(cluster: Cluster, labelled_pods: str) -> list[tuple[set[str], int]]:
 
 @pytest.mark.parametrize(("selector", "expected"), VALID, ids=[str(i) for i in range(len(VALID))])
 def test_selectors_select_what_kubectl_and_the_api_server_select(
-        cluster: Cluster, strict, labelled_pods: str, oracles, selector: dict,
-        expected: set[str]):
+    cluster: Cluster, strict, labelled_pods: str, oracles, selector: dict, expected: set[str]
+):
     c, ns = cluster, labelled_pods
     i = VALID.index((selector, expected))
     kubectl_names, pdb_count = oracles[i]
@@ -280,15 +357,19 @@ def test_selectors_select_what_kubectl_and_the_api_server_select(
     doc["spec"]["target"]["podSelector"] = selector
     assert _apply(c, doc).returncode == 0
     # Agent pods of the earlier cases now live here too; they are never targets.
-    h.poll(lambda: _status(c, ns, name).get("pods") == len(expected), 60,
-           f"session {name} resolved {len(expected)} pods")
+    h.poll(
+        lambda: _status(c, ns, name).get("pods") == len(expected),
+        60,
+        f"session {name} resolved {len(expected)} pods",
+    )
     assert _status(c, ns, name)["phase"] == "Running"
     h.delete_session(c, ns, name)
 
 
 @pytest.mark.parametrize(("selector", "field"), INVALID, ids=[str(i) for i in range(len(INVALID))])
 def test_invalid_selectors_are_refused_as_the_api_server_refuses_them(
-        cluster: Cluster, selector: dict, field: str):
+    cluster: Cluster, selector: dict, field: str
+):
     c, ns = cluster, NS["sel"]
     r = _apply(c, _pdb("bad", ns, selector))  # the API server's own validation
     assert r.returncode != 0 and f"spec.selector.{field}" in r.stderr, r.stderr
@@ -301,8 +382,9 @@ def test_invalid_selectors_are_refused_as_the_api_server_refuses_them(
 def _lenient_crd() -> str:
     """The CRD without its label key/value checks, as an older CRD would have been."""
     crd = yaml.safe_load(h.CRD.read_text())
-    sel = (crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-           ["properties"]["target"]["properties"]["podSelector"]["properties"])
+    sel = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["target"]["properties"]["podSelector"]["properties"]
     sel["matchLabels"].pop("x-kubernetes-validations")
     sel["matchLabels"]["additionalProperties"].pop("pattern")
     sel["matchExpressions"]["items"]["properties"]["key"].pop("pattern")
@@ -311,8 +393,10 @@ def _lenient_crd() -> str:
 
 def test_a_stored_bad_selector_fails_the_session_instead_of_looping(cluster: Cluster, strict):
     c, ns = cluster, NS["sel"]
-    bad = {"space-exists": {"matchExpressions": [{"key": " ", "operator": "Exists"}]},
-           "empty-key": {"matchLabels": {"": "a"}}}
+    bad = {
+        "space-exists": {"matchExpressions": [{"key": " ", "operator": "Exists"}]},
+        "empty-key": {"matchLabels": {"": "a"}},
+    }
     c.kubectl("apply", "-f", "-", stdin=_lenient_crd())
     try:
         time.sleep(2)
@@ -334,22 +418,26 @@ def test_a_stored_bad_selector_fails_the_session_instead_of_looping(cluster: Clu
         h.delete_session(c, ns, name)
 
 
-def test_session_names_the_operator_cannot_store_are_refused(cluster: Cluster, strict,
-                                                             postgres_dsn):
+def test_session_names_the_operator_cannot_store_are_refused(
+    cluster: Cluster, strict, postgres_dsn
+):
     """181 characters: refused by the API server naming metadata.name; 180: stored."""
     import psycopg
 
     c, ns = cluster, NS["att"]
     too_long, longest = "n" * 181, "n" * 180
-    r = c.kubectl("apply", "-f", "-", stdin=h.session_yaml(too_long, ns, "x", "10m"),
-                  check=False)
-    assert r.returncode != 0 and "metadata.name must be at most 180 characters" in r.stderr, \
+    r = c.kubectl("apply", "-f", "-", stdin=h.session_yaml(too_long, ns, "x", "10m"), check=False)
+    assert r.returncode != 0 and "metadata.name must be at most 180 characters" in r.stderr, (
         r.stderr
+    )
     c.kubectl("apply", "-f", "-", stdin=h.session_yaml(longest, ns, "x", "10m"))
-    store = h.poll(lambda: _status(c, ns, longest).get("storeSession"), 30,
-                   "the longest name stored")
+    store = h.poll(
+        lambda: _status(c, ns, longest).get("storeSession"), 30, "the longest name stored"
+    )
     assert len(store) <= 253 and store.startswith(f"{ns}/{longest}@")
     with psycopg.connect(postgres_dsn.libpq) as conn:
-        assert conn.execute("SELECT count(*) FROM sessions WHERE name = %s",
-                            (store,)).fetchone()[0] == 1
+        assert (
+            conn.execute("SELECT count(*) FROM sessions WHERE name = %s", (store,)).fetchone()[0]
+            == 1
+        )
     h.delete_session(c, ns, longest)

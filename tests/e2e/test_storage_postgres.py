@@ -18,15 +18,19 @@ pytestmark = pytest.mark.e2e
 def test_postgres_store_round_trip_and_shared_interning(postgres_dsn):
     store = Store.open(postgres_dsn.url)
     sid = store.create_session("pg-roundtrip", command="python train.py", hz=99)
-    stacks = [(Frame("main", FrameKind.PYTHON, "/t.py", 1),
-               Frame(f"f{i}", FrameKind.PYTHON, "/t.py", i)) for i in range(50)]
+    stacks = [
+        (Frame("main", FrameKind.PYTHON, "/t.py", 1), Frame(f"f{i}", FrameKind.PYTHON, "/t.py", i))
+        for i in range(50)
+    ]
 
     def writer(offset: int) -> None:
         s = Store.open(postgres_dsn.url)  # separate interning cache, as separate agents have
         try:
             for round_ in range(5):
-                samples = tuple(CpuSample(offset + round_ * 1000 + i, 7, 7, "w", 0, st)
-                                for i, st in enumerate(stacks))
+                samples = tuple(
+                    CpuSample(offset + round_ * 1000 + i, 7, 7, "w", 0, st)
+                    for i, st in enumerate(stacks)
+                )
                 s.write_batch(sid, Batch(samples=samples), node=f"node-{offset}")
         finally:
             s.close()
@@ -36,8 +40,16 @@ def test_postgres_store_round_trip_and_shared_interning(postgres_dsn):
         t.start()
     for t in threads:
         t.join()
-    kernel = GpuActivity(kind="kernel", name="_Z3addPf", start_ns=5, end_ns=9, device=0,
-                         pid=7, correlation_id=1, stack=stacks[0])
+    kernel = GpuActivity(
+        kind="kernel",
+        name="_Z3addPf",
+        start_ns=5,
+        end_ns=9,
+        device=0,
+        pid=7,
+        correlation_id=1,
+        stack=stacks[0],
+    )
     store.write_batch(sid, Batch(gpu_activities=(kernel,)))
     with store.engine.connect() as conn:
         info = q.find_session(conn, "pg-roundtrip")

@@ -51,8 +51,9 @@ def cpu_samples(conn: Any, session_id: int) -> list[CpuSample]:
     return [CpuSample(r.ts_ns, r.pid, r.tid, r.thread, r.cpu, stacks[r.stack_id]) for r in rows]
 
 
-def export(store_url: str, session: str, out: Path, command: str, stdout_text: str,
-           extra: dict[str, Any]) -> dict[str, Any]:
+def export(
+    store_url: str, session: str, out: Path, command: str, stdout_text: str, extra: dict[str, Any]
+) -> dict[str, Any]:
     store = Store.open(store_url)
     try:
         with store.engine.connect() as conn:
@@ -78,9 +79,15 @@ def export(store_url: str, session: str, out: Path, command: str, stdout_text: s
     kinds: dict[str, int] = {}
     for a in acts:
         kinds[a.kind] = kinds.get(a.kind, 0) + 1
-    return {"file": out.name, "bytes": out.stat().st_size, "activities": kinds,
-            "cpu_samples": len(samples), "offcpu_samples": len(waits), "metrics": len(metrics),
-            "truth": meta["truth"] is not None}
+    return {
+        "file": out.name,
+        "bytes": out.stat().st_size,
+        "activities": kinds,
+        "cpu_samples": len(samples),
+        "offcpu_samples": len(waits),
+        "metrics": len(metrics),
+        "truth": meta["truth"] is not None,
+    }
 
 
 def main() -> int:
@@ -93,8 +100,7 @@ def main() -> int:
     p.add_argument("--extra", default="{}", help="JSON merged into meta (versions, device)")
     args = p.parse_args()
     text = args.stdout.read_text(errors="replace") if args.stdout else ""
-    summary = export(args.store, args.session, args.out, args.command, text,
-                     json.loads(args.extra))
+    summary = export(args.store, args.session, args.out, args.command, text, json.loads(args.extra))
     print(json.dumps(summary, sort_keys=True))
     return 0
 

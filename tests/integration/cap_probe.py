@@ -18,8 +18,16 @@ def main() -> None:
     pid, seconds = int(sys.argv[1]), float(sys.argv[2])
     with open("/proc/self/status") as f:
         caps = next(line.split()[1] for line in f if line.startswith("CapEff:"))
-    out = {"cap_eff": caps, "error": None, "samples": 0, "python_hot": 0, "native_named": 0,
-           "kernel_named": 0, "warnings": [], "root_readable": True}
+    out = {
+        "cap_eff": caps,
+        "error": None,
+        "samples": 0,
+        "python_hot": 0,
+        "native_named": 0,
+        "kernel_named": 0,
+        "warnings": [],
+        "root_readable": True,
+    }
     try:  # how the agent opens a target's binaries when they sit in another container
         os.listdir(f"/proc/{pid}/root/")
     except OSError:
@@ -46,10 +54,12 @@ def main() -> None:
     for s in samples:
         kinds = {(f.kind, f.name) for f in s.stack}
         out["python_hot"] += any(k is FrameKind.PYTHON and n == "hot" for k, n in kinds)
-        out["native_named"] += any(k is FrameKind.NATIVE and not n.startswith(("[", "0x"))
-                                   for k, n in kinds)
-        out["kernel_named"] += any(k is FrameKind.KERNEL and not n.startswith(("[", "0x"))
-                                   for k, n in kinds)
+        out["native_named"] += any(
+            k is FrameKind.NATIVE and not n.startswith(("[", "0x")) for k, n in kinds
+        )
+        out["kernel_named"] += any(
+            k is FrameKind.KERNEL and not n.startswith(("[", "0x")) for k, n in kinds
+        )
     print(json.dumps(out))
 
 

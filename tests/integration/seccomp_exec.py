@@ -14,9 +14,15 @@ import sys
 
 import seccomp
 
-OPS = {"SCMP_CMP_EQ": seccomp.EQ, "SCMP_CMP_NE": seccomp.NE, "SCMP_CMP_LT": seccomp.LT,
-       "SCMP_CMP_LE": seccomp.LE, "SCMP_CMP_GT": seccomp.GT, "SCMP_CMP_GE": seccomp.GE,
-       "SCMP_CMP_MASKED_EQ": seccomp.MASKED_EQ}
+OPS = {
+    "SCMP_CMP_EQ": seccomp.EQ,
+    "SCMP_CMP_NE": seccomp.NE,
+    "SCMP_CMP_LT": seccomp.LT,
+    "SCMP_CMP_LE": seccomp.LE,
+    "SCMP_CMP_GT": seccomp.GT,
+    "SCMP_CMP_GE": seccomp.GE,
+    "SCMP_CMP_MASKED_EQ": seccomp.MASKED_EQ,
+}
 
 
 def _action(name: str, errno_ret: int | None):
@@ -28,13 +34,16 @@ def _action(name: str, errno_ret: int | None):
 
 
 def build(profile: dict) -> seccomp.SyscallFilter:
-    f = seccomp.SyscallFilter(defaction=_action(profile["defaultAction"],
-                                                profile.get("defaultErrnoRet")))
+    f = seccomp.SyscallFilter(
+        defaction=_action(profile["defaultAction"], profile.get("defaultErrnoRet"))
+    )
     for rule in profile["syscalls"]:
         action = _action(rule["action"], rule.get("errnoRet"))
         # OCI/runc: for MASKED_EQ, "value" is the mask and "valueTwo" the datum.
-        args = [seccomp.Arg(a["index"], OPS[a["op"]], a["value"], a.get("valueTwo", 0))
-                for a in rule.get("args") or []]
+        args = [
+            seccomp.Arg(a["index"], OPS[a["op"]], a["value"], a.get("valueTwo", 0))
+            for a in rule.get("args") or []
+        ]
         for name in rule["names"]:
             # Not a syscall of this architecture / libseccomp: runc skips it too.
             with contextlib.suppress(RuntimeError, ValueError):

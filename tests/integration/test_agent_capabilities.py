@@ -23,17 +23,27 @@ FIXTURES = HERE.parent / "fixtures" / "cpu"
 
 pytestmark = [pytest.mark.bpf, pytest.mark.usefixtures("bpf_ready")]
 
-SESSION = {"metadata": {"name": "caps", "namespace": "ml", "uid": "u"},
-           "spec": {"target": {"namespace": "ml", "podSelector": {"matchLabels": {"a": "b"}}},
-                    "duration": "1m"}}
+SESSION = {
+    "metadata": {"name": "caps", "namespace": "ml", "uid": "u"},
+    "spec": {
+        "target": {"namespace": "ml", "podSelector": {"matchLabels": {"a": "b"}}},
+        "duration": "1m",
+    },
+}
 
 
 def daemonset_caps() -> list[str]:
     """The capabilities the operator's DaemonSet grants on this machine's kernel."""
     import platform
 
-    ds = build_daemonset(SESSION, parse(SESSION["spec"]), ["n"],
-                         OperatorConfig(database_url=""), 1.0, kernels=[platform.release()])
+    ds = build_daemonset(
+        SESSION,
+        parse(SESSION["spec"]),
+        ["n"],
+        OperatorConfig(database_url=""),
+        1.0,
+        kernels=[platform.release()],
+    )
     sc = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert sc["capabilities"]["drop"] == ["ALL"]
     return sc["capabilities"]["add"]
@@ -41,9 +51,19 @@ def daemonset_caps() -> list[str]:
 
 def probe(caps: list[str], pid: int, seconds: float = 6.0, seccomp: Path | None = None) -> dict:
     allowed = ",".join(["-all", *(f"+{c.lower()}" for c in caps)])
-    argv = ["setpriv", "--reuid=0", "--regid=0", "--clear-groups", "--no-new-privs",
-            f"--bounding-set={allowed}", f"--inh-caps={allowed}",
-            sys.executable, str(HERE / "cap_probe.py"), str(pid), str(seconds)]
+    argv = [
+        "setpriv",
+        "--reuid=0",
+        "--regid=0",
+        "--clear-groups",
+        "--no-new-privs",
+        f"--bounding-set={allowed}",
+        f"--inh-caps={allowed}",
+        sys.executable,
+        str(HERE / "cap_probe.py"),
+        str(pid),
+        str(seconds),
+    ]
     if seccomp is not None:  # the runtime's filter first, as runc applies it before exec
         argv = [sys.executable, str(HERE / "seccomp_exec.py"), str(seccomp), "--", *argv]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=HERE.parents[1])
@@ -90,8 +110,7 @@ def test_without_bpf_or_perfmon_the_sampler_cannot_load(workload, missing):
     assert f"CAP_{missing} missing, although running as root" in got["error"], got
 
 
-def test_without_sys_ptrace_no_python_frames_and_no_access_to_other_containers_files(
-        workload):
+def test_without_sys_ptrace_no_python_frames_and_no_access_to_other_containers_files(workload):
     caps = [c for c in daemonset_caps() if c != "SYS_PTRACE"]
     got = probe(caps, workload)
     assert got["samples"] >= 100, got  # the kernel still samples ...
@@ -112,8 +131,9 @@ def test_the_granted_set_works_under_containerds_runtime_default_seccomp(workloa
     import json as _json
 
     profile = _json.loads(PROFILE.read_text())
-    allowed = {n for r in profile["syscalls"] if r["action"] == "SCMP_ACT_ALLOW"
-               for n in r["names"]}
+    allowed = {
+        n for r in profile["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]
+    }
     assert {"bpf", "perf_event_open", "process_vm_readv"} <= allowed
     assert "mount" not in allowed and "setns" not in allowed  # no SYS_ADMIN syscalls
     got = probe(daemonset_caps(), workload, seccomp=PROFILE)

@@ -66,8 +66,9 @@ def _gpu(opts: CollectorOptions) -> Built:
     from kubeprof.agent.gpu.receiver import GpuReceiver
 
     xla = xla_dump_dir(opts.gpu_socket)
-    rx = GpuReceiver(opts.gpu_socket, mode=opts.gpu_socket_mode, xla_dump_dir=xla.path,
-                     remove_xla_dump=xla.ours)
+    rx = GpuReceiver(
+        opts.gpu_socket, mode=opts.gpu_socket_mode, xla_dump_dir=xla.path, remove_xla_dump=xla.ours
+    )
     rx.start()
     return Built(rx, tracer_env(opts.gpu_socket, xla_dump_dir=xla.path))
 
@@ -105,9 +106,12 @@ class Started:
                 log.debug("stopping %s: %s", type(c).__name__, exc)
 
 
-def start(names: list[str], opts: CollectorOptions,
-          factories: Mapping[str, Factory] | None = None,
-          fallbacks: Mapping[str, str] | None = None) -> Started:
+def start(
+    names: list[str],
+    opts: CollectorOptions,
+    factories: Mapping[str, Factory] | None = None,
+    fallbacks: Mapping[str, str] | None = None,
+) -> Started:
     """Start the named collectors in order; one that fails does not stop the others."""
     table = FACTORIES if factories is None else factories
     stand_ins = FALLBACKS if fallbacks is None else fallbacks
@@ -119,8 +123,9 @@ def start(names: list[str], opts: CollectorOptions,
             alt = _stand_in(table, name, stand_ins.get(name), exc, opts, out.notes)
             if alt is None:
                 out.failed[name] = exc
-                log.warning("collector %s is off on this node: %s: %s", name,
-                            type(exc).__name__, exc)
+                log.warning(
+                    "collector %s is off on this node: %s: %s", name, type(exc).__name__, exc
+                )
                 continue
             built = alt
         out.running[name] = built.collector
@@ -135,16 +140,23 @@ def _build(table: Mapping[str, Factory], name: str, opts: CollectorOptions) -> B
     return factory(opts)
 
 
-def _stand_in(table: Mapping[str, Factory], name: str, stand_in: str | None, why: Exception,
-              opts: CollectorOptions, notes: list[str]) -> Built | None:
+def _stand_in(
+    table: Mapping[str, Factory],
+    name: str,
+    stand_in: str | None,
+    why: Exception,
+    opts: CollectorOptions,
+    notes: list[str],
+) -> Built | None:
     """The fallback for `name` when it has one and that one starts; a note either way."""
     if stand_in is None:
         return None
     try:
         built = _build(table, stand_in, opts)
     except Exception as exc:  # noqa: BLE001 - reported next to the first choice's cause
-        notes.append(f"collector {name}: stand-in {stand_in} failed too: "
-                     f"{type(exc).__name__}: {exc}")
+        notes.append(
+            f"collector {name}: stand-in {stand_in} failed too: {type(exc).__name__}: {exc}"
+        )
         return None
     notes.append(f"collector {name}: {why}; using {stand_in} instead")
     return built

@@ -71,15 +71,28 @@ def merge(batches: Iterable[Batch]) -> Batch:
 
 def is_empty(batch: Batch) -> bool:
     """True when the batch carries no record and no counter."""
-    return not (batch.samples or batch.processes or batch.gpu_activities or batch.gpu_metrics
-                or batch.counters or batch.gpu_tracers or batch.offcpu_samples)
+    return not (
+        batch.samples
+        or batch.processes
+        or batch.gpu_activities
+        or batch.gpu_metrics
+        or batch.counters
+        or batch.gpu_tracers
+        or batch.offcpu_samples
+    )
 
 
 class Driver:
     """Runs named collectors into one sink until a stop condition holds, then drains them."""
 
-    def __init__(self, collectors: Mapping[str, Collector], sink: Sink, *,
-                 interval_s: float = 1.0, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        collectors: Mapping[str, Collector],
+        sink: Sink,
+        *,
+        interval_s: float = 1.0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.collectors = dict(collectors)
         self.sink = sink
         self.interval_s = interval_s  # seconds between passes, i.e. the batch cadence
@@ -113,8 +126,10 @@ class Driver:
                 parts.append(c.poll())
             except Exception as exc:  # noqa: BLE001 - one collector must not stop the rest
                 del self._active[name]
-                self._note(f"collector {name} failed and is off for the rest of the run: "
-                           f"{type(exc).__name__}: {exc}")
+                self._note(
+                    f"collector {name} failed and is off for the rest of the run: "
+                    f"{type(exc).__name__}: {exc}"
+                )
         return merge(parts)
 
     def drain(self) -> Batch:
@@ -132,10 +147,14 @@ class Driver:
         self._active.clear()
         return merge(parts)
 
-    def run(self, should_stop: Callable[[], bool], *,
-            on_pass: Callable[[], Batch] | None = None,
-            on_stop: Callable[[], None] | None = None,
-            wait: Callable[[float], object] = time.sleep) -> None:
+    def run(
+        self,
+        should_stop: Callable[[], bool],
+        *,
+        on_pass: Callable[[], Batch] | None = None,
+        on_stop: Callable[[], None] | None = None,
+        wait: Callable[[float], object] = time.sleep,
+    ) -> None:
         """Poll into the sink until `should_stop()`, then drain and close the sink.
 
         Each pass: `on_pass()` (the node agent's rescan; its batch joins the pass's batch),

@@ -88,21 +88,32 @@ def host_meta() -> dict[str, str]:
     """This machine's size, which the energy estimate needs (CCF counts per vCPU and GB)."""
     import psutil
 
-    return {"host:vcpus": str(os.cpu_count() or 0),
-            "host:memory_gb": f"{psutil.virtual_memory().total / 2**30:.1f}"}
+    return {
+        "host:vcpus": str(os.cpu_count() or 0),
+        "host:memory_gb": f"{psutil.virtual_memory().total / 2**30:.1f}",
+    }
 
 
-def _start_collectors(opts: RecordOptions,
-                      gpu_socket: str | None) -> tuple[dict[str, Collector], dict[str, str]]:
+def _start_collectors(
+    opts: RecordOptions, gpu_socket: str | None
+) -> tuple[dict[str, Collector], dict[str, str]]:
     """Create and attach collectors; returns them by name and env vars for a child command.
 
     CPU and GPU tracing were asked for explicitly, so either failing stops the recording;
     NVML only adds metrics, so without it the recording goes on.
     """
     names = (["cpu"] if opts.cpu else []) + (["gpu", "nvml"] if opts.gpu and gpu_socket else [])
-    started = collectors.start(names, collectors.CollectorOptions(
-        hz=opts.hz, nvml_interval_s=opts.nvml_interval_s, gpu_socket=gpu_socket,
-        note=opts.log, offcpu_min_us=opts.offcpu_min_us, offcpu_every=opts.offcpu_every))
+    started = collectors.start(
+        names,
+        collectors.CollectorOptions(
+            hz=opts.hz,
+            nvml_interval_s=opts.nvml_interval_s,
+            gpu_socket=gpu_socket,
+            note=opts.log,
+            offcpu_min_us=opts.offcpu_min_us,
+            offcpu_every=opts.offcpu_every,
+        ),
+    )
     for note in started.notes:
         opts.log(f"kubeprof: {note}")
     for required in ("cpu", "gpu"):
@@ -184,8 +195,10 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
     if not opts.command and opts.pid is None:
         raise RecordError("nothing to record: give --pid PID or -- COMMAND [ARGS...]")
     if opts.pid is not None and not Path(f"/proc/{opts.pid}").exists():
-        raise RecordError(f"no process with PID {opts.pid}: check the PID with `ps` "
-                          "(it must run on this machine, in this PID namespace)")
+        raise RecordError(
+            f"no process with PID {opts.pid}: check the PID with `ps` "
+            "(it must run on this machine, in this PID namespace)"
+        )
     store = Store.open(opts.store_url)  # fail on a bad store before anything starts
     name = opts.name or default_name(opts)
     command = shlex.join(opts.command) if opts.command else f"--pid {opts.pid}"
@@ -204,8 +217,9 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         source = getattr(c, "cpu_source", "")
         if source:
             meta["cpu_source"] = str(source)
-    session_id = store.create_session(name, command=command, hz=opts.hz, start_ns=start_ns,
-                                      meta=meta)
+    session_id = store.create_session(
+        name, command=command, hz=opts.hz, start_ns=start_ns, meta=meta
+    )
     with store.engine.connect() as conn:  # a taken name was suffixed ("quick" -> "quick-2")
         name = sessions.name_of(conn, session_id)
     sink = StoreSink(store, session_id, fallback=Path(tmp) / "unsaved-batches", log=opts.log)
@@ -223,16 +237,23 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             try:
                 child = subprocess.Popen(list(opts.command), env={**os.environ, **env})
             except OSError as exc:
-                raise RecordError(f"cannot start {opts.command[0]!r}: {exc.strerror}; "
-                                  "check the command name and PATH") from exc
+                raise RecordError(
+                    f"cannot start {opts.command[0]!r}: {exc.strerror}; "
+                    "check the command name and PATH"
+                ) from exc
             target = child.pid
         else:
             target = int(opts.pid or 0)
-        until = _Until(interrupted, child, target,
-                       start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None)
+        until = _Until(
+            interrupted,
+            child,
+            target,
+            start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None,
+        )
         refused = driver.attach(target)
         if refused:
             raise RecordError(str(next(iter(refused.values()))))
+
         def should_stop() -> bool:
             progress("recording", (time.monotonic_ns() - start_ns) / 1e9, sink.records)
             return until()
@@ -255,8 +276,10 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         end_ns = time.monotonic_ns()
         warnings = list(driver.notes)
         if sink.kept_in is not None:
-            warnings.append(f"the store could not be written; data kept in {sink.kept_in} "
-                            "(gzip JSON batches in the cluster agent's format)")
+            warnings.append(
+                f"the store could not be written; data kept in {sink.kept_in} "
+                "(gzip JSON batches in the cluster agent's format)"
+            )
         end_meta = {"exit_code": str(exit_code), **_tracer_status(running.values())}
         if end_meta.get("gpu_tracer") == "off":
             warnings.append(f"GPU tracing was off: {end_meta.get('gpu_tracer_reason', '')}")
@@ -265,12 +288,12 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         except StoreError as exc:  # pragma: no cover - store vanished at the very end
             warnings.append(str(exc))
         store.close()
-    if child is not None and sink.records == 0 and child.returncode is not None \
-            and not warnings:
-        warnings.append(f"the command exited (code {child.returncode}) before any sample was "
-                        "taken; profile a longer-running command or use --pid")
-    return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings,
-                        status)
+    if child is not None and sink.records == 0 and child.returncode is not None and not warnings:
+        warnings.append(
+            f"the command exited (code {child.returncode}) before any sample was "
+            "taken; profile a longer-running command or use --pid"
+        )
+    return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings, status)
 
 
 def _tracer_status(collectors: Iterable[Collector]) -> dict[str, str]:

@@ -38,8 +38,9 @@ class StoreSink:
     (gzip JSON in the cluster agent's batch codec) and `kept_in` names that folder.
     """
 
-    def __init__(self, store: Store, session_id: int, *, fallback: Path,
-                 log: Callable[[str], None]) -> None:
+    def __init__(
+        self, store: Store, session_id: int, *, fallback: Path, log: Callable[[str], None]
+    ) -> None:
         self.store, self.session_id, self.log = store, session_id, log
         self.fallback = fallback
         self.pending: list[Batch] = []
@@ -48,8 +49,14 @@ class StoreSink:
         self.kept_in: Path | None = None  # set when the last resort was used
 
     def write(self, batch: Batch) -> None:
-        if batch.samples or batch.gpu_activities or batch.gpu_metrics or batch.processes \
-                or batch.counters or batch.offcpu_samples:
+        if (
+            batch.samples
+            or batch.gpu_activities
+            or batch.gpu_metrics
+            or batch.processes
+            or batch.counters
+            or batch.offcpu_samples
+        ):
             self.pending.append(batch)
         self.flush()
 
@@ -58,8 +65,11 @@ class StoreSink:
         while self.pending:
             try:
                 self.rows += self.store.write_batch(self.session_id, self.pending[0])
-                self.records += len(self.pending[0].samples) + len(
-                    self.pending[0].gpu_activities) + len(self.pending[0].offcpu_samples)
+                self.records += (
+                    len(self.pending[0].samples)
+                    + len(self.pending[0].gpu_activities)
+                    + len(self.pending[0].offcpu_samples)
+                )
             except Exception as exc:  # noqa: BLE001 - keep the data, report the cause
                 self.log(f"kubeprof: store write failed, keeping data in memory: {exc}")
                 return False
@@ -72,8 +82,10 @@ class StoreSink:
             return
         spool = Spool(self.fallback, max_bytes=1 << 62)  # the last copy: never drop any
         batch_id = f"local-{self.session_id}-{uuid.uuid4().hex}"
-        spool.put(codec.encode(merge(self.pending), batch_id=batch_id,
-                               node=socket.gethostname()), batch_id)
+        spool.put(
+            codec.encode(merge(self.pending), batch_id=batch_id, node=socket.gethostname()),
+            batch_id,
+        )
         self.kept_in = spool.folder
 
 
@@ -85,8 +97,15 @@ class SpoolSink:
     `delivered` then says whether everything reached the ingest.
     """
 
-    def __init__(self, spool: Spool, shipper: Shipper, *, node: str, discovery: Discovery,
-                 drain_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        shipper: Shipper,
+        *,
+        node: str,
+        discovery: Discovery,
+        drain_timeout_s: float = 60.0,
+    ) -> None:
         self.spool, self.shipper, self.node, self.discovery = spool, shipper, node, discovery
         self.drain_timeout_s = drain_timeout_s
         self.batches = 0  # batches spooled
@@ -98,8 +117,9 @@ class SpoolSink:
 
     def start(self) -> None:
         """Ship in the background from now on."""
-        self._thread = threading.Thread(target=self.shipper.run, args=(self._stop,),
-                                        name="kubeprof-shipper", daemon=True)
+        self._thread = threading.Thread(
+            target=self.shipper.run, args=(self._stop,), name="kubeprof-shipper", daemon=True
+        )
         self._thread.start()
 
     def write(self, batch: Batch) -> None:
@@ -146,7 +166,8 @@ class SpoolSink:
 
     def _describe_gpu_pids(self, batch: Batch) -> Batch:
         pids = {m.pid for m in batch.gpu_metrics if m.pid} | {
-            a.pid for a in batch.gpu_activities if a.pid}
+            a.pid for a in batch.gpu_activities if a.pid
+        }
         pids -= self._described | {p.pid for p in batch.processes}
         extra = []
         for pid in sorted(pids):

@@ -16,10 +16,11 @@ from typing import Any
 _PSA = re.compile(r'violates PodSecurity "([^"]+)"(?::\s*(.*))?', re.S)
 _POD_SECURITY_FIX = (
     "the agents need hostPID, hostPath volumes and the capabilities BPF, PERFMON and "
-    "SYS_PTRACE, which only the \"privileged\" Pod Security level allows: label the "
+    'SYS_PTRACE, which only the "privileged" Pod Security level allows: label the '
     "namespace pod-security.kubernetes.io/enforce=privileged, or create the session in a "
     "namespace that allows privileged pods (with --allow-cross-namespace it can target "
-    "pods elsewhere)")
+    "pods elsewhere)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +32,12 @@ class AgentFailure:
 
 
 def _when(event: Mapping[str, Any]) -> str:
-    return str(event.get("lastTimestamp") or event.get("eventTime")
-               or (event.get("metadata") or {}).get("creationTimestamp") or "")
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
 
 
 def explain(events: Iterable[Mapping[str, Any]], namespace: str) -> AgentFailure | None:
@@ -46,13 +51,16 @@ def explain(events: Iterable[Mapping[str, Any]], namespace: str) -> AgentFailure
         level, details = psa.group(1), (psa.group(2) or "").strip()
         return AgentFailure(
             "AgentsForbiddenByPodSecurity",
-            f"agent pods are forbidden by Pod Security \"{level}\" enforced on namespace "
-            f"{namespace!r}" + (f" ({details})" if details else "") + f": {_POD_SECURITY_FIX}")
+            f'agent pods are forbidden by Pod Security "{level}" enforced on namespace '
+            f"{namespace!r}" + (f" ({details})" if details else "") + f": {_POD_SECURITY_FIX}",
+        )
     if "exceeded quota" in text:
-        quota = text[text.index("exceeded quota"):]
+        quota = text[text.index("exceeded quota") :]
         return AgentFailure(
             "AgentsForbiddenByQuota",
             f"agent pods are refused by a ResourceQuota in namespace {namespace!r} ({quota}): "
-            "raise the quota, or lower the agents' requests (operator flags)")
-    return AgentFailure("AgentsNotCreated",
-                        f"the DaemonSet controller cannot create agent pods: {text[:500]}")
+            "raise the quota, or lower the agents' requests (operator flags)",
+        )
+    return AgentFailure(
+        "AgentsNotCreated", f"the DaemonSet controller cannot create agent pods: {text[:500]}"
+    )

@@ -53,13 +53,16 @@ def aggregate(conn: Connection, session_id: int, top_n: int = 5) -> Summary:
     users = q.gpu_users(conn, session_id)
     ss.add_gpu_idle(s, headlines, gpus, users, pid_pods)
     pods = sorted(set(pid_pods.values()) | s.pods.keys())
-    ss.add_pod_idle(s, {uid: pod_idle(uid, pid_pods, activities, all_metrics, users)
-                        for uid in pods})
+    ss.add_pod_idle(
+        s, {uid: pod_idle(uid, pid_pods, activities, all_metrics, users) for uid in pods}
+    )
     return s
 
 
-def node_findings(activities: list[GpuActivity], metrics: list[GpuMetricSample],
-                  ) -> tuple[fa.Finding, ...]:
+def node_findings(
+    activities: list[GpuActivity],
+    metrics: list[GpuMetricSample],
+) -> tuple[fa.Finding, ...]:
     """The verdicts on one node's GPU records (the same analysis `kubeprof report` runs).
 
     Without device work (kernels, copies, memsets: no tracer in the pods yet) there is
@@ -83,8 +86,11 @@ def gpu_pods(conn: Connection, session_id: int) -> dict[tuple[str, int], list[st
     return {k: sorted(v) for k, v in out.items()}
 
 
-def recent_gpu_idle(conn: Connection, session_id: int, window_s: float,
-                    ) -> dict[str, dict[int, gpu_idle.IdleFigure]]:
+def recent_gpu_idle(
+    conn: Connection,
+    session_id: int,
+    window_s: float,
+) -> dict[str, dict[int, gpu_idle.IdleFigure]]:
     """Per node and GPU, idle over the last `window_s` of that node's records ("idle now")."""
     window_ns = int(window_s * 1e9)
     out = {}
@@ -97,22 +103,56 @@ def recent_gpu_idle(conn: Connection, session_id: int, window_s: float,
 def store(conn: Connection, session_id: int, s: Summary) -> None:
     """Upsert the session, node and pod rows of `s` into session_aggregates."""
     now = datetime.now(UTC)
-    rows = [{"session_id": session_id, "scope": "session", "key": "", "samples": s.samples,
-             "gpu_idle_ratio": s.gpu_idle, "computed_at": now,
-             "detail": json.dumps({"top_stacks": s.top_stacks, "processes": s.processes,
-                                   "top_finding": s.top_finding(),  # the web UI's list
-                                   "gpu_idle_source": s.gpu_idle_source,
-                                   "findings": [finding_status(n, f) for n, f in s.findings],
-                                   "gpus": [g.__dict__ for g in s.gpus]})}]
-    rows += [{"session_id": session_id, "scope": "node", "key": node, "samples": sc.samples,
-              "gpu_idle_ratio": sc.gpu_idle, "computed_at": now,
-              "detail": json.dumps({"top_stack": sc.top_stack})} for node, sc in s.nodes.items()]
-    rows += [{"session_id": session_id, "scope": "pod", "key": uid, "samples": sc.samples,
-              "gpu_idle_ratio": sc.gpu_idle, "computed_at": now,
-              "detail": json.dumps({"top_stack": sc.top_stack,
-                                    "gpu_idle_source": sc.gpu_idle_source,
-                                    "gpu_idle_missing": sc.gpu_idle_missing})}
-             for uid, sc in s.pods.items()]
+    rows = [
+        {
+            "session_id": session_id,
+            "scope": "session",
+            "key": "",
+            "samples": s.samples,
+            "gpu_idle_ratio": s.gpu_idle,
+            "computed_at": now,
+            "detail": json.dumps(
+                {
+                    "top_stacks": s.top_stacks,
+                    "processes": s.processes,
+                    "top_finding": s.top_finding(),  # the web UI's list
+                    "gpu_idle_source": s.gpu_idle_source,
+                    "findings": [finding_status(n, f) for n, f in s.findings],
+                    "gpus": [g.__dict__ for g in s.gpus],
+                }
+            ),
+        }
+    ]
+    rows += [
+        {
+            "session_id": session_id,
+            "scope": "node",
+            "key": node,
+            "samples": sc.samples,
+            "gpu_idle_ratio": sc.gpu_idle,
+            "computed_at": now,
+            "detail": json.dumps({"top_stack": sc.top_stack}),
+        }
+        for node, sc in s.nodes.items()
+    ]
+    rows += [
+        {
+            "session_id": session_id,
+            "scope": "pod",
+            "key": uid,
+            "samples": sc.samples,
+            "gpu_idle_ratio": sc.gpu_idle,
+            "computed_at": now,
+            "detail": json.dumps(
+                {
+                    "top_stack": sc.top_stack,
+                    "gpu_idle_source": sc.gpu_idle_source,
+                    "gpu_idle_missing": sc.gpu_idle_missing,
+                }
+            ),
+        }
+        for uid, sc in s.pods.items()
+    ]
     upsert_session_aggregates(conn, rows)
 
 
@@ -122,23 +162,32 @@ def _pct(x: float | None) -> str:
 
 def _pod_status(name: str, sc: ss.Scope) -> dict[str, Any]:
     """One pod in `.status.summary.pods`: its own GPU idle with its source, or why none."""
-    out: dict[str, Any] = {"name": name, "samples": sc.samples, "gpuIdle": _pct(sc.gpu_idle),
-                           "topStack": sc.top_stack}
+    out: dict[str, Any] = {
+        "name": name,
+        "samples": sc.samples,
+        "gpuIdle": _pct(sc.gpu_idle),
+        "topStack": sc.top_stack,
+    }
     if sc.gpu_idle_source:
         out["gpuIdleSource"] = sc.gpu_idle_source
     if sc.gpu_idle_missing:
-        out["gpuIdleMissing"] = sc.gpu_idle_missing[:ss.LABEL_MAX * 2]
+        out["gpuIdleMissing"] = sc.gpu_idle_missing[: ss.LABEL_MAX * 2]
     return out
 
 
 def finding_status(node: str, f: fa.Finding) -> dict[str, str]:
     """A finding as `.status.findings` carries it: kind, severity, node, the one line."""
-    return {"kind": f.kind.value, "severity": f.severity.value, "node": node,
-            "message": f.message[:ss.LABEL_MAX * 2]}
+    return {
+        "kind": f.kind.value,
+        "severity": f.severity.value,
+        "node": node,
+        "message": f.message[: ss.LABEL_MAX * 2],
+    }
 
 
-def status_summary(s: Summary, pod_names: Mapping[str, str], top_n: int = 5,
-                   top_findings: int = 3) -> dict[str, Any]:
+def status_summary(
+    s: Summary, pod_names: Mapping[str, str], top_n: int = 5, top_findings: int = 3
+) -> dict[str, Any]:
     """The compact `.status` part: counts, top stacks as short strings, top nodes/pods."""
     nodes = sorted(s.nodes.items(), key=lambda kv: -kv[1].samples)[:top_n]
     pods = sorted(s.pods.items(), key=lambda kv: -kv[1].samples)[:top_n]
@@ -151,8 +200,9 @@ def status_summary(s: Summary, pod_names: Mapping[str, str], top_n: int = 5,
         "findings": [finding_status(n, f) for n, f in s.findings[:top_findings]],
         "topStacks": [f"{n} {label}" for label, n in s.top_stacks[:top_n]],
         "summary": {
-            "nodes": [{"name": n, "samples": sc.samples, "gpuIdle": _pct(sc.gpu_idle)}
-                      for n, sc in nodes],
+            "nodes": [
+                {"name": n, "samples": sc.samples, "gpuIdle": _pct(sc.gpu_idle)} for n, sc in nodes
+            ],
             "pods": [_pod_status(pod_names.get(uid, uid), sc) for uid, sc in pods],
         },
     }

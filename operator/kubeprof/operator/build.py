@@ -89,17 +89,24 @@ def owned(obj: dict[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
     """
     meta = session["metadata"]
     # apiVersion and kind from the CRD: the reference is valid even for a partial body.
-    owner = kopf.Body({"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-                       "metadata": {"name": meta["name"], "uid": meta["uid"]}})
+    owner = kopf.Body(
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": meta["name"], "uid": meta["uid"]},
+        }
+    )
     kopf.append_owner_reference(obj, owner=owner, controller=True, block_owner_deletion=True)
     return obj
 
 
 def labels(session: Mapping[str, Any], component: str) -> dict[str, str]:
-    return {LABEL_SESSION: label_value(session["metadata"]["name"]),
-            LABEL_COMPONENT: component,
-            "app.kubernetes.io/name": "kubeprof",
-            "app.kubernetes.io/managed-by": "kubeprof-operator"}
+    return {
+        LABEL_SESSION: label_value(session["metadata"]["name"]),
+        LABEL_COMPONENT: component,
+        "app.kubernetes.io/name": "kubeprof",
+        "app.kubernetes.io/managed-by": "kubeprof-operator",
+    }
 
 
 def secret_name(session: Mapping[str, Any]) -> str:
@@ -126,14 +133,20 @@ def shard_of(ds: Mapping[str, Any]) -> int:
 def build_secret(session: Mapping[str, Any], token: str) -> dict[str, Any]:
     """The Secret holding the session's ingest token (mounted into the agent pods)."""
     meta = session["metadata"]
-    return owned({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {"name": secret_name(session), "namespace": meta["namespace"],
-                     "labels": labels(session, "ingest-token")},
-        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
-    }, session)
+    return owned(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": secret_name(session),
+                "namespace": meta["namespace"],
+                "labels": labels(session, "ingest-token"),
+            },
+            "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        },
+        session,
+    )
 
 
 def collectors_for(profilers: Profilers) -> list[str]:
@@ -153,10 +166,16 @@ def node_affinity(nodes: Sequence[str]) -> dict[str, Any]:
     value per requirement, so each node is its own term; terms are ORed. Node names are
     exact, unlike the kubernetes.io/hostname label, which may differ from the name.
     """
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
-            for n in sorted(set(nodes))]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+                    for n in sorted(set(nodes))
+                ]
+            }
+        }
+    }
 
 
 def gpu_receiver(session: Mapping[str, Any]) -> str:
@@ -167,18 +186,20 @@ def gpu_receiver(session: Mapping[str, Any]) -> str:
     return f"{POD_SOCKET_DIR}/{RX_SUBDIR}/{session['metadata']['uid']}.sock"
 
 
-def gpu_tracer_wiring(session: Mapping[str, Any], spec: SessionSpec,
-                      config: OperatorConfig) -> tuple[list[dict[str, Any]], dict[str, Any],
-                                                       dict[str, Any]] | None:
+def gpu_tracer_wiring(
+    session: Mapping[str, Any], spec: SessionSpec, config: OperatorConfig
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]] | None:
     """(env, mount, volume) that let the agent switch the injected tracers of its pods on,
     or None: no webhook (no folder configured) or the session does not ask for kernels."""
     gpu = spec.profilers.gpu
     host = config.agent_gpu_socket_host_path.rstrip("/")
     if not (host and gpu.enabled and gpu.kernel_tracing):
         return None
-    env = [{"name": "KUBEPROF_AGENT_GPU_SOCKET", "value": gpu_receiver(session)},
-           # the pods' control-socket folder, reached through /proc/<pid>/root (hostPID)
-           {"name": "KUBEPROF_AGENT_GPU_CTL_DIR", "value": f"{POD_SOCKET_DIR}/{CTL_SUBDIR}"}]
+    env = [
+        {"name": "KUBEPROF_AGENT_GPU_SOCKET", "value": gpu_receiver(session)},
+        # the pods' control-socket folder, reached through /proc/<pid>/root (hostPID)
+        {"name": "KUBEPROF_AGENT_GPU_CTL_DIR", "value": f"{POD_SOCKET_DIR}/{CTL_SUBDIR}"},
+    ]
     mount = {"name": "gpu-rx", "mountPath": f"{POD_SOCKET_DIR}/{RX_SUBDIR}"}
     return env, mount, _host("gpu-rx", f"{host}/{RX_SUBDIR}", "DirectoryOrCreate")
 
@@ -187,9 +208,15 @@ def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
 
-def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequence[str],
-                    config: OperatorConfig, end_time: float,
-                    kernels: Sequence[str] = (), shard: int = 0) -> dict[str, Any]:
+def build_daemonset(
+    session: Mapping[str, Any],
+    spec: SessionSpec,
+    nodes: Sequence[str],
+    config: OperatorConfig,
+    end_time: float,
+    kernels: Sequence[str] = (),
+    shard: int = 0,
+) -> dict[str, Any]:
     """Shard `shard` of the session's agent DaemonSets, pinned to `nodes` (non-empty).
 
     `kernels` are the nodes' kernel releases (Node status.nodeInfo.kernelVersion); they
@@ -201,15 +228,23 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
     meta = session["metadata"]
     cpu, gpu = spec.profilers.cpu, spec.profilers.gpu
     lbl = {**labels(session, "agent"), LABEL_SHARD: str(shard)}
-    selector = {LABEL_SESSION: lbl[LABEL_SESSION], LABEL_COMPONENT: "agent",
-                LABEL_SHARD: str(shard)}
+    selector = {
+        LABEL_SESSION: lbl[LABEL_SESSION],
+        LABEL_COMPONENT: "agent",
+        LABEL_SHARD: str(shard),
+    }
     env = AgentSettings(
-        ingest_url=config.ingest_url, namespace=meta["namespace"], session=meta["name"],
-        session_uid=meta.get("uid", ""), token_file=Path(TOKEN_MOUNT) / TOKEN_KEY,
+        ingest_url=config.ingest_url,
+        namespace=meta["namespace"],
+        session=meta["name"],
+        session_uid=meta.get("uid", ""),
+        token_file=Path(TOKEN_MOUNT) / TOKEN_KEY,
         end_time=end_time,
         collectors=tuple(collectors_for(spec.profilers)),
-        cpu_hz=cpu.frequency_hz, nvml_interval_s=gpu.metrics_interval_ms / 1000,
-        proc_root=Path("/proc"), spool_dir=DEFAULT_SPOOL_DIR,
+        cpu_hz=cpu.frequency_hz,
+        nvml_interval_s=gpu.metrics_interval_ms / 1000,
+        proc_root=Path("/proc"),
+        spool_dir=DEFAULT_SPOOL_DIR,
     ).to_env()
     container: dict[str, Any] = {
         "name": "agent",
@@ -217,8 +252,10 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
         "imagePullPolicy": config.agent_image_pull_policy,
         "command": ["kubeprof", "agent"],
         "env": env,
-        "resources": {"requests": {"cpu": config.agent_cpu, "memory": config.agent_memory},
-                      "limits": {"cpu": config.agent_cpu, "memory": config.agent_memory}},
+        "resources": {
+            "requests": {"cpu": config.agent_cpu, "memory": config.agent_memory},
+            "limits": {"cpu": config.agent_cpu, "memory": config.agent_memory},
+        },
         "securityContext": {
             "privileged": False,
             "allowPrivilegeEscalation": False,
@@ -249,13 +286,15 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
         "automountServiceAccountToken": False,  # agents talk only to the ingest API
         "containers": [container],
         "volumes": [
-            {"name": "token", "secret": {"secretName": secret_name(session),
-                                         "defaultMode": 0o400}},
+            {"name": "token", "secret": {"secretName": secret_name(session), "defaultMode": 0o400}},
             _host("tracefs", "/sys/kernel/tracing"),
             _host("modules", "/lib/modules"),
             _host("usr-src", "/usr/src"),
-            _host("spool", f"{config.agent_spool_host_path}/{spool_folder(session)}",
-                  "DirectoryOrCreate"),
+            _host(
+                "spool",
+                f"{config.agent_spool_host_path}/{spool_folder(session)}",
+                "DirectoryOrCreate",
+            ),
             {"name": "tmp", "emptyDir": {}},
         ],
     }
@@ -274,15 +313,21 @@ def build_daemonset(session: Mapping[str, Any], spec: SessionSpec, nodes: Sequen
         pod_spec["priorityClassName"] = config.agent_priority_class
     if config.agent_security_context is not None:
         container["securityContext"] = dict(config.agent_security_context)
-    return owned({
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": daemonset_name(session, shard), "namespace": meta["namespace"],
-                     "labels": lbl},
-        "spec": {
-            "selector": {"matchLabels": selector},
-            # OnDelete: changing the node list must not restart agents already running.
-            "updateStrategy": {"type": "OnDelete"},
-            "template": {"metadata": {"labels": lbl}, "spec": pod_spec},
+    return owned(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {
+                "name": daemonset_name(session, shard),
+                "namespace": meta["namespace"],
+                "labels": lbl,
+            },
+            "spec": {
+                "selector": {"matchLabels": selector},
+                # OnDelete: changing the node list must not restart agents already running.
+                "updateStrategy": {"type": "OnDelete"},
+                "template": {"metadata": {"labels": lbl}, "spec": pod_spec},
+            },
         },
-    }, session)
+        session,
+    )

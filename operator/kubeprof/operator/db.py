@@ -40,13 +40,27 @@ def store_name(namespace: str, name: str, uid: str) -> str:
     return f"{namespace}/{name}@{uid[:8]}"
 
 
-def ensure_session(engine: Engine, namespace: str, name: str, uid: str, *, hz: int,
-                   started_at: datetime, meta: Mapping[str, str]) -> int:
+def ensure_session(
+    engine: Engine,
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    hz: int,
+    started_at: datetime,
+    meta: Mapping[str, str],
+) -> int:
     """The session's row id, creating the row on first call (idempotent)."""
     with engine.begin() as conn:
-        return sessions.ensure(conn, store_name(namespace, name, uid), kind="cluster",
-                               command=f"ProfilingSession {namespace}/{name}", hz=hz,
-                               started_at=started_at, meta=meta)
+        return sessions.ensure(
+            conn,
+            store_name(namespace, name, uid),
+            kind="cluster",
+            command=f"ProfilingSession {namespace}/{name}",
+            hz=hz,
+            started_at=started_at,
+            meta=meta,
+        )
 
 
 def mark_deleted(engine: Engine, namespace: str, name: str, uid: str) -> bool:
@@ -97,29 +111,50 @@ class BatchWriter:
             it = self._local.interner = Interner()
         return it
 
-    def store(self, session_id: int, batch_id: str, agent: str, batch: Batch, *,
-              committing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
-              ) -> Stored:
+    def store(
+        self,
+        session_id: int,
+        batch_id: str,
+        agent: str,
+        batch: Batch,
+        *,
+        committing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> Stored:
         """Store `batch` once per (session, batch id). The commit runs inside
         `committing()`, which may refuse it (the session was sealed meanwhile)."""
         interner = self._interner()
         try:
             with self.engine.connect() as conn, conn.begin() as tx:
-                stmt = dialect_insert(conn, IngestedBatchRow).values(
-                    session_id=session_id, batch_id=batch_id, agent=agent, rows=0,
-                    received_at=datetime.now(UTC),
-                ).on_conflict_do_nothing(index_elements=["session_id", "batch_id"]
-                                         ).returning(IngestedBatchRow.batch_id)
+                stmt = (
+                    dialect_insert(conn, IngestedBatchRow)
+                    .values(
+                        session_id=session_id,
+                        batch_id=batch_id,
+                        agent=agent,
+                        rows=0,
+                        received_at=datetime.now(UTC),
+                    )
+                    .on_conflict_do_nothing(index_elements=["session_id", "batch_id"])
+                    .returning(IngestedBatchRow.batch_id)
+                )
                 # RETURNING, not rowcount: psycopg reports no reliable count for DO NOTHING.
                 if conn.execute(stmt).first() is None:
-                    prev = conn.scalar(select(IngestedBatchRow.rows).where(
-                        IngestedBatchRow.session_id == session_id,
-                        IngestedBatchRow.batch_id == batch_id))
+                    prev = conn.scalar(
+                        select(IngestedBatchRow.rows).where(
+                            IngestedBatchRow.session_id == session_id,
+                            IngestedBatchRow.batch_id == batch_id,
+                        )
+                    )
                     return Stored(True, int(prev or 0))
                 rows = write_batch(conn, interner, session_id, batch, node=agent)
-                conn.execute(update(IngestedBatchRow).where(
-                    IngestedBatchRow.session_id == session_id,
-                    IngestedBatchRow.batch_id == batch_id).values(rows=rows))
+                conn.execute(
+                    update(IngestedBatchRow)
+                    .where(
+                        IngestedBatchRow.session_id == session_id,
+                        IngestedBatchRow.batch_id == batch_id,
+                    )
+                    .values(rows=rows)
+                )
                 with committing():
                     tx.commit()
                 return Stored(False, rows)
@@ -133,10 +168,18 @@ def known_origins(engine: Engine, session_id: int) -> tuple[set[str], set[str]]:
     """Nodes that delivered batches and pods the reconciler recorded, for a session: what
     an operator restarted mid-session knows of the session's past targets."""
     with engine.connect() as conn:
-        nodes = set(conn.scalars(select(IngestedBatchRow.agent).where(
-            IngestedBatchRow.session_id == session_id).distinct()))
-        pods = {k.removeprefix("pod:") for k in sessions.read_meta(conn, session_id)
-                if k.startswith("pod:")}
+        nodes = set(
+            conn.scalars(
+                select(IngestedBatchRow.agent)
+                .where(IngestedBatchRow.session_id == session_id)
+                .distinct()
+            )
+        )
+        pods = {
+            k.removeprefix("pod:")
+            for k in sessions.read_meta(conn, session_id)
+            if k.startswith("pod:")
+        }
     return nodes, pods
 
 
@@ -145,19 +188,30 @@ def session_usage(engine: Engine, session_id: int) -> tuple[int, dict[str, tuple
     bounds its next batches after an operator restart (`kubeprof.operator.usage`)."""
     extents: dict[str, tuple[int, int]] = {}
     with engine.connect() as conn:
-        rows = conn.scalar(select(func.coalesce(func.sum(IngestedBatchRow.rows), 0)).where(
-            IngestedBatchRow.session_id == session_id))
-        for table, lo, hi in ((SampleRow, SampleRow.ts_ns, SampleRow.ts_ns),
-                              (GpuActivityRow, GpuActivityRow.start_ns, GpuActivityRow.end_ns),
-                              (GpuMetricRow, GpuMetricRow.ts_ns, GpuMetricRow.ts_ns),
-                              (OffCpuSampleRow, OffCpuSampleRow.ts_ns,
-                               OffCpuSampleRow.ts_ns + OffCpuSampleRow.blocked_ns)):
+        rows = conn.scalar(
+            select(func.coalesce(func.sum(IngestedBatchRow.rows), 0)).where(
+                IngestedBatchRow.session_id == session_id
+            )
+        )
+        for table, lo, hi in (
+            (SampleRow, SampleRow.ts_ns, SampleRow.ts_ns),
+            (GpuActivityRow, GpuActivityRow.start_ns, GpuActivityRow.end_ns),
+            (GpuMetricRow, GpuMetricRow.ts_ns, GpuMetricRow.ts_ns),
+            (
+                OffCpuSampleRow,
+                OffCpuSampleRow.ts_ns,
+                OffCpuSampleRow.ts_ns + OffCpuSampleRow.blocked_ns,
+            ),
+        ):
             for node, first, last in conn.execute(
-                    select(table.node, func.min(lo), func.max(hi))
-                    .where(table.session_id == session_id).group_by(table.node)):
+                select(table.node, func.min(lo), func.max(hi))
+                .where(table.session_id == session_id)
+                .group_by(table.node)
+            ):
                 if first is None:
                     continue
                 old = extents.get(node)
-                extents[node] = ((first, last) if old is None else
-                                 (min(old[0], first), max(old[1], last)))
+                extents[node] = (
+                    (first, last) if old is None else (min(old[0], first), max(old[1], last))
+                )
     return int(rows or 0), extents

@@ -40,8 +40,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.startup(registry=registry)
-    async def handle_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
-                             **_: Any) -> None:
+    async def handle_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.persistence.finalizer = "kubeprof.dev/finalizer"
         settings.posting.level = logging.WARNING  # only problems become k8s Events
         settings.watching.server_timeout = 60
@@ -53,40 +52,57 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         if runner is not None:
             await runner.cleanup()
 
-    @kopf.timer(GROUP, VERSION, PLURAL, registry=registry, id="reconcile",
-                interval=config.reconcile_interval_s, initial_delay=0.0)
-    def handle_reconcile_session(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-                                 logger: kopf.Logger, **_: Any) -> None:
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=registry,
+        id="reconcile",
+        interval=config.reconcile_interval_s,
+        initial_delay=0.0,
+    )
+    def handle_reconcile_session(
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    ) -> None:
         try:
             status = reconcile.reconcile(memo.ctx, body)
         except SQLAlchemyError as exc:
             metrics.RECONCILE_ERRORS.labels(stage="database").inc()
             first = str(getattr(exc, "orig", exc)).splitlines()[0][:200]
-            raise kopf.TemporaryError(f"database unavailable: {type(exc).__name__}: {first}",
-                                      delay=config.reconcile_interval_s) from exc
+            raise kopf.TemporaryError(
+                f"database unavailable: {type(exc).__name__}: {first}",
+                delay=config.reconcile_interval_s,
+            ) from exc
         except (KubeError, OSError) as exc:
             metrics.RECONCILE_ERRORS.labels(stage="kubernetes").inc()
-            raise kopf.TemporaryError(f"API call failed: {exc}",
-                                      delay=config.reconcile_interval_s) from exc
+            raise kopf.TemporaryError(
+                f"API call failed: {exc}", delay=config.reconcile_interval_s
+            ) from exc
         except Exception:
             metrics.RECONCILE_ERRORS.labels(stage="other").inc()
             raise
-        entry = memo.ctx.writer_registry.get(body["metadata"]["namespace"],
-                                             body["metadata"]["name"])
+        entry = memo.ctx.writer_registry.get(
+            body["metadata"]["namespace"], body["metadata"]["name"]
+        )
         if entry is not None and entry.uid == body["metadata"]["uid"]:
             quota = memo.api.usage.quota(entry)  # what it stored against its row quota
             if quota is not None:
                 status["quota"] = quota
         old = body.get("status") or {}
         if old.get("phase") != status.get("phase"):
-            logger.info("phase %s -> %s (%s)", old.get("phase") or "-", status["phase"],
-                        status.get("reason", ""))
+            logger.info(
+                "phase %s -> %s (%s)",
+                old.get("phase") or "-",
+                status["phase"],
+                status.get("reason", ""),
+            )
         for key, value in status_changes(old, status).items():
             patch.status[key] = value
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-    def handle_delete_session(name: str, namespace: str | None, uid: str | None,
-                              memo: kopf.Memo, **_: Any) -> None:
+    def handle_delete_session(
+        name: str, namespace: str | None, uid: str | None, memo: kopf.Memo, **_: Any
+    ) -> None:
         if namespace is None:  # ProfilingSession is namespaced; kopf types allow None
             return
         entry = memo.ctx.writer_registry.get(namespace, name)
@@ -99,5 +115,6 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             try:
                 db.mark_deleted(memo.ctx.engine, namespace, name, uid)
             except SQLAlchemyError as exc:
-                raise kopf.TemporaryError(f"database unavailable: {type(exc).__name__}",
-                                          delay=config.reconcile_interval_s) from exc
+                raise kopf.TemporaryError(
+                    f"database unavailable: {type(exc).__name__}", delay=config.reconcile_interval_s
+                ) from exc

@@ -105,12 +105,23 @@ class Origins:
 class IngestApi:
     """Request handlers bound to the registry and a batch writer."""
 
-    def __init__(self, registry: Registry, writer: BatchWriter, *, writers: int = 2,
-                 limits: IngestLimits | None = None, max_pending: int = 16,
-                 session_pending: int = 8, startup_grace_s: float = 60.0,
-                 drain_s: float = 15.0, per_session: int | None = None, per_client: int = 8,
-                 timeouts: slow_clients.ReadTimeouts | None = None, metrics_token: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        writer: BatchWriter,
+        *,
+        writers: int = 2,
+        limits: IngestLimits | None = None,
+        max_pending: int = 16,
+        session_pending: int = 8,
+        startup_grace_s: float = 60.0,
+        drain_s: float = 15.0,
+        per_session: int | None = None,
+        per_client: int = 8,
+        timeouts: slow_clients.ReadTimeouts | None = None,
+        metrics_token: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry, self.writer = registry, writer
         self.limits = limits or IngestLimits()
         self.limits.check()
@@ -138,9 +149,12 @@ class IngestApi:
         # writer with no database behind it has nothing stored to start from).
         engine = getattr(writer, "engine", None)
         self.usage = usage.SessionUsage(
-            self.limits, drain_s,
-            (lambda sid: db.session_usage(engine, sid)) if engine is not None else
-            (lambda _sid: (0, {})))
+            self.limits,
+            drain_s,
+            (lambda sid: db.session_usage(engine, sid))
+            if engine is not None
+            else (lambda _sid: (0, {})),
+        )
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.limits.max_body_bytes)
@@ -169,44 +183,59 @@ class IngestApi:
         expected = entry.token.encode() if entry is not None else b"\0" * 32
         if not hmac.compare_digest(given, expected) or entry is None:
             metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
-            self.auth_log.warning("refused a request for %r/%r: no such session or the "
-                                  "token does not match (from %s)", ns[:63], name[:253],
-                                  request.remote)
-            return _json(403, f"token is not valid for session {ns}/{name} "
-                              "(or there is no such session)")
+            self.auth_log.warning(
+                "refused a request for %r/%r: no such session or the "
+                "token does not match (from %s)",
+                ns[:63],
+                name[:253],
+                request.remote,
+            )
+            return _json(
+                403, f"token is not valid for session {ns}/{name} (or there is no such session)"
+            )
         return entry
 
     # -- batches ------------------------------------------------------------------------
     def _precheck(self, request: web.Request, entry: SessionEntry) -> web.Response | None:
         if entry.phase not in ACCEPTS_DATA:
             metrics.INGEST_REJECTIONS.labels(reason="session_over").inc()
-            return _json(410, f"session is {entry.phase.value}; no more data accepted",
-                         phase=entry.phase.value)
+            return _json(
+                410,
+                f"session is {entry.phase.value}; no more data accepted",
+                phase=entry.phase.value,
+            )
         enc = request.headers.get("Content-Encoding", "").strip().lower()
         if enc not in _ENCODINGS:
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
-            return _json(415, f"Content-Encoding {enc[:40]!r} is not supported; send gzip "
-                              "or plain JSON")
+            return _json(
+                415, f"Content-Encoding {enc[:40]!r} is not supported; send gzip or plain JSON"
+            )
         size = request.content_length
         if size is not None and size > self.limits.max_body_bytes:
             metrics.INGEST_REJECTIONS.labels(reason="too_large").inc()
-            return _json(413, f"body of {size} bytes; at most {self.limits.max_body_bytes} "
-                              "(send smaller batches, or raise --ingest-max-body-bytes)")
+            return _json(
+                413,
+                f"body of {size} bytes; at most {self.limits.max_body_bytes} "
+                "(send smaller batches, or raise --ingest-max-body-bytes)",
+            )
         if self._clients.get(request.remote or "", 0) >= self.per_client:
             metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
-            return _json(429, f"more than {self.per_client} requests from this address in "
-                              "flight; retry")
+            return _json(
+                429, f"more than {self.per_client} requests from this address in flight; retry"
+            )
         if entry.inflight >= self.per_session:
             metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
-            return _json(429, f"more than {self.per_session} batches of this session in "
-                              "flight; retry")
+            return _json(
+                429, f"more than {self.per_session} batches of this session in flight; retry"
+            )
         if self.pending >= self.max_pending:
             metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
             return _json(503, "ingest busy; retry")
         if self.pool.queued((entry.namespace, entry.name)) >= self.session_pending:
             metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
-            return _json(429, f"more than {self.session_pending} batches of this session "
-                              "in flight; retry")
+            return _json(
+                429, f"more than {self.session_pending} batches of this session in flight; retry"
+            )
         return None
 
     async def post_batch(self, request: web.Request) -> web.Response:
@@ -219,8 +248,12 @@ class IngestApi:
         # Counted in before the body is read: aggregation waits for this batch.
         if not entry.enter():
             metrics.INGEST_REJECTIONS.labels(reason="closed").inc()
-            return _json(409, f"session {entry.namespace}/{entry.name} is being aggregated; "
-                              "no more data accepted", phase=Phase.AGGREGATING.value)
+            return _json(
+                409,
+                f"session {entry.namespace}/{entry.name} is being aggregated; "
+                "no more data accepted",
+                phase=Phase.AGGREGATING.value,
+            )
         self.pending += 1
         client = request.remote or ""
         self._clients[client] = self._clients.get(client, 0) + 1
@@ -235,16 +268,21 @@ class IngestApi:
 
     async def _receive(self, request: web.Request, entry: SessionEntry) -> web.Response:
         try:
-            body = await slow_clients.read_body(request.content, self.limits.max_body_bytes,
-                                                self.timeouts)
+            body = await slow_clients.read_body(
+                request.content, self.limits.max_body_bytes, self.timeouts
+            )
         except slow_clients.TooSlow as exc:
             metrics.INGEST_REJECTIONS.labels(reason="slow").inc()
             return await slow_clients.answer_and_close(
-                request, _json(408, f"{exc}; send the body without pauses, or retry"))
+                request, _json(408, f"{exc}; send the body without pauses, or retry")
+            )
         except (web.HTTPRequestEntityTooLarge, slow_clients.TooLarge):
             metrics.INGEST_REJECTIONS.labels(reason="too_large").inc()
-            return _json(413, f"body larger than {self.limits.max_body_bytes} bytes (send "
-                              "smaller batches, or raise --ingest-max-body-bytes)")
+            return _json(
+                413,
+                f"body larger than {self.limits.max_body_bytes} bytes (send "
+                "smaller batches, or raise --ingest-max-body-bytes)",
+            )
         except Exception as exc:  # noqa: BLE001 - a broken upload: the client's problem
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
             return _json(400, f"unreadable body: {type(exc).__name__}")
@@ -252,11 +290,15 @@ class IngestApi:
         try:
             # The pool's future is not kept in a local: a refusal's traceback holds this
             # frame, and would keep the future, its exception and the body in a cycle.
-            stored = await asyncio.wrap_future(self.pool.submit(
-                (entry.namespace, entry.name), lambda: self._decode_and_store(entry, body)))
+            stored = await asyncio.wrap_future(
+                self.pool.submit(
+                    (entry.namespace, entry.name), lambda: self._decode_and_store(entry, body)
+                )
+            )
         except codec.CodecError as exc:
-            metrics.INGEST_REJECTIONS.labels(reason="too_large" if exc.too_large else
-                                             "bad_body").inc()
+            metrics.INGEST_REJECTIONS.labels(
+                reason="too_large" if exc.too_large else "bad_body"
+            ).inc()
             return _json(exc.status, str(exc))
         except (_Refused, usage.Refused) as exc:
             metrics.INGEST_REJECTIONS.labels(reason=exc.reason).inc()
@@ -267,28 +309,42 @@ class IngestApi:
         except (DataError, IntegrityError) as exc:
             # The database refused the values themselves: retrying cannot help.
             metrics.INGEST_REJECTIONS.labels(reason="bad_body").inc()
-            return _json(422, "the database refused a value of this batch: "
-                              f"{_first_line(exc)}")
+            return _json(422, f"the database refused a value of this batch: {_first_line(exc)}")
         except SQLAlchemyError as exc:
             metrics.INGEST_REJECTIONS.labels(reason="database").inc()
-            self.error_log.warning("database write failed for %s/%s: %s: %s",
-                                   entry.namespace, entry.name, type(exc).__name__,
-                                   _first_line(exc))
+            self.error_log.warning(
+                "database write failed for %s/%s: %s: %s",
+                entry.namespace,
+                entry.name,
+                type(exc).__name__,
+                _first_line(exc),
+            )
             return _json(503, "database unavailable; retry later")
         except Exception as exc:  # noqa: BLE001 - a bug must not wedge the agent on 5xx
             metrics.INGEST_REJECTIONS.labels(reason="error").inc()
             # Throttled: a client repeating such a body must not fill the log.
-            self.error_log.warning("could not process a batch of %s/%s: %s", entry.namespace,
-                                   entry.name, type(exc).__name__, exc_info=True)
-            return _json(422, f"batch could not be processed ({type(exc).__name__}); "
-                              "it was not stored")
+            self.error_log.warning(
+                "could not process a batch of %s/%s: %s",
+                entry.namespace,
+                entry.name,
+                type(exc).__name__,
+                exc_info=True,
+            )
+            return _json(
+                422, f"batch could not be processed ({type(exc).__name__}); it was not stored"
+            )
         finally:
             metrics.INGEST_PENDING.dec()
         metrics.INGEST_BATCHES.labels(result="duplicate" if stored.duplicate else "stored").inc()
         if not stored.duplicate:
             metrics.INGEST_ROWS.inc(stored.rows)
-        return _json(200, "duplicate" if stored.duplicate else "stored", rows=stored.rows,
-                     duplicate=stored.duplicate, phase=entry.phase.value)
+        return _json(
+            200,
+            "duplicate" if stored.duplicate else "stored",
+            rows=stored.rows,
+            duplicate=stored.duplicate,
+            phase=entry.phase.value,
+        )
 
     def _decode_and_store(self, entry: SessionEntry, body: bytes) -> Stored:
         """On a pool thread: decode under the limits, check the claims (origin, the
@@ -297,8 +353,9 @@ class IngestApi:
         self._check_origin(entry, node, batch)
         rows = self.usage.admit(entry, node, batch)
         try:
-            stored = self.writer.store(entry.db_id, batch_id, node, batch,
-                                       committing=entry.committing)
+            stored = self.writer.store(
+                entry.db_id, batch_id, node, batch, committing=entry.committing
+            )
         except BaseException:
             self.usage.release(entry, rows)
             raise
@@ -325,13 +382,20 @@ class IngestApi:
                 o.pod_nodes.setdefault(uid, "")
             o.loaded_at = self.clock()
         if node not in o.nodes:
-            raise _Refused(422, "origin", f"node: {node[:253]!r} runs no target pod of "
-                                          f"session {entry.namespace}/{entry.name}")
+            raise _Refused(
+                422,
+                "origin",
+                f"node: {node[:253]!r} runs no target pod of "
+                f"session {entry.namespace}/{entry.name}",
+            )
         for i, p in enumerate(batch.processes):
             where = o.pod_nodes.get(p.pod_uid)
             if where and where != node:
-                raise _Refused(422, "origin", f"processes[{i}].pod_uid: pod {p.pod_uid} "
-                                              f"runs on node {where}, not on {node}")
+                raise _Refused(
+                    422,
+                    "origin",
+                    f"processes[{i}].pod_uid: pod {p.pod_uid} runs on node {where}, not on {node}",
+                )
         o.nodes.add(node)
 
     # -- the rest -------------------------------------------------------------------------
@@ -341,24 +405,26 @@ class IngestApi:
             return await slow_clients.answer_and_close(request, entry)
         node = request.query.get("node", "")
         self._origins_of(entry)  # what an agent is told to profile, its batches may claim
-        pods = [{"uid": t.uid, "name": t.name, "namespace": t.namespace}
-                for t in entry.targets_on(node)]
+        pods = [
+            {"uid": t.uid, "name": t.name, "namespace": t.namespace} for t in entry.targets_on(node)
+        ]
         # A closed session drains like Aggregating even before reconcile writes the phase.
-        phase = Phase.AGGREGATING if entry.closed and entry.phase in ACCEPTS_DATA else \
-            entry.phase
+        phase = Phase.AGGREGATING if entry.closed and entry.phase in ACCEPTS_DATA else entry.phase
         return _json(200, "", phase=phase.value, endTime=entry.end_time, pods=pods)
 
     async def get_metrics(self, request: web.Request) -> web.Response:
         if self.metrics_token:
             auth = request.headers.get("Authorization", "")
             given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
-            if not auth.startswith("Bearer ") or not hmac.compare_digest(
-                    given, self.metrics_token):
-                return await slow_clients.answer_and_close(request, _json(
-                    401, "/metrics needs the scrape token (Authorization: Bearer <token>)"))
+            if not auth.startswith("Bearer ") or not hmac.compare_digest(given, self.metrics_token):
+                return await slow_clients.answer_and_close(
+                    request,
+                    _json(401, "/metrics needs the scrape token (Authorization: Bearer <token>)"),
+                )
         metrics.set_phases(self.registry.phases())
-        return web.Response(body=metrics.render(),
-                            headers={"Content-Type": "text/plain; version=0.0.4"})
+        return web.Response(
+            body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )
 
     async def get_healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -370,8 +436,9 @@ def _first_line(exc: BaseException) -> str:
 
 async def serve(api: IngestApi, host: str, port: int) -> web.AppRunner:
     """Start listening; the caller keeps the runner and calls cleanup() at shutdown."""
-    runner = web.AppRunner(api.app(), access_log=None, auto_decompress=False,
-                           **api.timeouts.server_options())
+    runner = web.AppRunner(
+        api.app(), access_log=None, auto_decompress=False, **api.timeouts.server_options()
+    )
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     log.info("ingest API and /metrics listening on %s:%d", host, port)

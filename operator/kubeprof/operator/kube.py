@@ -94,8 +94,7 @@ class Kube:
 
     # -- pods and nodes ----------------------------------------------------------------------
     def list_pods(self, namespace: str, selector: str) -> list[dict]:
-        return _call(self._core.list_namespaced_pod, namespace,
-                     label_selector=selector)["items"]
+        return _call(self._core.list_namespaced_pod, namespace, label_selector=selector)["items"]
 
     def node_labels(self) -> dict[str, dict[str, str]]:
         items = _call(self._core.list_node)["items"]
@@ -104,15 +103,21 @@ class Kube:
     def node_kernels(self) -> dict[str, str]:
         """Node name -> the kernel release its kubelet reports (status.nodeInfo)."""
         items = _call(self._core.list_node)["items"]
-        return {n["metadata"]["name"]: ((n.get("status") or {}).get("nodeInfo") or {})
-                .get("kernelVersion", "") for n in items}
+        return {
+            n["metadata"]["name"]: ((n.get("status") or {}).get("nodeInfo") or {}).get(
+                "kernelVersion", ""
+            )
+            for n in items
+        }
 
     # -- why agent pods are missing ----------------------------------------------------------
     def daemonset_events(self, namespace: str, name: str) -> list[dict]:
         """Events about one DaemonSet (the DaemonSet controller's FailedCreate among them)."""
-        return _call(self._core.list_namespaced_event, namespace,
-                     field_selector=f"involvedObject.kind=DaemonSet,involvedObject.name={name}"
-                     )["items"]
+        return _call(
+            self._core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.kind=DaemonSet,involvedObject.name={name}",
+        )["items"]
 
     # -- the admission policy guarding cross-namespace targets -------------------------------
     def admission_policy(self, name: str) -> tuple[dict | None, dict | None]:
@@ -133,18 +138,22 @@ class Kube:
 
     def delete_secret(self, namespace: str, name: str) -> bool:
         """Delete the Secret; False when there was none."""
-        return _absent_is_none(lambda: _call(
-            self._core.delete_namespaced_secret, name, namespace)) is not None
+        return (
+            _absent_is_none(lambda: _call(self._core.delete_namespaced_secret, name, namespace))
+            is not None
+        )
 
     # -- the session's agent DaemonSet -------------------------------------------------------
     def list_daemonsets(self, namespace: str, selector: str) -> list[dict]:
         """DaemonSets matching a label selector (a session's agent shards)."""
-        return _call(self._apps.list_namespaced_daemon_set, namespace,
-                     label_selector=selector)["items"]
+        return _call(self._apps.list_namespaced_daemon_set, namespace, label_selector=selector)[
+            "items"
+        ]
 
     def get_daemonset(self, namespace: str, name: str) -> dict | None:
-        return _absent_is_none(lambda: _call(
-            self._apps.read_namespaced_daemon_set, name, namespace))
+        return _absent_is_none(
+            lambda: _call(self._apps.read_namespaced_daemon_set, name, namespace)
+        )
 
     def create_daemonset(self, namespace: str, obj: dict) -> dict | None:
         """Create the DaemonSet; None when one of that name exists already (409)."""
@@ -153,21 +162,39 @@ class Kube:
     def patch_daemonset(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch (RFC 7386): lists in `patch`, such as node affinity terms,
         replace the old lists whole."""
-        return _call(self._apps.patch_namespaced_daemon_set, name, namespace, patch,
-                     _content_type="application/merge-patch+json")
+        return _call(
+            self._apps.patch_namespaced_daemon_set,
+            name,
+            namespace,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
 
     def delete_daemonset(self, namespace: str, name: str) -> bool:
         """Delete the DaemonSet (its pods in the background); False when there was none."""
-        return _absent_is_none(lambda: _call(
-            self._apps.delete_namespaced_daemon_set, name, namespace,
-            propagation_policy="Background")) is not None
+        return (
+            _absent_is_none(
+                lambda: _call(
+                    self._apps.delete_namespaced_daemon_set,
+                    name,
+                    namespace,
+                    propagation_policy="Background",
+                )
+            )
+            is not None
+        )
 
     # -- ProfilingSessions -------------------------------------------------------------------
     def session_exists(self, namespace: str, name: str) -> bool:
         api = client.CustomObjectsApi(self._api())
-        return _absent_is_none(lambda: _call(
-            api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
-        ) is not None
+        return (
+            _absent_is_none(
+                lambda: _call(
+                    api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+                )
+            )
+            is not None
+        )
 
     @staticmethod
     def _create(method: Callable[..., Any], namespace: str, obj: dict) -> dict | None:

@@ -33,40 +33,67 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 # `pod` is the pod's name and `namespace` its namespace, as on the light agent's series of
 # the same name; the session is `session_namespace`/`session` (they differ only for a
 # cross-namespace session).
-GPU_IDLE = Gauge("kubeprof_gpu_idle_ratio",
-                 "Share of time a GPU ran no kernel over the last window (default 60 s) "
-                 "while the session runs; its series end with the session (its final "
-                 "figures: kubeprof_pod_gpu_idle_ratio and the ProfilingSession's status)",
-                 ["session_namespace", "session", "namespace", "node", "gpu", "pod"],
-                 registry=REGISTRY)
-POD_GPU_IDLE = Gauge("kubeprof_pod_gpu_idle_ratio",
-                     "A completed session's GPU idle of each pod from its own records: source "
-                     "cupti (its kernels, where its tracer was on) or nvml (fallback); pods "
-                     "without data have no sample",
-                     ["session_namespace", "session", "namespace", "pod", "source"],
-                     registry=REGISTRY)
-FINDINGS = Gauge("kubeprof_findings", "Findings of a completed session, by kind and severity",
-                 ["namespace", "session", "kind", "severity"], registry=REGISTRY)
-SESSIONS = Gauge("kubeprof_sessions", "ProfilingSessions known to the operator, by phase",
-                 ["phase"], registry=REGISTRY)
-INGEST_BATCHES = Counter("kubeprof_ingest_batches_total",
-                         "Batches received, by result (stored, duplicate)", ["result"],
-                         registry=REGISTRY)
-INGEST_ROWS = Counter("kubeprof_ingest_rows_total", "Rows written to the results database",
-                      registry=REGISTRY)
-INGEST_REJECTIONS = Counter("kubeprof_ingest_rejections_total",
-                            "Ingest requests refused, by reason", ["reason"],
-                            registry=REGISTRY)
-INGEST_PENDING = Gauge("kubeprof_ingest_pending_batches",
-                       "Batches received and decoded, waiting for or in a database writer "
-                       "(a backlog that stays high means ingest falls behind)",
-                       registry=REGISTRY)
-RECONCILE_ERRORS = Counter("kubeprof_reconcile_errors_total",
-                           "Reconcile passes that failed (retried)", ["stage"],
-                           registry=REGISTRY)
-SERIES_DROPPED = Counter("kubeprof_metrics_series_dropped_total",
-                         "Per-session series not exported or evicted to bound /metrics "
-                         "(cardinality caps), by metric", ["metric"], registry=REGISTRY)
+GPU_IDLE = Gauge(
+    "kubeprof_gpu_idle_ratio",
+    "Share of time a GPU ran no kernel over the last window (default 60 s) "
+    "while the session runs; its series end with the session (its final "
+    "figures: kubeprof_pod_gpu_idle_ratio and the ProfilingSession's status)",
+    ["session_namespace", "session", "namespace", "node", "gpu", "pod"],
+    registry=REGISTRY,
+)
+POD_GPU_IDLE = Gauge(
+    "kubeprof_pod_gpu_idle_ratio",
+    "A completed session's GPU idle of each pod from its own records: source "
+    "cupti (its kernels, where its tracer was on) or nvml (fallback); pods "
+    "without data have no sample",
+    ["session_namespace", "session", "namespace", "pod", "source"],
+    registry=REGISTRY,
+)
+FINDINGS = Gauge(
+    "kubeprof_findings",
+    "Findings of a completed session, by kind and severity",
+    ["namespace", "session", "kind", "severity"],
+    registry=REGISTRY,
+)
+SESSIONS = Gauge(
+    "kubeprof_sessions",
+    "ProfilingSessions known to the operator, by phase",
+    ["phase"],
+    registry=REGISTRY,
+)
+INGEST_BATCHES = Counter(
+    "kubeprof_ingest_batches_total",
+    "Batches received, by result (stored, duplicate)",
+    ["result"],
+    registry=REGISTRY,
+)
+INGEST_ROWS = Counter(
+    "kubeprof_ingest_rows_total", "Rows written to the results database", registry=REGISTRY
+)
+INGEST_REJECTIONS = Counter(
+    "kubeprof_ingest_rejections_total",
+    "Ingest requests refused, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+INGEST_PENDING = Gauge(
+    "kubeprof_ingest_pending_batches",
+    "Batches received and decoded, waiting for or in a database writer "
+    "(a backlog that stays high means ingest falls behind)",
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = Counter(
+    "kubeprof_reconcile_errors_total",
+    "Reconcile passes that failed (retried)",
+    ["stage"],
+    registry=REGISTRY,
+)
+SERIES_DROPPED = Counter(
+    "kubeprof_metrics_series_dropped_total",
+    "Per-session series not exported or evicted to bound /metrics (cardinality caps), by metric",
+    ["metric"],
+    registry=REGISTRY,
+)
 
 MAX_SESSIONS = 200  # sessions with series, per gauge
 MAX_SERIES_PER_SESSION = 256  # (node, gpu, pod) or (kind, severity) series of one session
@@ -127,6 +154,7 @@ BOUNDED_GPU_IDLE = Bounded(GPU_IDLE, "kubeprof_gpu_idle_ratio")
 BOUNDED_FINDINGS = Bounded(FINDINGS, "kubeprof_findings")
 BOUNDED_POD_GPU_IDLE = Bounded(POD_GPU_IDLE, "kubeprof_pod_gpu_idle_ratio")
 
+
 def set_phases(counts: dict[str, int]) -> None:
     for p in Phase:
         SESSIONS.labels(phase=p.value).set(counts.get(p.value, 0))
@@ -139,8 +167,7 @@ def pod_labels(namespace: str, pod: str) -> tuple[str, str]:
     return (pns, name) if sep else (namespace, pod)
 
 
-def publish_gpu_idle(namespace: str, session: str, s: Summary,
-                     pod_names: dict[str, str]) -> None:
+def publish_gpu_idle(namespace: str, session: str, s: Summary, pod_names: dict[str, str]) -> None:
     """At the session's end: its live `kubeprof_gpu_idle_ratio` series end, and each pod's
     completed figure (`kubeprof.analysis.gpu_idle`: CUPTI kernel spans, NVML utilisation
     where no kernel was traced) goes to `kubeprof_pod_gpu_idle_ratio`."""
@@ -148,14 +175,18 @@ def publish_gpu_idle(namespace: str, session: str, s: Summary,
     for uid, sc in s.pods.items():
         if sc.gpu_idle is not None and sc.gpu_idle_source:
             pns, pod = pod_labels(namespace, pod_names.get(uid, uid))
-            BOUNDED_POD_GPU_IDLE.put((namespace, session, pns, pod, sc.gpu_idle_source),
-                                     sc.gpu_idle)
+            BOUNDED_POD_GPU_IDLE.put(
+                (namespace, session, pns, pod, sc.gpu_idle_source), sc.gpu_idle
+            )
 
 
-def publish_recent_gpu_idle(namespace: str, session: str,
-                            figures: Mapping[str, Mapping[int, IdleFigure]],
-                            users: Mapping[tuple[str, int], list[str]],
-                            pod_names: Mapping[str, str]) -> None:
+def publish_recent_gpu_idle(
+    namespace: str,
+    session: str,
+    figures: Mapping[str, Mapping[int, IdleFigure]],
+    users: Mapping[tuple[str, int], list[str]],
+    pod_names: Mapping[str, str],
+) -> None:
     """The rolling "idle now" figure of a running session, per (node, GPU, pod).
 
     Series of GPUs without a figure in this window are dropped rather than left stale.

@@ -52,18 +52,25 @@ def next_step(phase: Phase | None, o: Observed) -> Step:
         if o.now >= o.end_time:
             if o.ever_matched:
                 return Step(Phase.AGGREGATING, "EndTimeReached", "collecting late batches")
-            return Step(Phase.FAILED, "NoMatchingPods",
-                        "no pod matched the selector during the whole session")
+            return Step(
+                Phase.FAILED,
+                "NoMatchingPods",
+                "no pod matched the selector during the whole session",
+            )
         if o.pods > 0:
             return Step(Phase.RUNNING, "TargetsFound", f"profiling {o.pods} pod(s)")
-        return Step(Phase.PENDING, "NoMatchingPods",
-                    "no pod matches the selector yet; still looking")
+        return Step(
+            Phase.PENDING, "NoMatchingPods", "no pod matches the selector yet; still looking"
+        )
     if phase is Phase.RUNNING:
         if o.now >= o.end_time:
             return Step(Phase.AGGREGATING, "EndTimeReached", "collecting late batches")
         if o.pods == 0:
-            return Step(Phase.RUNNING, "TargetsGone",
-                        "all target pods are gone; waiting for them to come back")
+            return Step(
+                Phase.RUNNING,
+                "TargetsGone",
+                "all target pods are gone; waiting for them to come back",
+            )
         return Step(Phase.RUNNING, "Profiling", f"profiling {o.pods} pod(s)")
     # Aggregating
     if o.aggregated:
@@ -73,12 +80,23 @@ def next_step(phase: Phase | None, o: Observed) -> Step:
     return Step(Phase.AGGREGATING, "Draining", "collecting late batches")
 
 
-def condition(ctype: str, ok: bool, reason: str, message: str, now_iso: str,
-              previous: list[dict] | None = None) -> dict:
+def condition(
+    ctype: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    now_iso: str,
+    previous: list[dict] | None = None,
+) -> dict:
     """A status condition; lastTransitionTime moves only when the status flips."""
     status = "True" if ok else "False"
     for c in previous or []:
         if c.get("type") == ctype and c.get("status") == status:
             return {**c, "reason": reason, "message": message}
-    return {"type": ctype, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": now_iso}
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now_iso,
+    }

@@ -46,8 +46,10 @@ def parse_policy(spec: Mapping[str, Any]) -> Policy:
     """Policy from `spec`, or PolicyError naming the field."""
     sel = (spec.get("podSelector") or {}).get("matchLabels") or {}
     if not sel:
-        raise PolicyError("spec.podSelector.matchLabels must not be empty (it would select "
-                          "every pod of the namespace)")
+        raise PolicyError(
+            "spec.podSelector.matchLabels must not be empty (it would select "
+            "every pod of the namespace)"
+        )
     idle = float(spec.get("idleAbove", 0.5))
     if not 0.0 <= idle < 1.0:
         raise PolicyError(f"spec.idleAbove {idle}: give a ratio in [0, 1), e.g. 0.5")
@@ -89,8 +91,13 @@ class Decision:
     delete: list[str]  # finished sessions beyond keep_finished, oldest first
 
 
-def decide(policy: Policy, now: float, idle: Mapping[str, float],
-           above_since: Mapping[str, float], sessions: list[MadeSession]) -> Decision:
+def decide(
+    policy: Policy,
+    now: float,
+    idle: Mapping[str, float],
+    above_since: Mapping[str, float],
+    sessions: list[MadeSession],
+) -> Decision:
     """The pods to profile now.
 
     `idle` holds the pods with a current figure; a pod without one, or at or below the
@@ -117,7 +124,7 @@ def decide(policy: Policy, now: float, idle: Mapping[str, float],
     # A session inside its pod's period carries the rate limit: never delete it early.
     finished = sorted((s for s in sessions if s.finished), key=lambda s: (s.created, s.name))
     extra = len(finished) - policy.keep_finished
-    delete = [s.name for s in finished[:max(extra, 0)] if now - s.created >= policy.period_s]
+    delete = [s.name for s in finished[: max(extra, 0)] if now - s.created >= policy.period_s]
     return Decision(state, profile, held, delete)
 
 
@@ -126,8 +133,9 @@ def pod_label_value(pod: str) -> str:
     return pod if len(pod) <= 63 else "h-" + hashlib.sha256(pod.encode()).hexdigest()[:40]
 
 
-def session_body(policy_obj: Mapping[str, Any], policy: Policy, pod: Mapping[str, Any],
-                 now: float) -> dict[str, Any]:
+def session_body(
+    policy_obj: Mapping[str, Any], policy: Policy, pod: Mapping[str, Any], now: float
+) -> dict[str, Any]:
     """An ordinary ProfilingSession for `pod`, owned by the policy.
 
     The target is the pod's own labels in its namespace: Kubernetes has no pod-name
@@ -152,11 +160,16 @@ def session_body(policy_obj: Mapping[str, Any], policy: Policy, pod: Mapping[str
             "namespace": meta["namespace"],
             "labels": {POLICY_LABEL: meta["name"], POD_LABEL: pod_label_value(pod_name)},
             "annotations": {POD_ANNOTATION: pod_name},
-            "ownerReferences": [{
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "ProfilingPolicy",
-                "name": meta["name"], "uid": meta["uid"], "controller": True,
-                "blockOwnerDeletion": False,
-            }],
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ProfilingPolicy",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": False,
+                }
+            ],
         },
         "spec": spec,
     }

@@ -93,13 +93,18 @@ def evaluate(kube: Kube, urls: Sequence[str], body: Any, now: float) -> dict[str
     idle = {pod: v for (pns, pod), v in figures.items() if pns == ns and pod in pods}
     custom = client.CustomObjectsApi(kube._api())  # same credentials and pool
     listed: Any = custom.list_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, label_selector=f"{POLICY_LABEL}={name}")
+        GROUP, VERSION, ns, PLURAL, label_selector=f"{POLICY_LABEL}={name}"
+    )
     items = listed["items"]
-    made = [MadeSession(s["metadata"]["name"],
-                        (s["metadata"].get("annotations") or {}).get(POD_ANNOTATION, ""),
-                        _ts(s["metadata"]["creationTimestamp"]),
-                        (s.get("status") or {}).get("phase") in TERMINAL)
-            for s in items]
+    made = [
+        MadeSession(
+            s["metadata"]["name"],
+            (s["metadata"].get("annotations") or {}).get(POD_ANNOTATION, ""),
+            _ts(s["metadata"]["creationTimestamp"]),
+            (s.get("status") or {}).get("phase") in TERMINAL,
+        )
+        for s in items
+    ]
     old = (body.get("status") or {}).get("aboveSince") or {}
     decision = decide(policy, now, idle, {p: _ts(t) for p, t in old.items()}, made)
     created = []
@@ -107,8 +112,15 @@ def evaluate(kube: Kube, urls: Sequence[str], body: Any, now: float) -> dict[str
         obj = session_body(body, policy, pods[pod], now)
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj)
         created.append(obj["metadata"]["name"])
-        log.info("policy %s/%s: pod %s idle above %.2f for %gs: created session %s",
-                 ns, name, pod, policy.idle_above, policy.for_s, obj["metadata"]["name"])
+        log.info(
+            "policy %s/%s: pod %s idle above %.2f for %gs: created session %s",
+            ns,
+            name,
+            pod,
+            policy.idle_above,
+            policy.for_s,
+            obj["metadata"]["name"],
+        )
     for sname in decision.delete:
         try:
             custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, sname)
@@ -131,10 +143,16 @@ def evaluate(kube: Kube, urls: Sequence[str], body: Any, now: float) -> dict[str
 def register(registry: kopf.OperatorRegistry, urls: Sequence[str], interval_s: float) -> None:
     """The policy timer, only when light agents are configured (they are its only input)."""
 
-    @kopf.timer(GROUP, VERSION, POLICY_PLURAL, registry=registry, id="policy",
-                interval=interval_s, initial_delay=0.0)
-    def handle_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-                      **_: Any) -> None:
+    @kopf.timer(
+        GROUP,
+        VERSION,
+        POLICY_PLURAL,
+        registry=registry,
+        id="policy",
+        interval=interval_s,
+        initial_delay=0.0,
+    )
+    def handle_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
         try:
             status = evaluate(memo.ctx.kube, urls, body, datetime.now(UTC).timestamp())
         except (KubeError, client.ApiException, OSError) as exc:

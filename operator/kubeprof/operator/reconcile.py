@@ -101,8 +101,10 @@ def _token(ctx: Context, body: Mapping[str, Any]) -> str:
 def _own_agent(pod: Mapping[str, Any]) -> bool:
     """A kubeprof agent pod: never a target (a selector such as `!app` would match it)."""
     lbl = (pod.get("metadata") or {}).get("labels") or {}
-    return (lbl.get("app.kubernetes.io/managed-by") == "kubeprof-operator"
-            and lbl.get(LABEL_COMPONENT) == "agent")
+    return (
+        lbl.get("app.kubernetes.io/managed-by") == "kubeprof-operator"
+        and lbl.get(LABEL_COMPONENT) == "agent"
+    )
 
 
 def _targets(ctx: Context, tgt: TargetSpec) -> list[Target]:
@@ -113,8 +115,9 @@ def _targets(ctx: Context, tgt: TargetSpec) -> list[Target]:
 
 def _ds_nodes(ds: Mapping[str, Any]) -> list[str]:
     try:
-        terms = (ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-                 ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])
+        terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
         return sorted(v for t in terms for f in t.get("matchFields", []) for v in f["values"])
     except (KeyError, IndexError, TypeError):
         return []
@@ -123,8 +126,9 @@ def _ds_nodes(ds: Mapping[str, Any]) -> list[str]:
 def _agent_sets(ctx: Context, body: Mapping[str, Any]) -> dict[int, dict]:
     """The session's agent DaemonSets by shard index (listed by the session's label)."""
     ns = body["metadata"]["namespace"]
-    return {build.shard_of(ds): ds
-            for ds in ctx.kube.list_daemonsets(ns, build.agent_selector(body))}
+    return {
+        build.shard_of(ds): ds for ds in ctx.kube.list_daemonsets(ns, build.agent_selector(body))
+    }
 
 
 def _remove_daemonset(ctx: Context, body: Mapping[str, Any]) -> None:
@@ -134,8 +138,13 @@ def _remove_daemonset(ctx: Context, body: Mapping[str, Any]) -> None:
         ctx.kube.delete_daemonset(ns, ds["metadata"]["name"])
 
 
-def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
-                    nodes: list[str] | None, end_time: float) -> list[dict]:
+def _sync_daemonset(
+    ctx: Context,
+    body: Mapping[str, Any],
+    spec: SessionSpec,
+    nodes: list[str] | None,
+    end_time: float,
+) -> list[dict]:
     """Create, re-pin or delete the agent DaemonSets (one per shard of at most
     `config.agent_shard_nodes` nodes, see shards.py) so they pin exactly `nodes`; returns
     them. `nodes` None keeps every shard as it is (aggregating: agents stay to flush)."""
@@ -146,8 +155,9 @@ def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
     if not nodes:
         _remove_daemonset(ctx, body)
         return []
-    want = shards.assign({i: _ds_nodes(ds) for i, ds in have.items()}, nodes,
-                         ctx.config.agent_shard_nodes)
+    want = shards.assign(
+        {i: _ds_nodes(ds) for i, ds in have.items()}, nodes, ctx.config.agent_shard_nodes
+    )
     for i in sorted(set(have) - set(want)):
         ctx.kube.delete_daemonset(ns, have[i]["metadata"]["name"])
     out = []
@@ -156,8 +166,15 @@ def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
         ds = have.get(i)
         if ds is None:
             kernels = ctx.kube.node_kernels() if kernels is None else kernels
-            obj = build.build_daemonset(body, spec, pinned, ctx.config, end_time,
-                                        kernels=[kernels.get(n, "") for n in pinned], shard=i)
+            obj = build.build_daemonset(
+                body,
+                spec,
+                pinned,
+                ctx.config,
+                end_time,
+                kernels=[kernels.get(n, "") for n in pinned],
+                shard=i,
+            )
             name = obj["metadata"]["name"]
             ds = ctx.kube.create_daemonset(ns, obj) or ctx.kube.get_daemonset(ns, name)
         elif _ds_nodes(ds) != pinned:
@@ -168,8 +185,9 @@ def _sync_daemonset(ctx: Context, body: Mapping[str, Any], spec: SessionSpec,
     return out
 
 
-def _close_and_aggregate(ctx: Context, entry: SessionEntry, body: Mapping[str, Any],
-                         pod_names: Mapping[str, str]) -> dict:
+def _close_and_aggregate(
+    ctx: Context, entry: SessionEntry, body: Mapping[str, Any], pod_names: Mapping[str, str]
+) -> dict:
     """Stop ingest for the session, wait for writes in flight, aggregate, store the results."""
     entry.close(timeout_s=10)  # batches still arriving after that are refused at commit
     try:
@@ -198,12 +216,21 @@ def _publish_recent(ctx: Context, entry: SessionEntry, body: Mapping[str, Any]) 
 
 def _pod_names(conn: Connection, session_id: int) -> dict[str, str]:
     """Pod UID -> namespace/name, as the reconciler recorded them in the session's meta."""
-    return {k.removeprefix("pod:"): v for k, v in db.session_meta(conn, session_id).items()
-            if k.startswith("pod:")}
+    return {
+        k.removeprefix("pod:"): v
+        for k, v in db.session_meta(conn, session_id).items()
+        if k.startswith("pod:")
+    }
 
 
-def _refuse(ctx: Context, body: Mapping[str, Any], status: dict[str, Any], reason: str,
-            message: str, now: float) -> dict[str, Any]:
+def _refuse(
+    ctx: Context,
+    body: Mapping[str, Any],
+    status: dict[str, Any],
+    reason: str,
+    message: str,
+    now: float,
+) -> dict[str, Any]:
     """The status of a session that cannot run: Failed, saying why and what to do.
 
     Its agents (if any) are removed; a registry entry is dropped so the ingest stops
@@ -218,15 +245,22 @@ def _refuse(ctx: Context, body: Mapping[str, Any], status: dict[str, Any], reaso
     metrics.end_session(meta["namespace"], meta["name"])
     if status.get("phase") and Phase(status["phase"]) in TERMINAL:
         return status
-    status.update(phase=Phase.FAILED.value, reason=reason, message=message,
-                  topFinding=message, completionTime=iso(now),
-                  conditions=[condition("Completed", False, reason, message, iso(now),
-                                        status.get("conditions") or [])])
+    status.update(
+        phase=Phase.FAILED.value,
+        reason=reason,
+        message=message,
+        topFinding=message,
+        completionTime=iso(now),
+        conditions=[
+            condition("Completed", False, reason, message, iso(now), status.get("conditions") or [])
+        ],
+    )
     return status
 
 
-def _aggregation_failed(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
-                        exc: Exception, now: float) -> dict[str, Any]:
+def _aggregation_failed(
+    ctx: Context, body: Mapping[str, Any], status: dict[str, Any], exc: Exception, now: float
+) -> dict[str, Any]:
     """The status after a failed aggregation: retried on the next passes, then, past the
     budget, Failed with the reason, its agents and Secret removed, so no session stays
     Aggregating for ever."""
@@ -234,28 +268,46 @@ def _aggregation_failed(ctx: Context, body: Mapping[str, Any], status: dict[str,
     n = int(status.get("aggregationFailures") or 0) + 1
     budget = ctx.config.aggregation_attempts
     why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-    log.warning("aggregation of %s/%s failed (%d of %d): %s", meta["namespace"], meta["name"],
-                n, budget, why, exc_info=n == 1)
+    log.warning(
+        "aggregation of %s/%s failed (%d of %d): %s",
+        meta["namespace"],
+        meta["name"],
+        n,
+        budget,
+        why,
+        exc_info=n == 1,
+    )
     status["aggregationFailures"] = n
     if n < budget:
-        status.update(phase=Phase.AGGREGATING.value, reason="AggregationRetrying",
-                      message=f"aggregation failed ({n} of {budget} attempts): {why}")
+        status.update(
+            phase=Phase.AGGREGATING.value,
+            reason="AggregationRetrying",
+            message=f"aggregation failed ({n} of {budget} attempts): {why}",
+        )
         return status
-    out = _refuse(ctx, body, status, "AggregationFailed",
-                  f"aggregation failed {n} times, the last with {why}; the records stay "
-                  "stored, the session's agents and Secret are removed", now)
+    out = _refuse(
+        ctx,
+        body,
+        status,
+        "AggregationFailed",
+        f"aggregation failed {n} times, the last with {why}; the records stay "
+        "stored, the session's agents and Secret are removed",
+        now,
+    )
     ctx.kube.delete_secret(meta["namespace"], build.secret_name(body))
     return out
 
 
-def _invalid_spec(ctx: Context, body: Mapping[str, Any], status: dict[str, Any],
-                  error: SpecError, now: float) -> dict[str, Any]:
+def _invalid_spec(
+    ctx: Context, body: Mapping[str, Any], status: dict[str, Any], error: SpecError, now: float
+) -> dict[str, Any]:
     """The status of a session whose spec cannot run: Failed, saying which field and why."""
     return _refuse(ctx, body, status, "InvalidSpec", f"invalid spec: {error}", now)
 
 
-def _tenancy_refusal(ctx: Context, body: Mapping[str, Any],
-                     spec: SessionSpec) -> tenancy.Refusal | None:
+def _tenancy_refusal(
+    ctx: Context, body: Mapping[str, Any], spec: SessionSpec
+) -> tenancy.Refusal | None:
     """Why this session may not profile its target namespace, or None."""
     if spec.target.namespace == body["metadata"]["namespace"]:
         return None
@@ -265,8 +317,9 @@ def _tenancy_refusal(ctx: Context, body: Mapping[str, Any],
     return tenancy.check(body, spec.target.namespace, True, policy, binding)
 
 
-def _agent_failure(ctx: Context, body: Mapping[str, Any],
-                   sets: list[dict]) -> agent_failures.AgentFailure | None:
+def _agent_failure(
+    ctx: Context, body: Mapping[str, Any], sets: list[dict]
+) -> agent_failures.AgentFailure | None:
     """Why agent pods are missing (Pod Security, quota, ...), read from the events of the
     first DaemonSet (shard) that lacks pods."""
     ns = body["metadata"]["namespace"]
@@ -275,15 +328,15 @@ def _agent_failure(ctx: Context, body: Mapping[str, Any],
         expected = int(st.get("desiredNumberScheduled", 0))
         if expected and int(st.get("currentNumberScheduled", 0)) >= expected:
             continue  # every pod exists; not ready yet is the kubelet's business
-        failure = agent_failures.explain(
-            ctx.kube.daemonset_events(ns, ds["metadata"]["name"]), ns)
+        failure = agent_failures.explain(ctx.kube.daemonset_events(ns, ds["metadata"]["name"]), ns)
         if failure is not None:
             return failure
     return None
 
 
-def _kernel_tracing(ctx: Context, entry: SessionEntry, spec: SessionSpec, now_iso: str,
-                    previous: list[dict]) -> tuple[list[dict], dict | None]:
+def _kernel_tracing(
+    ctx: Context, entry: SessionEntry, spec: SessionSpec, now_iso: str, previous: list[dict]
+) -> tuple[list[dict], dict | None]:
     """The KernelTracing condition for sessions asking for it, and `.status.gpuTracers`
     (what the pods' injected tracers answered the agents) where the agents switch them."""
     gpu = spec.profilers.gpu
@@ -292,13 +345,16 @@ def _kernel_tracing(ctx: Context, entry: SessionEntry, spec: SessionSpec, now_is
     if not gpu.enabled:
         message = "kernelTracing is ignored: the GPU profiler is disabled"
     elif not ctx.config.agent_gpu_socket_host_path:
-        message = ("CUDA kernel tracing needs the tracer-injection webhook (chart value "
-                   "webhook.enabled, operator flag --webhook-tls-cert); GPU data is NVML "
-                   "metrics only")
+        message = (
+            "CUDA kernel tracing needs the tracer-injection webhook (chart value "
+            "webhook.enabled, operator flag --webhook-tls-cert); GPU data is NVML "
+            "metrics only"
+        )
     else:
         with ctx.engine.connect() as conn:
-            summary = tracer_status.summarize(queries.gpu_tracers(conn, entry.db_id),
-                                              _pod_names(conn, entry.db_id))
+            summary = tracer_status.summarize(
+                queries.gpu_tracers(conn, entry.db_id), _pod_names(conn, entry.db_id)
+            )
         ok, reason, message = tracer_status.condition_parts(summary)
         return [condition("KernelTracing", ok, reason, message, now_iso, previous)], summary
     return [condition("KernelTracing", False, "NotAvailable", message, now_iso, previous)], None
@@ -324,15 +380,27 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
 
     start = from_iso(status.get("startTime")) or now
     end = from_iso(status.get("endTime")) or start + spec.duration_s
-    status.update(startTime=iso(start), endTime=iso(end), observedGeneration=meta.get(
-        "generation", 1))
+    status.update(
+        startTime=iso(start), endTime=iso(end), observedGeneration=meta.get("generation", 1)
+    )
 
     entry = ctx.writer_registry.get(ns, name)
     if entry is None or entry.uid != uid:
-        run_meta = {"namespace": ns, "session": name, "uid": uid,
-                    **(spec.carbon.meta() if spec.carbon else {})}
-        db_id = db.ensure_session(ctx.engine, ns, name, uid, hz=spec.profilers.cpu.frequency_hz,
-                                  started_at=datetime.fromtimestamp(start, UTC), meta=run_meta)
+        run_meta = {
+            "namespace": ns,
+            "session": name,
+            "uid": uid,
+            **(spec.carbon.meta() if spec.carbon else {}),
+        }
+        db_id = db.ensure_session(
+            ctx.engine,
+            ns,
+            name,
+            uid,
+            hz=spec.profilers.cpu.frequency_hz,
+            started_at=datetime.fromtimestamp(start, UTC),
+            meta=run_meta,
+        )
         # An ended session takes no data: its Secret (removed when it failed) is not made
         # again; an unguessable token stands in.
         token = secrets.token_urlsafe(32) if phase in TERMINAL else _token(ctx, body)
@@ -352,9 +420,14 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         if exc.status not in (400, 422):
             raise
         # The API server refuses the selector itself: retrying cannot help.
-        return _refuse(ctx, body, status, "InvalidSelector",
-                       f"the API server refuses spec.target.podSelector: {exc.message[:300]}",
-                       now)
+        return _refuse(
+            ctx,
+            body,
+            status,
+            "InvalidSelector",
+            f"the API server refuses spec.target.podSelector: {exc.message[:300]}",
+            now,
+        )
     known = {t.uid for t in entry.targets}
     new = {t.uid: f"{t.namespace}/{t.name}" for t in targets if t.uid not in known}
     if new:
@@ -375,23 +448,29 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         # Nodes whose always-on light agent can go deep get no DaemonSet pod: that agent
         # profiles the session's pods there (light_deep); the DaemonSets keep the rest.
         in_ds = sorted({n for ds in _agent_sets(ctx, body).values() for n in _ds_nodes(ds)})
-        light = light_deep.hand_over(ctx.light, meta, spec, nodes, end, in_ds,
-                                     tuple(build.collectors_for(spec.profilers)))
+        light = light_deep.hand_over(
+            ctx.light, meta, spec, nodes, end, in_ds, tuple(build.collectors_for(spec.profilers))
+        )
         ds_nodes = light.ds_nodes
     sets: list[dict] = []
     if step.phase in (Phase.PENDING, Phase.RUNNING, Phase.AGGREGATING):
         # While aggregating, agents stay up to flush; no re-pinning to new pods.
-        sets = _sync_daemonset(ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING
-                               else None, end)
+        sets = _sync_daemonset(
+            ctx, body, spec, ds_nodes if step.phase is not Phase.AGGREGATING else None, end
+        )
     counts = [(ds.get("status") or {}) for ds in sets]
     # Ready agent pods of the session, against the nodes its DaemonSets pin: the
     # DaemonSet controller's own counters lag the pods on a busy control plane.
-    agent_pods = ctx.kube.list_pods(ns, f"{LABEL_SESSION}={name},{LABEL_COMPONENT}=agent") \
-        if sets else []
+    agent_pods = (
+        ctx.kube.list_pods(ns, f"{LABEL_SESSION}={name},{LABEL_COMPONENT}=agent") if sets else []
+    )
     ready = sum(1 for p in agent_pods if no_data.ready(p))
     expected = sum(len(_ds_nodes(ds)) for ds in sets)
-    failure = (_agent_failure(ctx, body, sets) if ready < expected or
-               any(not int(st.get("desiredNumberScheduled", 0)) for st in counts) else None)
+    failure = (
+        _agent_failure(ctx, body, sets)
+        if ready < expected or any(not int(st.get("desiredNumberScheduled", 0)) for st in counts)
+        else None
+    )
 
     if step.phase is Phase.RUNNING:
         _publish_recent(ctx, entry, body)
@@ -405,8 +484,9 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
                 raise  # an outage: the handler retries without counting it
             return _aggregation_failed(ctx, body, status, exc, now)
         status.pop("aggregationFailures", None)
-        step = next_step(Phase.AGGREGATING,
-                         Observed(now, end, drain_until, len(targets), ever, aggregated=True))
+        step = next_step(
+            Phase.AGGREGATING, Observed(now, end, drain_until, len(targets), ever, aggregated=True)
+        )
         delivered, _ = db.known_origins(ctx.engine, entry.db_id)
         if not delivered:  # "results stored" would hide it: say so, and why (the pods)
             why, msg = no_data.explain(agent_pods, failure, len(nodes), ns, name)
@@ -435,22 +515,42 @@ def reconcile(ctx: Context, body: Mapping[str, Any]) -> dict[str, Any]:
         status["lightAgents"] = {**status["lightAgents"], "running": 0}
         extra = [c for c in conds if c.get("type") == "LightAgents"]
     status.update(
-        phase=step.phase.value, reason=step.reason, message=step.message,
-        nodes=len(nodes), pods=len(targets), everMatched=ever,
+        phase=step.phase.value,
+        reason=step.reason,
+        message=step.message,
+        nodes=len(nodes),
+        pods=len(targets),
+        everMatched=ever,
         agents={"ready": ready, "expected": expected, "daemonSets": len(sets)},
         agentsReady=f"{ready}/{expected}",
         conditions=[
-            condition("TargetsResolved", bool(targets),
-                      "PodsMatched" if targets else "NoMatchingPods",
-                      f"{len(targets)} pod(s) on {len(nodes)} node(s)", now_iso, conds),
-            condition("AgentsReady", expected > 0 and ready == expected,
-                      "AllReady" if expected and ready == expected else
-                      (failure.reason if failure else "NotReady"),
-                      f"{ready}/{expected} agent pods ready"
-                      + (f": {failure.message}" if failure else ""), now_iso, conds),
-            condition("Completed", step.phase is Phase.COMPLETED,
-                      step.reason if step.phase in TERMINAL else "InProgress",
-                      step.message, now_iso, conds),
+            condition(
+                "TargetsResolved",
+                bool(targets),
+                "PodsMatched" if targets else "NoMatchingPods",
+                f"{len(targets)} pod(s) on {len(nodes)} node(s)",
+                now_iso,
+                conds,
+            ),
+            condition(
+                "AgentsReady",
+                expected > 0 and ready == expected,
+                "AllReady"
+                if expected and ready == expected
+                else (failure.reason if failure else "NotReady"),
+                f"{ready}/{expected} agent pods ready"
+                + (f": {failure.message}" if failure else ""),
+                now_iso,
+                conds,
+            ),
+            condition(
+                "Completed",
+                step.phase is Phase.COMPLETED,
+                step.reason if step.phase in TERMINAL else "InProgress",
+                step.message,
+                now_iso,
+                conds,
+            ),
             *tracing,
             *extra,
         ],

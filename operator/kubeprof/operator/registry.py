@@ -37,10 +37,8 @@ class SessionEntry:
     inflight: int = 0  # batches being received or written (aggregation waits for them)
     sealed: bool = False  # closed and done waiting: no batch may commit any more
     start_time: float = 0.0  # Unix seconds; 0 = not known (records get the CRD's longest span)
-    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
-                                        compare=False)
-    _commit_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
-                                         compare=False)
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _commit_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def targets_on(self, node: str) -> list[Target]:
         return [t for t in self.targets if t.node == node]
@@ -82,8 +80,10 @@ class SessionEntry:
         """Hold while committing a batch; raises SessionClosed once the session is sealed."""
         with self._commit_lock:
             if self.sealed:
-                raise SessionClosed(f"session {self.namespace}/{self.name} closed for "
-                                    "aggregation while this batch was arriving")
+                raise SessionClosed(
+                    f"session {self.namespace}/{self.name} closed for "
+                    "aggregation while this batch was arriving"
+                )
             yield
 
 

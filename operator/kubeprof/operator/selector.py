@@ -44,8 +44,10 @@ def key_problem(key: str) -> str | None:
     """Why `key` is not a label key (a qualified name: `[prefix/]name`), or None."""
     parts = key.split("/")
     if len(parts) > 2:
-        return ("a label key is a name with an optional DNS subdomain prefix and '/' "
-                "(e.g. 'example.com/MyName'); it has more than one '/'")
+        return (
+            "a label key is a name with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName'); it has more than one '/'"
+        )
     name = parts[-1]
     if len(parts) == 2:
         prefix = parts[0]
@@ -54,8 +56,10 @@ def key_problem(key: str) -> str | None:
         if len(prefix) > PREFIX_MAX:
             return f"prefix part must be no more than {PREFIX_MAX} characters"
         if not _DNS1123_SUBDOMAIN.fullmatch(prefix):
-            return ("prefix part must be a lowercase DNS subdomain (e.g. 'example.com': "
-                    "lowercase alphanumerics, '-' and '.')")
+            return (
+                "prefix part must be a lowercase DNS subdomain (e.g. 'example.com': "
+                "lowercase alphanumerics, '-' and '.')"
+            )
     if not name:
         return "name part must be non-empty"
     if len(name) > NAME_MAX:
@@ -83,8 +87,9 @@ def validate_labels(labels: Any, path: str) -> list[FieldError]:
     if labels is None:
         return []
     if not isinstance(labels, Mapping):
-        return [FieldError(path, f"must be a map of label keys to values, got "
-                                 f"{type(labels).__name__}")]
+        return [
+            FieldError(path, f"must be a map of label keys to values, got {type(labels).__name__}")
+        ]
     out = []
     for key, value in labels.items():
         problem = key_problem(key) if isinstance(key, str) else "label keys are strings"
@@ -92,8 +97,9 @@ def validate_labels(labels: Any, path: str) -> list[FieldError]:
             out.append(_invalid(path, key, problem))
             continue
         if not isinstance(value, str):
-            out.append(_invalid(f"{path}.{key}", value, "label values are strings (quote it "
-                                                        "in YAML)"))
+            out.append(
+                _invalid(f"{path}.{key}", value, "label values are strings (quote it in YAML)")
+            )
         elif p := value_problem(value):
             out.append(_invalid(f"{path}.{key}", value, p))
     return out
@@ -109,17 +115,29 @@ def _validate_requirement(req: Any, path: str) -> list[FieldError]:
     elif p := key_problem(key):
         out.append(_invalid(f"{path}.key", key, p))
     if op not in OPERATORS:
-        out.append(FieldError(f"{path}.operator", f"Unsupported value: {op!r}: supported "
-                                                  f"values: {', '.join(OPERATORS)}"))
+        out.append(
+            FieldError(
+                f"{path}.operator",
+                f"Unsupported value: {op!r}: supported values: {', '.join(OPERATORS)}",
+            )
+        )
         return out
     if values is not None and not isinstance(values, list):
         return [*out, FieldError(f"{path}.values", "must be a list of strings")]
     if op in ("In", "NotIn") and not values:
-        out.append(FieldError(f"{path}.values", "Required value: must be specified when "
-                                                "`operator` is 'In' or 'NotIn'"))
+        out.append(
+            FieldError(
+                f"{path}.values",
+                "Required value: must be specified when `operator` is 'In' or 'NotIn'",
+            )
+        )
     if op in ("Exists", "DoesNotExist") and values:
-        out.append(FieldError(f"{path}.values", "Forbidden: may not be specified when "
-                                                "`operator` is 'Exists' or 'DoesNotExist'"))
+        out.append(
+            FieldError(
+                f"{path}.values",
+                "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )
+        )
     for i, v in enumerate(values or []):
         if not isinstance(v, str):
             out.append(_invalid(f"{path}.values[{i}]", v, "label values are strings"))

@@ -122,8 +122,9 @@ def _bool(section: Mapping[str, Any], key: str, path: str, default: bool) -> boo
     return value
 
 
-def _int(section: Mapping[str, Any], key: str, path: str, default: int,
-         bounds: tuple[int, int]) -> int:
+def _int(
+    section: Mapping[str, Any], key: str, path: str, default: int, bounds: tuple[int, int]
+) -> int:
     value = section.get(key, default)
     lo, hi = bounds
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -152,8 +153,11 @@ def _target(spec: Mapping[str, Any]) -> TargetSpec:
     if problems:
         raise SpecError(problems[0].path, problems[0].problem)
     if not sel.get("matchLabels") and not sel.get("matchExpressions"):
-        raise SpecError(f"{path}.podSelector", "must not be empty: give matchLabels or "
-                        "matchExpressions (an empty selector would profile every pod)")
+        raise SpecError(
+            f"{path}.podSelector",
+            "must not be empty: give matchLabels or "
+            "matchExpressions (an empty selector would profile every pod)",
+        )
     return TargetSpec(ns, selector.to_query(sel), _labels(tgt, "nodeSelector", path))
 
 
@@ -164,8 +168,9 @@ def _duration(spec: Mapping[str, Any]) -> float:
     try:
         seconds = parse_duration(text)
     except ValueError:
-        raise SpecError("spec.duration", f"not a duration: {text!r} (use e.g. 90s, 10m, "
-                        "1h30m)") from None
+        raise SpecError(
+            "spec.duration", f"not a duration: {text!r} (use e.g. 90s, 10m, 1h30m)"
+        ) from None
     lo, hi = DURATION_RANGE_S
     if not lo <= seconds <= hi:
         raise SpecError("spec.duration", f"must be between 1s and 24h, got {text!r}")
@@ -177,12 +182,22 @@ def _profilers(spec: Mapping[str, Any]) -> Profilers:
     prof = _section(spec, "profilers", "spec")
     cpu, gpu = _section(prof, "cpu", path), _section(prof, "gpu", path)
     out = Profilers(
-        CpuProfiler(_bool(cpu, "enabled", f"{path}.cpu", True),
-                    _int(cpu, "frequencyHz", f"{path}.cpu", DEFAULT_CPU_HZ, CPU_HZ_RANGE)),
-        GpuProfiler(_bool(gpu, "enabled", f"{path}.gpu", True),
-                    _bool(gpu, "kernelTracing", f"{path}.gpu", False),
-                    _int(gpu, "metricsIntervalMs", f"{path}.gpu", DEFAULT_NVML_INTERVAL_MS,
-                         NVML_INTERVAL_MS_RANGE)))
+        CpuProfiler(
+            _bool(cpu, "enabled", f"{path}.cpu", True),
+            _int(cpu, "frequencyHz", f"{path}.cpu", DEFAULT_CPU_HZ, CPU_HZ_RANGE),
+        ),
+        GpuProfiler(
+            _bool(gpu, "enabled", f"{path}.gpu", True),
+            _bool(gpu, "kernelTracing", f"{path}.gpu", False),
+            _int(
+                gpu,
+                "metricsIntervalMs",
+                f"{path}.gpu",
+                DEFAULT_NVML_INTERVAL_MS,
+                NVML_INTERVAL_MS_RANGE,
+            ),
+        ),
+    )
     if not out.cpu.enabled and not out.gpu.enabled:
         raise SpecError(path, "must enable at least one of cpu and gpu")
     return out
@@ -195,17 +210,23 @@ def _carbon(spec: Mapping[str, Any]) -> Carbon | None:
     c = _section(spec, "carbon", "spec")
     provider = c.get("cloudProvider")
     if provider not in CLOUD_PROVIDERS:
-        raise SpecError(f"{path}.cloudProvider",
-                        f"must be one of {', '.join(CLOUD_PROVIDERS)}, got {provider!r}")
+        raise SpecError(
+            f"{path}.cloudProvider",
+            f"must be one of {', '.join(CLOUD_PROVIDERS)}, got {provider!r}",
+        )
     region = c.get("region")
     if not isinstance(region, str) or not region:
         raise SpecError(f"{path}.region", "required: the provider's region, e.g. us-east-1")
     pue = c.get("pue")
     lo, hi = PUE_RANGE
-    if pue is not None and (isinstance(pue, bool) or not isinstance(pue, int | float)
-                            or not lo <= pue <= hi):
-        raise SpecError(f"{path}.pue", f"must be a number from {lo:g} to {hi:g} (power usage "
-                        f"effectiveness of the data centre), got {pue!r}")
+    if pue is not None and (
+        isinstance(pue, bool) or not isinstance(pue, int | float) or not lo <= pue <= hi
+    ):
+        raise SpecError(
+            f"{path}.pue",
+            f"must be a number from {lo:g} to {hi:g} (power usage "
+            f"effectiveness of the data centre), got {pue!r}",
+        )
     return Carbon(provider, region, None if pue is None else float(pue))
 
 

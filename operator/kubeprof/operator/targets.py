@@ -26,8 +26,11 @@ def node_matches(labels: Mapping[str, str], node_selector: Mapping[str, str]) ->
     return all(labels.get(k) == v for k, v in node_selector.items())
 
 
-def resolve(pods: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping[str, str]],
-            node_selector: Mapping[str, str] | None = None) -> list[Target]:
+def resolve(
+    pods: Iterable[Mapping[str, Any]],
+    node_labels: Mapping[str, Mapping[str, str]],
+    node_selector: Mapping[str, str] | None = None,
+) -> list[Target]:
     """Target pods among `pods` (already filtered by namespace and labels by the API)."""
     out = []
     for pod in pods:

@@ -43,29 +43,42 @@ def _created(obj: Mapping[str, Any] | None) -> float | None:
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
 
 
-def policy_problem(policy: Mapping[str, Any] | None, binding: Mapping[str, Any] | None,
-                   session_created: float | None) -> str | None:
+def policy_problem(
+    policy: Mapping[str, Any] | None,
+    binding: Mapping[str, Any] | None,
+    session_created: float | None,
+) -> str | None:
     """Why the admission check cannot vouch for a session created at `session_created`."""
     if policy is None or binding is None:
         missing = "ValidatingAdmissionPolicy" if policy is None else "binding"
-        return (f"the admission policy {POLICY!r} that checks the creator may list pods in "
-                f"the target namespace is not installed (its {missing} is missing): "
-                f"kubectl apply -f {POLICY_FILE}, then re-create the session")
+        return (
+            f"the admission policy {POLICY!r} that checks the creator may list pods in "
+            f"the target namespace is not installed (its {missing} is missing): "
+            f"kubectl apply -f {POLICY_FILE}, then re-create the session"
+        )
     spec = binding.get("spec") or {}
     if spec.get("policyName") != POLICY or "Deny" not in (spec.get("validationActions") or []):
-        return (f"the binding {POLICY!r} does not enforce the policy (it must name policyName "
-                f"{POLICY!r} with validationActions [Deny]): re-apply {POLICY_FILE}")
+        return (
+            f"the binding {POLICY!r} does not enforce the policy (it must name policyName "
+            f"{POLICY!r} with validationActions [Deny]): re-apply {POLICY_FILE}"
+        )
     in_force = max(_created(policy) or 0.0, _created(binding) or 0.0) + POLICY_SETTLE_S
     if session_created is None or session_created < in_force:
-        return (f"the session was created before the admission policy {POLICY!r} was in "
-                "force, so nobody checked that its creator may list pods there: re-create "
-                "the session")
+        return (
+            f"the session was created before the admission policy {POLICY!r} was in "
+            "force, so nobody checked that its creator may list pods there: re-create "
+            "the session"
+        )
     return None
 
 
-def check(session: Mapping[str, Any], target_namespace: str, allow_cross_namespace: bool,
-          policy: Mapping[str, Any] | None = None,
-          binding: Mapping[str, Any] | None = None) -> Refusal | None:
+def check(
+    session: Mapping[str, Any],
+    target_namespace: str,
+    allow_cross_namespace: bool,
+    policy: Mapping[str, Any] | None = None,
+    binding: Mapping[str, Any] | None = None,
+) -> Refusal | None:
     """None when the session may profile `target_namespace`, else the Refusal to report.
 
     `policy` and `binding` are the admission objects as read from the API server (None when
@@ -81,10 +94,12 @@ def check(session: Mapping[str, Any], target_namespace: str, allow_cross_namespa
             f"{own!r}, and this operator profiles pods only in a session's own namespace: "
             f"create the session in namespace {target_namespace!r}, or have the cluster "
             "administrator start the operator with --allow-cross-namespace (users then need "
-            f"the right to list pods in {target_namespace!r})")
+            f"the right to list pods in {target_namespace!r})",
+        )
     problem = policy_problem(policy, binding, _created(session))
     if problem:
-        return Refusal("CrossNamespaceUnverified",
-                       f"spec.target.namespace {target_namespace!r} is another namespace, "
-                       f"but {problem}")
+        return Refusal(
+            "CrossNamespaceUnverified",
+            f"spec.target.namespace {target_namespace!r} is another namespace, but {problem}",
+        )
     return None

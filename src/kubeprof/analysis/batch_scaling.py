@@ -55,7 +55,7 @@ class Run:
 
     @property
     def bound(self) -> str | None:
-        """"compute-bound", "memory-bound" or "neither" from GPM; None without GPM."""
+        """ "compute-bound", "memory-bound" or "neither" from GPM; None without GPM."""
         if self.tensor_pct is None or self.dram_pct is None:
             return None
         if self.tensor_pct >= TENSOR_PCT and self.tensor_pct >= self.dram_pct:
@@ -98,8 +98,16 @@ def run_from_records(
         busy = trace.busy_ns(steady.start_ns, steady.end_ns) / steady.duration_ns
         busy /= max(1, len(trace.devices))
     means = _gpm_means(metrics, steady.start_ns, steady.end_ns) if steady.duration_ns else {}
-    return Run(name, batch, steps_per_s, basis, busy, means.get("gpm_dram_bw_pct"),
-               means.get("gpm_tensor_active_pct"), means.get("gpm_sm_active_pct"))
+    return Run(
+        name,
+        batch,
+        steps_per_s,
+        basis,
+        busy,
+        means.get("gpm_dram_bw_pct"),
+        means.get("gpm_tensor_active_pct"),
+        means.get("gpm_sm_active_pct"),
+    )
 
 
 def _positive_int(text: str | None) -> int | None:
@@ -134,24 +142,36 @@ class Scaling:
 def analyse(runs: Sequence[Run]) -> Scaling:
     """Throughput scaling and boundness over runs of one workload at different batch sizes."""
     missing = _missing(runs)
-    usable = sorted((r for r in runs if r.samples_per_s is not None),
-                    key=lambda r: (r.batch_size or 0, r.name))
+    usable = sorted(
+        (r for r in runs if r.samples_per_s is not None), key=lambda r: (r.batch_size or 0, r.name)
+    )
     by_batch = _mean_by_batch(usable)
     if len(by_batch) < MIN_RUNS:
-        return Scaling(tuple(usable), None, "", None, (), (
-            f"no verdict: {len(by_batch)} batch size(s) with throughput; at least {MIN_RUNS} "
-            "are needed (record the workload at more batch sizes, each with "
-            "--label batch_size=N)",), tuple(missing))
+        return Scaling(
+            tuple(usable),
+            None,
+            "",
+            None,
+            (),
+            (
+                f"no verdict: {len(by_batch)} batch size(s) with throughput; at least {MIN_RUNS} "
+                "are needed (record the workload at more batch sizes, each with "
+                "--label batch_size=N)",
+            ),
+            tuple(missing),
+        )
     batches = sorted(by_batch)
-    gains = tuple((a, b, _gain_per_doubling(a, by_batch[a], b, by_batch[b]))
-                  for a, b in pairwise(batches))
+    gains = tuple(
+        (a, b, _gain_per_doubling(a, by_batch[a], b, by_batch[b])) for a, b in pairwise(batches)
+    )
     verdicts = []
     bound_from, bound_basis, line = _bound_from(usable, batches)
     verdicts.append(line)
     plateau = _plateau(gains)
     verdicts.append(_plateau_line(plateau, gains, batches, by_batch))
-    return Scaling(tuple(usable), bound_from, bound_basis, plateau, gains, tuple(verdicts),
-                   tuple(missing))
+    return Scaling(
+        tuple(usable), bound_from, bound_basis, plateau, gains, tuple(verdicts), tuple(missing)
+    )
 
 
 def _missing(runs: Sequence[Run]) -> list[str]:
@@ -160,13 +180,17 @@ def _missing(runs: Sequence[Run]) -> list[str]:
         if r.batch_size is None:
             out.append(f"{r.name}: no batch_size label (record with --label batch_size=N)")
         if r.steps_per_s is None:
-            out.append(f"{r.name}: no steps/s: no kernel recurs once per step and no steps "
-                       "label (--label steps=N)")
+            out.append(
+                f"{r.name}: no steps/s: no kernel recurs once per step and no steps "
+                "label (--label steps=N)"
+            )
         if r.gpu_busy is None:
             out.append(f"{r.name}: no GPU busy share (no kernel records: record with --gpu)")
         if r.tensor_pct is None or r.dram_pct is None:
-            out.append(f"{r.name}: no GPM DRAM/tensor counters (NVML GPM needs a Hopper-class "
-                       "GPU or newer, sampled during the steady state)")
+            out.append(
+                f"{r.name}: no GPM DRAM/tensor counters (NVML GPM needs a Hopper-class "
+                "GPU or newer, sampled during the steady state)"
+            )
     return out
 
 
@@ -195,21 +219,45 @@ def _bound_from(runs: Sequence[Run], batches: list[int]) -> tuple[int | None, st
         basis, what = "GPU busy (saturation only)", "GPU-saturated"
         evidence = _busy_evidence
     else:
-        return None, "", ("compute-bound: not judged: neither GPM counters nor GPU busy "
-                          "figures for every run")
+        return (
+            None,
+            "",
+            ("compute-bound: not judged: neither GPM counters nor GPU busy figures for every run"),
+        )
     first = _first_of_tail(flags, batches)
-    lacks = "" if basis.startswith("GPM") else (
-        " (no GPM counters in every run, so compute- vs memory-bound is not known)")
+    lacks = (
+        ""
+        if basis.startswith("GPM")
+        else (" (no GPM counters in every run, so compute- vs memory-bound is not known)")
+    )
     if first is None:
-        return None, basis, (f"{what}: not at any batch measured, up to {batches[-1]} "
-                             f"({evidence(runs, batches[-1])}){lacks}")
+        return (
+            None,
+            basis,
+            (
+                f"{what}: not at any batch measured, up to {batches[-1]} "
+                f"({evidence(runs, batches[-1])}){lacks}"
+            ),
+        )
     if first == batches[0]:
-        return first, basis, (f"{what}: already at the smallest batch measured, {first} "
-                              f"({evidence(runs, first)}); record smaller batches to find "
-                              f"where it turns{lacks}")
+        return (
+            first,
+            basis,
+            (
+                f"{what}: already at the smallest batch measured, {first} "
+                f"({evidence(runs, first)}); record smaller batches to find "
+                f"where it turns{lacks}"
+            ),
+        )
     before = batches[batches.index(first) - 1]
-    return first, basis, (f"{what} from batch {first} ({evidence(runs, first)}; at "
-                          f"{before}: {evidence(runs, before)}){lacks}")
+    return (
+        first,
+        basis,
+        (
+            f"{what} from batch {first} ({evidence(runs, first)}; at "
+            f"{before}: {evidence(runs, before)}){lacks}"
+        ),
+    )
 
 
 def _per_batch(runs: Sequence[Run], test: Callable[[Run], bool]) -> dict[int, bool]:
@@ -252,17 +300,25 @@ def _plateau(gains: Sequence[tuple[int, int, float]]) -> int | None:
     return first
 
 
-def _plateau_line(plateau: int | None, gains: Sequence[tuple[int, int, float]],
-                  batches: list[int], tput: Mapping[int, float]) -> str:
+def _plateau_line(
+    plateau: int | None,
+    gains: Sequence[tuple[int, int, float]],
+    batches: list[int],
+    tput: Mapping[int, float],
+) -> str:
     if plateau is None:
         a, b, g = gains[-1]
-        return (f"throughput still improves at the largest batch measured: {a} -> {b} "
-                f"gains {100 * g:.0f} % per doubling ({tput[a]:.4g} -> {tput[b]:.4g} "
-                "samples/s); try larger batches")
+        return (
+            f"throughput still improves at the largest batch measured: {a} -> {b} "
+            f"gains {100 * g:.0f} % per doubling ({tput[a]:.4g} -> {tput[b]:.4g} "
+            "samples/s); try larger batches"
+        )
     after = [(a, b, g) for a, b, g in gains if a >= plateau]
     worst = max(g for _, _, g in after)
     last = batches[-1]
-    where = ("from the smallest batch measured, " if plateau == batches[0] else "")
-    return (f"throughput stops improving {where}at batch {plateau}: {tput[plateau]:.4g} samples/s"
-            f", {tput[last]:.4g} at {last}; each doubling beyond gains at most "
-            f"{100 * worst:.1f} % (< {100 * MIN_GAIN:.0f} %)")
+    where = "from the smallest batch measured, " if plateau == batches[0] else ""
+    return (
+        f"throughput stops improving {where}at batch {plateau}: {tput[plateau]:.4g} samples/s"
+        f", {tput[last]:.4g} at {last}; each doubling beyond gains at most "
+        f"{100 * worst:.1f} % (< {100 * MIN_GAIN:.0f} %)"
+    )

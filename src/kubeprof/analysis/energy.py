@@ -111,14 +111,20 @@ def coefficients(settings: CarbonSettings, table: Mapping[str, Any] | None = Non
     providers = (table or load_table())["providers"]
     p = providers.get(settings.provider.lower())
     if p is None:
-        raise CarbonError("carbon.cloudProvider", f"no CCF coefficients for {settings.provider!r};"
-                          f" known providers: {', '.join(sorted(providers))}")
+        raise CarbonError(
+            "carbon.cloudProvider",
+            f"no CCF coefficients for {settings.provider!r};"
+            f" known providers: {', '.join(sorted(providers))}",
+        )
     regions = p["emission_factors"]["regions"]
     name = _region(settings.region, regions)
     if name is None:
-        raise CarbonError("carbon.region", f"no CCF grid emission factor for {settings.provider} "
-                          f"region {settings.region!r}; known {settings.provider} regions: "
-                          f"{', '.join(sorted(regions, key=str.lower))}")
+        raise CarbonError(
+            "carbon.region",
+            f"no CCF grid emission factor for {settings.provider} "
+            f"region {settings.region!r}; known {settings.provider} regions: "
+            f"{', '.join(sorted(regions, key=str.lower))}",
+        )
     if settings.pue is not None:
         lo, hi = PUE_RANGE
         if not lo <= settings.pue <= hi:
@@ -129,11 +135,13 @@ def coefficients(settings: CarbonSettings, table: Mapping[str, Any] | None = Non
     else:
         pue, basis = p["pue"]["value"], f"CCF {settings.provider} average"
     return Coefficients(
-        provider=settings.provider.lower(), region=name,
+        provider=settings.provider.lower(),
+        region=name,
         min_watts_per_vcpu=p["min_watts_per_vcpu"]["value"],
         max_watts_per_vcpu=p["max_watts_per_vcpu"]["value"],
         memory_kwh_per_gb_hour=p["memory_kwh_per_gb_hour"]["value"],
-        pue=float(pue), pue_basis=basis,
+        pue=float(pue),
+        pue_basis=basis,
         t_co2e_per_kwh=regions[name]["t_co2e_per_kwh"],
         grid_basis=regions[name].get("basis", "").split(" (")[0],
         source=p["min_watts_per_vcpu"]["source"].split(" ")[0],
@@ -189,13 +197,16 @@ def gpu_energy(metrics_by_node: Mapping[str, Sequence[GpuMetricSample]]) -> tupl
             power = sorted(series.get((dev, "power_mw"), []))
             if len(counter) >= 2:
                 mj = sum(max(0.0, b - a) for (_, a), (_, b) in pairwise(counter))
-                out.append(GpuEnergy(node, dev, mj / 1e3, COUNTER, counter[0][0],
-                                     counter[-1][0], len(counter)))
+                out.append(
+                    GpuEnergy(
+                        node, dev, mj / 1e3, COUNTER, counter[0][0], counter[-1][0], len(counter)
+                    )
+                )
             elif len(power) >= 2:
-                mw_ns = sum((pa + pb) / 2 * (tb - ta)
-                            for (ta, pa), (tb, pb) in pairwise(power))
-                out.append(GpuEnergy(node, dev, mw_ns / 1e12, POWER, power[0][0],
-                                     power[-1][0], len(power)))
+                mw_ns = sum((pa + pb) / 2 * (tb - ta) for (ta, pa), (tb, pb) in pairwise(power))
+                out.append(
+                    GpuEnergy(node, dev, mw_ns / 1e12, POWER, power[0][0], power[-1][0], len(power))
+                )
     return tuple(out)
 
 
@@ -306,12 +317,15 @@ def estimate(
         missing.append("GPU: no NVML energy-counter or power readings (record with --gpu)")
     cpu = memory = None
     if coeffs is None:
-        missing.append("CPU, memory, PUE and CO2e: no cloud provider and region given "
-                       "(the CRD's spec.carbon, or the provider/region flags)")
+        missing.append(
+            "CPU, memory, PUE and CO2e: no cloud provider and region given "
+            "(the CRD's spec.carbon, or the provider/region flags)"
+        )
     else:
         if vcpus and vcpus > 0:
-            cpu = CpuEnergy(vcpus, wall_s, cpu_samples, hz, coeffs.min_watts_per_vcpu,
-                            coeffs.max_watts_per_vcpu)
+            cpu = CpuEnergy(
+                vcpus, wall_s, cpu_samples, hz, coeffs.min_watts_per_vcpu, coeffs.max_watts_per_vcpu
+            )
         else:
             missing.append("CPU: the machine's vCPU count is not known for this session")
         if memory_gb and memory_gb > 0:
@@ -326,25 +340,34 @@ def explain(e: EnergyEstimate) -> list[str]:
     lines = []
     for g in e.gpus:
         where = f"{g.node} GPU {g.device}" if g.node else f"GPU {g.device}"
-        lines.append(f"{where}: {g.joules:.1f} J measured ({g.method}, {g.readings} readings "
-                     f"over {g.seconds:.1f} s of the session's {e.wall_s:.1f} s, mean "
-                     f"{g.mean_watts:.1f} W)")
+        lines.append(
+            f"{where}: {g.joules:.1f} J measured ({g.method}, {g.readings} readings "
+            f"over {g.seconds:.1f} s of the session's {e.wall_s:.1f} s, mean "
+            f"{g.mean_watts:.1f} W)"
+        )
     if (c := e.cpu) is not None:
         lines.append(
             f"CPU: {c.vcpus} vCPU x ({c.min_watts_per_vcpu:g} W + {c.utilisation:.3f} x "
             f"({c.max_watts_per_vcpu:g} - {c.min_watts_per_vcpu:g}) W) = {c.watts:.2f} W x "
             f"{c.wall_s:.1f} s = {c.joules:.1f} J; utilisation = {c.cpu_seconds:.1f} CPU-s "
-            f"({c.samples} samples / {c.hz:g} Hz) / {c.wall_s:.1f} s / {c.vcpus} vCPU")
+            f"({c.samples} samples / {c.hz:g} Hz) / {c.wall_s:.1f} s / {c.vcpus} vCPU"
+        )
     if (m := e.memory) is not None:
-        lines.append(f"memory: {m.gb:.1f} GB x {m.kwh_per_gb_hour * 1000:g} W/GB x "
-                     f"{m.wall_s:.1f} s = {m.joules:.1f} J")
+        lines.append(
+            f"memory: {m.gb:.1f} GB x {m.kwh_per_gb_hour * 1000:g} W/GB x "
+            f"{m.wall_s:.1f} s = {m.joules:.1f} J"
+        )
     k = e.coefficients
     if k is not None and e.facility_kwh is not None and e.co2e_g is not None:
-        lines.append(f"total: {e.it_joules:.1f} J x PUE {k.pue:g} ({k.pue_basis}) = "
-                     f"{e.it_joules * k.pue:.1f} J = {e.facility_kwh:.6f} kWh")
+        lines.append(
+            f"total: {e.it_joules:.1f} J x PUE {k.pue:g} ({k.pue_basis}) = "
+            f"{e.it_joules * k.pue:.1f} J = {e.facility_kwh:.6f} kWh"
+        )
         basis = f", {k.grid_basis}" if k.grid_basis else ""
-        lines.append(f"CO2e: {e.facility_kwh:.6f} kWh x {k.g_co2e_per_kwh:.1f} g/kWh "
-                     f"({k.provider} {k.region}{basis}) = {e.co2e_g:.3f} g")
+        lines.append(
+            f"CO2e: {e.facility_kwh:.6f} kWh x {k.g_co2e_per_kwh:.1f} g/kWh "
+            f"({k.provider} {k.region}{basis}) = {e.co2e_g:.3f} g"
+        )
     else:
         lines.append(f"total: {e.it_joules:.1f} J at the machine (no PUE, no CO2e)")
     lines += [f"not counted: {m}" for m in e.missing]

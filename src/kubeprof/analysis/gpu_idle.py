@@ -143,9 +143,7 @@ def combine(figures: Iterable[IdleFigure]) -> IdleFigure | None:
     devices = sum(f.devices for f in figs)
     ratio = sum((f.ratio or 0.0) * f.devices for f in figs) / devices
     source = "+".join(sorted({s for f in figs for s in f.source.split("+")}))
-    span = phases.Window(
-        min(f.window.start_ns for f in figs), max(f.window.end_ns for f in figs)
-    )
+    span = phases.Window(min(f.window.start_ns for f in figs), max(f.window.end_ns for f in figs))
     return steady_idle.of_ratio(ratio, source, span, devices)
 
 
@@ -169,8 +167,12 @@ def _cupti_figure(r: IdleRatio, start: int, end: int) -> IdleFigure:
     return IdleFigure(phases.Window(start, end), r.busy_ns, r.devices, r.idle_ratio)
 
 
-def recent(activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample],
-           window_ns: int, now_ns: int) -> dict[int, IdleFigure]:
+def recent(
+    activities: Sequence[GpuActivity],
+    metrics: Sequence[GpuMetricSample],
+    window_ns: int,
+    now_ns: int,
+) -> dict[int, IdleFigure]:
     """Per device, idle over the last ``window_ns`` up to ``now_ns``: "idle now".
 
     The rolling figure an alert reads. Same definition as ``headline`` (kernel spans first,
@@ -180,8 +182,9 @@ def recent(activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample]
     """
     start = now_ns - window_ns
     inside = [a for a in activities if a.end_ns > start and a.start_ns < now_ns]
-    out = {dev: _cupti_figure(r, start, now_ns)
-           for dev, r in by_device(inside, start, now_ns).items()}
+    out = {
+        dev: _cupti_figure(r, start, now_ns) for dev, r in by_device(inside, start, now_ns).items()
+    }
     for dev, samples in nvml_util(m for m in metrics if start <= m.ts_ns <= now_ns).items():
         out.setdefault(dev, _nvml_figure(samples))
     return dict(sorted(out.items()))

@@ -144,4 +144,3 @@ def summarise_metrics(metrics: Sequence[GpuMetricSample]) -> tuple[MetricSummary
 
 def _sum_ns(activities: Sequence[GpuActivity], kind: str) -> int:
     return sum(a.end_ns - a.start_ns for a in activities if a.kind == kind)
-

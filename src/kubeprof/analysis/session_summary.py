@@ -78,8 +78,9 @@ def stack_label(stack: Stack) -> str:
     return " <- ".join(f.label() for f in reversed(frames))[:LABEL_MAX] or "[empty]"
 
 
-def samples_by_scope(counts: Iterable[tuple[str, int, int]],
-                     pid_pods: Mapping[tuple[str, int], str]) -> Summary:
+def samples_by_scope(
+    counts: Iterable[tuple[str, int, int]], pid_pods: Mapping[tuple[str, int], str]
+) -> Summary:
     """A Summary with sample counts per session, node and pod from (node, pid, n) rows."""
     s = Summary(processes=len(pid_pods))
     for node, pid, n in counts:
@@ -96,16 +97,24 @@ def pod_pids(pid_pods: Mapping[tuple[str, int], str], uid: str) -> list[tuple[st
     return [key for key, u in pid_pods.items() if u == uid]
 
 
-def node_gpus(node: str, activities: Sequence[GpuActivity],
-              metrics: Sequence[GpuMetricSample]) -> list[GpuIdle]:
+def node_gpus(
+    node: str, activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample]
+) -> list[GpuIdle]:
     """One GpuIdle per device of a node, by the headline definition (gpu_idle.per_device)."""
-    return [GpuIdle(node, dev, f.ratio, source=f.source)
-            for dev, f in gpu_idle.per_device(activities, metrics).items() if f.ratio is not None]
+    return [
+        GpuIdle(node, dev, f.ratio, source=f.source)
+        for dev, f in gpu_idle.per_device(activities, metrics).items()
+        if f.ratio is not None
+    ]
 
 
-def add_gpu_idle(s: Summary, headlines: Mapping[str, gpu_idle.IdleFigure | None],
-                 gpus: Sequence[GpuIdle], users: Collection[tuple[str, int, int]],
-                 pid_pods: Mapping[tuple[str, int], str]) -> None:
+def add_gpu_idle(
+    s: Summary,
+    headlines: Mapping[str, gpu_idle.IdleFigure | None],
+    gpus: Sequence[GpuIdle],
+    users: Collection[tuple[str, int, int]],
+    pid_pods: Mapping[tuple[str, int], str],
+) -> None:
     """Fill GPU idle into `s`: session and nodes from each node's headline; each GPU with
     the pods that used it (`users`: (node, device, pid)). Pods get their own figures from
     `add_pod_idle`."""
@@ -133,4 +142,7 @@ def add_pod_idle(s: Summary, figures: Mapping[str, PodIdle]) -> None:
             continue
         scope = s.pods.setdefault(uid, Scope())
         scope.gpu_idle, scope.gpu_idle_source, scope.gpu_idle_missing = (
-            f.ratio, f.source, f.missing)
+            f.ratio,
+            f.source,
+            f.missing,
+        )

@@ -79,14 +79,29 @@ def _text(max_chars: int, no_nul: bool) -> Any:
 
 
 _STACK = "Stack"
-_I64 = ("ts_ns", "start_ns", "end_ns", "correlation_id", "stream", "shared_mem", "bytes",
-        "blocked_ns", "weight_ns")
+_I64 = (
+    "ts_ns",
+    "start_ns",
+    "end_ns",
+    "correlation_id",
+    "stream",
+    "shared_mem",
+    "bytes",
+    "blocked_ns",
+    "weight_ns",
+)
 _PIDS = ("pid", "tid", "ppid")
 _I32 = ("cpu", "device", "line", "registers")
-_SHORT_TEXT = {"kind": lim.KIND_MAX, "metric": lim.METRIC_MAX, "pod_uid": lim.POD_UID_MAX,
-               "container_id": lim.CONTAINER_ID_MAX, "state": lim.KIND_MAX,
-               "socket": lim.SOCKET_NAME_MAX, "reason": lim.REASON_MAX,
-               "source": lim.KIND_MAX}
+_SHORT_TEXT = {
+    "kind": lim.KIND_MAX,
+    "metric": lim.METRIC_MAX,
+    "pod_uid": lim.POD_UID_MAX,
+    "container_id": lim.CONTAINER_ID_MAX,
+    "state": lim.KIND_MAX,
+    "socket": lim.SOCKET_NAME_MAX,
+    "reason": lim.REASON_MAX,
+    "source": lim.KIND_MAX,
+}
 
 
 def _wire_type(name: str, annotation: str, limits: IngestLimits, no_nul: bool) -> Any:
@@ -126,14 +141,23 @@ class _Record:
         fs = dataclasses.fields(record)
         for f in fs:  # a model field without a wire type fails at import: nothing unchecked
             _wire_type(f.name, str(f.type), lim.DEFAULT, False)
-        return cls(record, key, attrgetter(*(f.name for f in fs)),
-                   tuple(i for i, f in enumerate(fs) if f.type == _STACK),
-                   tuple(f.name for f in fs))
+        return cls(
+            record,
+            key,
+            attrgetter(*(f.name for f in fs)),
+            tuple(i for i, f in enumerate(fs) if f.type == _STACK),
+            tuple(f.name for f in fs),
+        )
 
     def row_type(self, limits: IngestLimits, no_nul: bool) -> Any:
         """The tuple type one row must match."""
-        return GenericAlias(tuple, tuple(_wire_type(f.name, str(f.type), limits, no_nul)
-                                         for f in dataclasses.fields(self.cls)))
+        return GenericAlias(
+            tuple,
+            tuple(
+                _wire_type(f.name, str(f.type), limits, no_nul)
+                for f in dataclasses.fields(self.cls)
+            ),
+        )
 
 
 RECORDS = (
@@ -151,25 +175,42 @@ _BY_KEY = {r.key: r for r in (*RECORDS, _FRAME)}
 @functools.lru_cache(maxsize=8)
 def _doc_type(limits: IngestLimits, no_nul: bool) -> Any:
     """The whole body's type. Missing record lists are empty; unknown keys are ignored."""
-    def rows(rec: _Record) -> Any:
-        return Annotated[GenericAlias(list, rec.row_type(limits, no_nul)),
-                         msgspec.Meta(max_length=limits.max_rows)]
 
-    counter: Any = Annotated[str, msgspec.Meta(min_length=1, max_length=lim.METRIC_MAX,
-                                               pattern="^[^\x00]*$")]
+    def rows(rec: _Record) -> Any:
+        return Annotated[
+            GenericAlias(list, rec.row_type(limits, no_nul)),
+            msgspec.Meta(max_length=limits.max_rows),
+        ]
+
+    counter: Any = Annotated[
+        str, msgspec.Meta(min_length=1, max_length=lim.METRIC_MAX, pattern="^[^\x00]*$")
+    ]
     increment: Any = _int(lim.COUNTER_MAX)
-    return msgspec.defstruct("_Doc", [
-        ("v", int),
-        ("batch_id", Annotated[str, msgspec.Meta(min_length=1, max_length=lim.BATCH_ID_MAX,
-                                                 pattern="^[!-~]+$")]),
-        ("node", Annotated[str, msgspec.Meta(max_length=lim.NODE_MAX,
-                                             pattern="^[^\x00]*$")], ""),
-        *((r.key, rows(r), msgspec.field(default_factory=list)) for r in RECORDS),
-        ("counters", Annotated[dict[counter, increment],
-                               msgspec.Meta(max_length=lim.COUNTERS_MAX)],
-         msgspec.field(default_factory=dict)),
-        ("frames", rows(_FRAME)),
-    ], kw_only=True)
+    return msgspec.defstruct(
+        "_Doc",
+        [
+            ("v", int),
+            (
+                "batch_id",
+                Annotated[
+                    str, msgspec.Meta(min_length=1, max_length=lim.BATCH_ID_MAX, pattern="^[!-~]+$")
+                ],
+            ),
+            (
+                "node",
+                Annotated[str, msgspec.Meta(max_length=lim.NODE_MAX, pattern="^[^\x00]*$")],
+                "",
+            ),
+            *((r.key, rows(r), msgspec.field(default_factory=list)) for r in RECORDS),
+            (
+                "counters",
+                Annotated[dict[counter, increment], msgspec.Meta(max_length=lim.COUNTERS_MAX)],
+                msgspec.field(default_factory=dict),
+            ),
+            ("frames", rows(_FRAME)),
+        ],
+        kw_only=True,
+    )
 
 
 class _Head(msgspec.Struct):
@@ -206,15 +247,18 @@ class _Frames:
 
 def _clipper(max_chars: int) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     """Cut over-long text fields (names from the outside world) to what the ingest takes."""
+
     def clip(row: tuple[Any, ...]) -> tuple[Any, ...]:
         if any(isinstance(v, str) and len(v) > max_chars for v in row):
             return tuple(v[:max_chars] if isinstance(v, str) else v for v in row)
         return row
+
     return clip
 
 
-def to_dict(batch: Batch, *, batch_id: str, node: str,
-            limits: IngestLimits = lim.DEFAULT) -> dict[str, Any]:
+def to_dict(
+    batch: Batch, *, batch_id: str, node: str, limits: IngestLimits = lim.DEFAULT
+) -> dict[str, Any]:
     """The JSON-ready form of one batch; text longer than `limits` allows is clipped so a
     legitimate batch is never refused for a long C++ name."""
     clip = _clipper(limits.max_string_chars)
@@ -232,8 +276,9 @@ def to_dict(batch: Batch, *, batch_id: str, node: str,
     return doc
 
 
-def _rows(rec: _Record, rows: Sequence[tuple[Any, ...]],
-          stack: Callable[[tuple[int, ...]], Stack]) -> tuple[Any, ...]:
+def _rows(
+    rec: _Record, rows: Sequence[tuple[Any, ...]], stack: Callable[[tuple[int, ...]], Stack]
+) -> tuple[Any, ...]:
     make = rec.cls
     if not rec.stacks:
         return tuple(make(*row) for row in rows)
@@ -250,9 +295,11 @@ def _check_spans(rows: Sequence[tuple[Any, ...]]) -> None:
     """A GPU span must not end before it starts (durations are summed in aggregation)."""
     for i, row in enumerate(rows):
         if row[3] < row[2]:
-            raise CodecError(f"invalid batch: gpu_activities[{i}].end_ns: {row[3]} is before "
-                             f"start_ns "
-                             f"{row[2]}; a span must end at or after its start")
+            raise CodecError(
+                f"invalid batch: gpu_activities[{i}].end_ns: {row[3]} is before "
+                f"start_ns "
+                f"{row[2]}; a span must end at or after its start"
+            )
 
 
 def _from_doc(doc: Any, limits: IngestLimits) -> tuple[str, str, Batch]:
@@ -260,8 +307,11 @@ def _from_doc(doc: Any, limits: IngestLimits) -> tuple[str, str, Batch]:
         raise CodecError(f"not a kubeprof batch of version {VERSION}")
     total = sum(len(getattr(doc, r.key)) for r in RECORDS)
     if total > limits.max_rows:
-        raise CodecError(f"batch holds {total} records; at most {limits.max_rows} per batch "
-                         "(send smaller batches, or raise --ingest-max-rows)", too_large=True)
+        raise CodecError(
+            f"batch holds {total} records; at most {limits.max_rows} per batch "
+            "(send smaller batches, or raise --ingest-max-rows)",
+            too_large=True,
+        )
     _check_spans(doc.gpu_activities)
     frames = [Frame(*t) for t in doc.frames]
     stacks: dict[tuple[int, ...], Stack] = {}
@@ -275,8 +325,10 @@ def _from_doc(doc: Any, limits: IngestLimits) -> tuple[str, str, Batch]:
     try:
         parts = {rec.key: _rows(rec, getattr(doc, rec.key), stack) for rec in RECORDS}
     except IndexError as exc:
-        raise CodecError(f"invalid batch: a stack refers to a frame not listed "
-                         f"(the frame table has {len(frames)}): {exc}") from exc
+        raise CodecError(
+            f"invalid batch: a stack refers to a frame not listed "
+            f"(the frame table has {len(frames)}): {exc}"
+        ) from exc
     return doc.batch_id, doc.node, Batch(**parts, counters=doc.counters)
 
 
@@ -300,8 +352,10 @@ def _invalid(exc: msgspec.ValidationError) -> CodecError:
         return CodecError(f"invalid batch: {msg}")
     if path.startswith("key` in `"):  # a dict key, e.g. a counter's name
         path = path.removeprefix("key` in `").rstrip("`") + " (a key)"
-    return CodecError(f"invalid batch: {field_path(path.rstrip('`'))}: {text}",
-                      too_large=text.startswith("Expected `array` of length <="))
+    return CodecError(
+        f"invalid batch: {field_path(path.rstrip('`'))}: {text}",
+        too_large=text.startswith("Expected `array` of length <="),
+    )
 
 
 def _malformed(exc: msgspec.ValidationError, version: object) -> CodecError:
@@ -346,8 +400,11 @@ def _gunzip(body: bytes, max_bytes: int) -> bytearray:
         out += chunk
         if len(out) > max_bytes:
             out.clear()  # freed now, not when a traceback holding this frame is collected
-            raise CodecError(f"compressed body inflates past {max_bytes} bytes (raise "
-                             "--ingest-max-json-bytes or send smaller batches)", too_large=True)
+            raise CodecError(
+                f"compressed body inflates past {max_bytes} bytes (raise "
+                "--ingest-max-json-bytes or send smaller batches)",
+                too_large=True,
+            )
     if not d.eof:
         raise CodecError("compressed body is truncated")
     if d.unused_data:
@@ -365,12 +422,16 @@ def _count_values(raw: bytes | bytearray, limits: IngestLimits) -> None:
     the element count from above (commas inside strings only make it stricter)."""
     n = raw.count(b",") + raw.count(b"[")
     if n > limits.max_values:
-        raise CodecError(f"body holds up to {n} JSON values; at most {limits.max_values} "
-                         "(send smaller batches, or raise --ingest-max-values)", too_large=True)
+        raise CodecError(
+            f"body holds up to {n} JSON values; at most {limits.max_values} "
+            "(send smaller batches, or raise --ingest-max-values)",
+            too_large=True,
+        )
 
 
-def decode(body: bytes, *, gzipped: bool | None = None,
-           limits: IngestLimits = lim.DEFAULT) -> tuple[str, str, Batch]:
+def decode(
+    body: bytes, *, gzipped: bool | None = None, limits: IngestLimits = lim.DEFAULT
+) -> tuple[str, str, Batch]:
     """Inverse of encode (plain JSON when the body is not gzip; None: look at the bytes)."""
     if gzipped is None:
         gzipped = is_gzip(body)
@@ -379,8 +440,9 @@ def decode(body: bytes, *, gzipped: bool | None = None,
     except zlib.error as exc:
         raise CodecError(f"body is not gzip JSON: {exc}") from exc
     if len(raw) > limits.max_json_bytes:
-        raise CodecError(f"body is {len(raw)} bytes of JSON; at most {limits.max_json_bytes}",
-                         too_large=True)
+        raise CodecError(
+            f"body is {len(raw)} bytes of JSON; at most {limits.max_json_bytes}", too_large=True
+        )
     try:
         _count_values(raw, limits)
         doc = msgspec.json.decode(raw, type=_doc_type(limits, b"\\u0000" in raw))

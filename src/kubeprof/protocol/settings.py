@@ -57,14 +57,15 @@ class AgentSettings:
     # CPU sampling frequency in Hz.
     cpu_hz: int = field(default=DEFAULT_CPU_HZ, metadata=_var("KUBEPROF_CPU_HZ"))
     # Off-CPU waits shorter than this many microseconds get no stack (counted instead).
-    offcpu_min_us: int = field(default=DEFAULT_OFFCPU_MIN_US,
-                               metadata=_var("KUBEPROF_OFFCPU_MIN_US"))
+    offcpu_min_us: int = field(
+        default=DEFAULT_OFFCPU_MIN_US, metadata=_var("KUBEPROF_OFFCPU_MIN_US")
+    )
     # Follow 1 in N switch-outs of target threads (each kept wait then counts N times); 0: off.
-    offcpu_every: int = field(default=DEFAULT_OFFCPU_EVERY,
-                              metadata=_var("KUBEPROF_OFFCPU_EVERY"))
+    offcpu_every: int = field(default=DEFAULT_OFFCPU_EVERY, metadata=_var("KUBEPROF_OFFCPU_EVERY"))
     # Seconds between NVML readings.
-    nvml_interval_s: float = field(default=DEFAULT_NVML_INTERVAL_S,
-                                   metadata=_var("KUBEPROF_NVML_INTERVAL_S"))
+    nvml_interval_s: float = field(
+        default=DEFAULT_NVML_INTERVAL_S, metadata=_var("KUBEPROF_NVML_INTERVAL_S")
+    )
     # Seconds between collector polls, i.e. the batch cadence.
     poll_interval_s: float = field(default=1.0, metadata=_var("KUBEPROF_POLL_INTERVAL_S"))
     # Seconds between rescans of target pods and their processes.
@@ -83,8 +84,9 @@ class AgentSettings:
         for f in dataclasses.fields(self):
             name = f.metadata["env"]
             if name == NODE_NAME_ENV:
-                out.append({"name": name,
-                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+                out.append(
+                    {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+                )
             else:
                 out.append({"name": name, "value": _FORMAT[str(f.type)](getattr(self, f.name))})
         return out
@@ -125,12 +127,20 @@ def _parse_collectors(raw: str) -> tuple[str, ...]:
 
 # Field annotation -> (format for the env, parse from the env).
 _FORMAT: dict[str, Callable[[Any], str]] = {
-    "str": str, "int": str, "Path": str, "float": _fmt_float, "float | None": _fmt_end,
+    "str": str,
+    "int": str,
+    "Path": str,
+    "float": _fmt_float,
+    "float | None": _fmt_end,
     "tuple[str, ...]": ",".join,
 }
 _PARSE: dict[str, Callable[[str], Any]] = {
-    "str": str, "int": int, "Path": Path, "float": float,
-    "float | None": lambda raw: float(raw or 0) or None, "tuple[str, ...]": _parse_collectors,
+    "str": str,
+    "int": int,
+    "Path": Path,
+    "float": float,
+    "float | None": lambda raw: float(raw or 0) or None,
+    "tuple[str, ...]": _parse_collectors,
 }
 _ENV_NAMES = {f.name: f.metadata["env"] for f in dataclasses.fields(AgentSettings)}
 for _f in dataclasses.fields(AgentSettings):

@@ -50,7 +50,7 @@ def finding_html(f: Finding) -> str:
     )
     links = " ".join(link(t) for t in targets(f))
     gain = (
-        f"<p class=\"kp-gain\">Estimated gain: <b>{e(seconds(f.gain.saved_ns))}</b> "
+        f'<p class="kp-gain">Estimated gain: <b>{e(seconds(f.gain.saved_ns))}</b> '
         f"({e(pct(f.gain.share))} of the analysed window). Model: {e(f.gain.model)}</p>"
         if f.gain is not None
         else '<p class="kp-gain">No gain estimate (no honest model for it).</p>'
@@ -60,7 +60,7 @@ def finding_html(f: Finding) -> str:
         f'<article class="kp-finding kp-{e(f.severity.value)}" data-kind="{e(f.kind.value)}">'
         f'<h3><span class="kp-sev">{e(f.severity.value)}</span> {e(title(f.kind))}</h3>'
         f"<p>{e(f.message)}</p>{frames}"
-        f'<details><summary>Evidence</summary><ul>{nums}</ul>'
+        f"<details><summary>Evidence</summary><ul>{nums}</ul>"
         + "".join(f"<div>{e(x)}</div>" for x in (*ev.frames, *ev.lines, *ev.kernels))
         + f"</details>{gain}</article>"
     )
@@ -100,7 +100,7 @@ def timeline_svg(a: Analysis) -> str:
         tip = f"{seconds(i * tl.bucket_ns)}: busy {100 * frac:.0f} %, idle {pct(idle)}"
         w = max(0.6, bw - 0.3)
         parts.append(
-            f'<g><title>{escape(tip)}</title>'
+            f"<g><title>{escape(tip)}</title>"
             f'<rect x="{i * bw:.2f}" y="14" width="{w:.2f}" height="{BAR_H - h:.1f}" '
             f'fill="{IDLE_COLOUR}"/>'
             f'<rect x="{i * bw:.2f}" y="{14 + BAR_H - h:.1f}" width="{w:.2f}" '
@@ -164,11 +164,10 @@ def idle_html(a: Analysis) -> str:
     c = a.cpu_during_idle
     if c is not None and c.frames:
         items = "".join(
-            f"<li>{e(f'{100 * f.share:.1f} %')} "
-            f"{link(Target('cpu', f.frame.label()))}</li>"
+            f"<li>{e(f'{100 * f.share:.1f} %')} {link(Target('cpu', f.frame.label()))}</li>"
             for f in c.frames
         )
-        out.append(f"<ol class=\"kp-idle-frames\">{items}</ol>")
+        out.append(f'<ol class="kp-idle-frames">{items}</ol>')
     return "".join(out)
 
 

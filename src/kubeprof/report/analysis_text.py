@@ -203,8 +203,10 @@ def energy_text(report: Report) -> list[str]:
         return [report.energy_note, ""] if report.energy_note else []
     e = report.energy
     head = "== Energy and CO2e (Cloud Carbon Footprint method) =="
-    total = (f"{e.facility_kwh:.6f} kWh, {e.co2e_g:.3f} g CO2e"
-             if e.facility_kwh is not None and e.co2e_g is not None
-             else f"{e.it_joules:.1f} J measured at the machine (no --cloud-provider/--region: "
-                  "no PUE or CO2e)")
+    total = (
+        f"{e.facility_kwh:.6f} kWh, {e.co2e_g:.3f} g CO2e"
+        if e.facility_kwh is not None and e.co2e_g is not None
+        else f"{e.it_joules:.1f} J measured at the machine (no --cloud-provider/--region: "
+        "no PUE or CO2e)"
+    )
     return [head, total, *(f"  {line}" for line in explain(e)), ""]

@@ -47,8 +47,15 @@ FORMATS: dict[str, Format] = {
 }
 
 
-def render(report: Report, fmt: str, *, view: str | None = None, top: int = 10,
-           width: int = 100, startup: bool = False) -> str | bytes:
+def render(
+    report: Report,
+    fmt: str,
+    *,
+    view: str | None = None,
+    top: int = 10,
+    width: int = 100,
+    startup: bool = False,
+) -> str | bytes:
     """Render `report` in format `fmt`; `view` picks the flame graph view (cpu, gpu);
     `top`, `width` (0: no cut) and `startup` (rank start-up frames) shape the text."""
     if fmt not in FORMATS:
@@ -60,8 +67,7 @@ def render(report: Report, fmt: str, *, view: str | None = None, top: int = 10,
     if fmt == "text":
         pre = [*findings_text(a), *idle_text(a)] if a is not None else []
         pre += energy_text(report)
-        text = render_text(profile, view=view, preamble=pre, top=top, width=width,
-                           startup=startup)
+        text = render_text(profile, view=view, preamble=pre, top=top, width=width, startup=startup)
         if report.gpu is not None:
             shown = a is not None and a.headline.ratio is not None
             gpu = render_gpu_text(report.gpu, off_reason=off, names=names, headline_shown=shown)
@@ -77,8 +83,13 @@ def render(report: Report, fmt: str, *, view: str | None = None, top: int = 10,
             else []
         )
         first = [("Findings", findings_html(a))] if a is not None else []
-        return render_html(profile, view=view, extra_sections=sections, top_sections=first,
-                           header_items=items(report))
+        return render_html(
+            profile,
+            view=view,
+            extra_sections=sections,
+            top_sections=first,
+            header_items=items(report),
+        )
     single = view or available_views(profile)[0]
     if fmt == "collapsed":
         return render_collapsed(profile, view=single)

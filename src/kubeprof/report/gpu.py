@@ -73,7 +73,7 @@ def _idle_line(s: GpuSummary, headline_shown: bool = False) -> str | None:
     if headline_shown:
         return (
             f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)} (the headline, "
-            "over the analysed window, and its timeline are under \"GPU idle\" above)"
+            'over the analysed window, and its timeline are under "GPU idle" above)'
         )
     return (
         f"GPU idle ratio (all GPUs): session {_pct(s.session.idle_ratio)}, "

@@ -14,8 +14,16 @@ CPU_SOURCES = {
     "bpf": "eBPF sampler",
     "py-spy": "py-spy (fallback: BPF is not allowed here)",
 }
-_PHRASED = {"command", "cpu", "gpu", "cpu_source", "exit_code", "gpu_tracer",
-            "gpu_tracer_reason", "cpu_hz"}
+_PHRASED = {
+    "command",
+    "cpu",
+    "gpu",
+    "cpu_source",
+    "exit_code",
+    "gpu_tracer",
+    "gpu_tracer_reason",
+    "cpu_hz",
+}
 
 
 def cpu_sampler(prof: Profile) -> str:
@@ -102,8 +110,10 @@ def offcpu_item(prof: Profile) -> str:
     if n("skipped"):
         left.append(f"{n('skipped'):,} switch-outs not followed (1-in-N sampling)")
     if n("unattributed"):
-        left.append(f"{n('unattributed'):,} outside a syscall, e.g. preempted "
-                    f"({format_ns(n('unattributed_ns'))}, no stack)")
+        left.append(
+            f"{n('unattributed'):,} outside a syscall, e.g. preempted "
+            f"({format_ns(n('unattributed_ns'))}, no stack)"
+        )
     lost = n("ring_full") + n("table_full")
     if lost:
         left.append(f"{lost:,} lost (ring buffer or table full)")
@@ -129,8 +139,9 @@ def _grouped(meta: dict[str, str]) -> tuple[list[tuple[str, str]], set[str]]:
     pods = sorted(v for k, v in meta.items() if k.startswith("pod:"))
     if pods:
         out.append(("pods", _listed(pods)))
-    labels = sorted(f"{k.removeprefix('label:')}={v}" for k, v in meta.items()
-                    if k.startswith("label:"))
+    labels = sorted(
+        f"{k.removeprefix('label:')}={v}" for k, v in meta.items() if k.startswith("label:")
+    )
     if labels:
         out.append(("labels", ", ".join(labels)))
     if meta.get("host:vcpus"):
@@ -143,8 +154,9 @@ def _grouped(meta: dict[str, str]) -> tuple[list[tuple[str, str]], set[str]]:
         if meta.get("carbon:pue"):
             carbon += f", PUE {meta['carbon:pue']}"
         out.append(("carbon settings", carbon))
-    used |= {k for k in meta if k.split(":", 1)[0] in ("pod", "label", "host", "carbon")
-             and ":" in k}
+    used |= {
+        k for k in meta if k.split(":", 1)[0] in ("pod", "label", "host", "carbon") and ":" in k
+    }
     return out, used
 
 

@@ -251,8 +251,14 @@ def _gpu(s: GpuSummary | None) -> dict[str, Any] | None:
             for k in s.top_kernels
         ],
         "metrics": [
-            {"device": m.device, "metric": m.metric, "pid": m.pid, "mean": m.mean, "max": m.max,
-             "samples": m.samples}
+            {
+                "device": m.device,
+                "metric": m.metric,
+                "pid": m.pid,
+                "mean": m.mean,
+                "max": m.max,
+                "samples": m.samples,
+            }
             for m in s.metrics
         ],
     }
@@ -306,8 +312,10 @@ def _energy(report: Report) -> dict[str, Any] | None:
         "facility_kwh": e.facility_kwh,
         "co2e_g": e.co2e_g,
         "pue": e.pue,
-        "gpus": [{"node": g.node, "device": g.device, "joules": g.joules, "method": g.method}
-                 for g in e.gpus],
+        "gpus": [
+            {"node": g.node, "device": g.device, "joules": g.joules, "method": g.method}
+            for g in e.gpus
+        ],
         "cpu_joules": e.cpu.joules if e.cpu else None,
         "memory_joules": e.memory.joules if e.memory else None,
         "missing": list(e.missing),

@@ -57,14 +57,37 @@ def function_times(
 # The chain from process entry to the program's own code: at the root of nearly every
 # stack, so near 100 % by total and telling nothing. Hidden from "top by total" where they
 # form a stack's root prefix, unless the report is asked for them (--startup-frames).
-STARTUP_FRAMES = frozenset({
-    "<module>", "main", "_start", "__libc_start_main", "__libc_start_call_main",
-    "Py_BytesMain", "Py_RunMain", "Py_Main", "pymain_main", "pymain_run_python",
-    "pymain_run_file", "pymain_run_file_obj", "pymain_run_command", "pymain_run_module",
-    "_PyRun_SimpleFileObject", "_PyRun_AnyFileObject", "PyRun_SimpleFileExFlags",
-    "PyRun_AnyFileExFlags", "PyRun_SimpleStringFlags", "run_mod", "run_eval_code_obj",
-    "PyEval_EvalCode", "start_thread", "clone", "clone3", "thread_run", "pythread_wrapper",
-})
+STARTUP_FRAMES = frozenset(
+    {
+        "<module>",
+        "main",
+        "_start",
+        "__libc_start_main",
+        "__libc_start_call_main",
+        "Py_BytesMain",
+        "Py_RunMain",
+        "Py_Main",
+        "pymain_main",
+        "pymain_run_python",
+        "pymain_run_file",
+        "pymain_run_file_obj",
+        "pymain_run_command",
+        "pymain_run_module",
+        "_PyRun_SimpleFileObject",
+        "_PyRun_AnyFileObject",
+        "PyRun_SimpleFileExFlags",
+        "PyRun_AnyFileExFlags",
+        "PyRun_SimpleStringFlags",
+        "run_mod",
+        "run_eval_code_obj",
+        "PyEval_EvalCode",
+        "start_thread",
+        "clone",
+        "clone3",
+        "thread_run",
+        "pythread_wrapper",
+    }
+)
 
 
 def startup_keys(stacks: Iterable[WeightedStack]) -> set[FuncKey]:
@@ -87,7 +110,13 @@ def _ranked(values: dict, top: int) -> list:
 
 
 def function_table(
-    stacks: Sequence[WeightedStack], total: int, *, by: str, top: int, width: int, indent: str,
+    stacks: Sequence[WeightedStack],
+    total: int,
+    *,
+    by: str,
+    top: int,
+    width: int,
+    indent: str,
     startup: bool = True,
 ) -> list[str]:
     """Top functions by "self" or "total" time, with both percentages; without `startup`,
@@ -110,8 +139,12 @@ def function_table(
         lines.append(fit(row, width))
     if hidden:
         names = ", ".join(sorted({key[1] for key in hidden}))
-        lines.append(fit(f"{indent}  (start-up frames not ranked: {names}; "
-                         "--startup-frames ranks them)", width))
+        lines.append(
+            fit(
+                f"{indent}  (start-up frames not ranked: {names}; --startup-frames ranks them)",
+                width,
+            )
+        )
     return lines
 
 
@@ -149,8 +182,9 @@ def _by_value(groups: dict[tuple, list[WeightedStack]]) -> list[tuple]:
     return sorted(groups, key=lambda k: (-totals[k], k))
 
 
-def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100,
-                startup: bool = False) -> list[str]:
+def render_view(
+    profile: Profile, view: str, *, top: int = 10, width: int = 100, startup: bool = False
+) -> list[str]:
     """One view's sections: processes, then per process its functions, threads and stacks
     (threads only when the process has more than one: one thread's tables are its own)."""
     info = view_info(view)
@@ -175,8 +209,9 @@ def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100,
         value = sum(ws.value_ns for ws in members)
         lines += ["", fit(f"-- process {name} [{pid}]: {pct(value, total).strip()} --", width)]
         lines += function_table(members, total, by="self", top=top, width=width, indent="")
-        lines += function_table(members, total, by="total", top=top, width=width, indent="",
-                                startup=startup)
+        lines += function_table(
+            members, total, by="total", top=top, width=width, indent="", startup=startup
+        )
         lines += stack_table(members, total, top=top, width=width, indent="")
         threads = _group(members, "thread")
         shown = _by_value(threads)[:top] if len(threads) > 1 else []
@@ -186,8 +221,9 @@ def render_view(profile: Profile, view: str, *, top: int = 10, width: int = 100,
             lines += ["", fit(f"   thread {tname} [{tid}]: {pct(tvalue, total).strip()}", width)]
             sub = max(3, top // 2)
             lines += function_table(tstacks, total, by="self", top=sub, width=width, indent="   ")
-            lines += function_table(tstacks, total, by="total", top=sub, width=width, indent="   ",
-                                    startup=startup)
+            lines += function_table(
+                tstacks, total, by="total", top=sub, width=width, indent="   ", startup=startup
+            )
         if len(threads) > max(len(shown), 1):
             lines.append(f"   ({len(threads) - len(shown)} more threads not shown)")
     return [*lines, ""]
@@ -216,8 +252,11 @@ def render_text(
         fit(
             f"duration {profile.duration_s:.1f} s, {profile.hz} Hz, {cpu_n} CPU samples, "
             f"{sum(ws.samples for ws in profile.gpu)} GPU launches"
-            + (f", {sum(ws.samples for ws in profile.offcpu)} off-CPU waits"
-               if profile.offcpu else ""),
+            + (
+                f", {sum(ws.samples for ws in profile.offcpu)} off-CPU waits"
+                if profile.offcpu
+                else ""
+            ),
             width,
         ),
         *(
@@ -228,6 +267,9 @@ def render_text(
         "Percentages are of each view's total.",
         "",
     ]
-    body = [line for v in views
-            for line in render_view(profile, v, top=top, width=width, startup=startup)]
+    body = [
+        line
+        for v in views
+        for line in render_view(profile, v, top=top, width=width, startup=startup)
+    ]
     return "\n".join(head + list(preamble) + body)

@@ -65,7 +65,7 @@ def group_frames(ws: WeightedStack, group: str) -> tuple[Frame, ...]:
 
 
 def process_label(name: str, pid: int) -> str:
-    """"python3 [732]", or "pid 732" for a process whose name was never seen (not "732 [732]")."""
+    """ "python3 [732]", or "pid 732" for a process whose name was never seen (not "732 [732]")."""
     return f"{name} [{pid}]" if name and name != str(pid) else f"pid {pid}"
 
 

@@ -18,15 +18,22 @@ def session_host(conn: Connection, session_id: int) -> str:
     return conn.scalar(select(SessionRow.host).where(SessionRow.id == session_id)) or ""
 
 
-def energy_metrics_by_node(conn: Connection, session_id: int,
-                           ) -> dict[str, list[GpuMetricSample]]:
+def energy_metrics_by_node(
+    conn: Connection,
+    session_id: int,
+) -> dict[str, list[GpuMetricSample]]:
     """Device-wide energy-counter and power readings per node, in time order."""
     t = GpuMetricRow.__table__
-    q = (select(t).where(t.c.session_id == session_id, t.c.metric.in_(ENERGY_METRICS),
-                         t.c.pid == 0)
-         .order_by(t.c.ts_ns, t.c.id))
+    q = (
+        select(t)
+        .where(t.c.session_id == session_id, t.c.metric.in_(ENERGY_METRICS), t.c.pid == 0)
+        .order_by(t.c.ts_ns, t.c.id)
+    )
     out: dict[str, list[GpuMetricSample]] = {}
     for r in conn.execute(q):
-        out.setdefault(r.node, []).append(GpuMetricSample(
-            ts_ns=r.ts_ns, device=r.device, metric=r.metric, value=r.value, pid=r.pid))
+        out.setdefault(r.node, []).append(
+            GpuMetricSample(
+                ts_ns=r.ts_ns, device=r.device, metric=r.metric, value=r.value, pid=r.pid
+            )
+        )
     return out

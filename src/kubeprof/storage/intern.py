@@ -28,8 +28,9 @@ Interned = type[FrameRow] | type[StackRow]
 
 def _insert(conn: Connection, table: Interned, rows: Sequence[Mapping[str, object]]) -> None:
     """INSERT .. ON CONFLICT (hash) DO NOTHING: another writer may have interned it first."""
-    conn.execute(dialect_insert(conn, table).on_conflict_do_nothing(index_elements=["hash"]),
-                 list(rows))
+    conn.execute(
+        dialect_insert(conn, table).on_conflict_do_nothing(index_elements=["hash"]), list(rows)
+    )
 
 
 def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:
@@ -76,8 +77,13 @@ class Interner:
         self._fetch(conn, FrameRow, list(missing), self.frame_ids)
         new_hashes = [h for h in missing if h not in self.frame_ids]
         rows = [
-            {"hash": h, "kind": missing[h].kind.value, "name": missing[h].name,
-             "file": missing[h].file, "line": missing[h].line}
+            {
+                "hash": h,
+                "kind": missing[h].kind.value,
+                "name": missing[h].name,
+                "file": missing[h].file,
+                "line": missing[h].line,
+            }
             for h in new_hashes
         ]
         if rows:
@@ -85,8 +91,7 @@ class Interner:
             self._fetch(conn, FrameRow, new_hashes, self.frame_ids)
 
     @staticmethod
-    def _fetch(conn: Connection, table: Interned, hashes: list[int],
-               into: dict[int, int]) -> None:
+    def _fetch(conn: Connection, table: Interned, hashes: list[int], into: dict[int, int]) -> None:
         for chunk in _chunks(hashes):
             for row in conn.execute(select(table.hash, table.id).where(table.hash.in_(chunk))):
                 into[row.hash] = row.id

@@ -40,8 +40,7 @@ def upgrade(connection: Connection, revision: str = "head") -> None:
     """Upgrade; several processes (operator restarts, agents) may race to do it."""
     with _LOCK:
         if connection.dialect.name == "postgresql":
-            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"),
-                               {"k": _PG_ADVISORY_KEY})
+            connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_ADVISORY_KEY})
         if revision == "head" and is_current(connection):
             return
         command.upgrade(alembic_config(connection), revision)

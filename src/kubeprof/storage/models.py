@@ -57,8 +57,9 @@ class FrameRow(Base):
     """An interned frame; `hash` is the key (long C++ names would not fit a text index)."""
 
     __tablename__ = "frames"
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
-                                    primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     hash: Mapped[int] = mapped_column(unique=True)
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str]
@@ -70,8 +71,9 @@ class StackRow(Base):
     """An interned stack: frame ids root first, as a comma-separated list."""
 
     __tablename__ = "stacks"
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
-                                    primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     hash: Mapped[int] = mapped_column(unique=True)
     frame_ids: Mapped[str]
     depth: Mapped[int] = mapped_column(Integer)
@@ -81,8 +83,9 @@ class SampleRow(Base):
     """One CPU sample (per-sample rows keep timestamps for timelines and GPU correlation)."""
 
     __tablename__ = "samples"
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
-                                    primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(default="")
     ts_ns: Mapped[int]
@@ -114,8 +117,9 @@ class GpuActivityRow(Base):
     """A kernel, memcpy or memset on a GPU, with its launching stack when known."""
 
     __tablename__ = "gpu_activities"
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
-                                    primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(default="")
     kind: Mapped[str] = mapped_column(String(16))
@@ -144,8 +148,9 @@ class GpuMetricRow(Base):
     """A device or per-process GPU metric reading (NVML, GPM, PM sampling)."""
 
     __tablename__ = "gpu_metrics"
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
-                                    primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(default="")
     ts_ns: Mapped[int]
@@ -246,8 +251,9 @@ class OffCpuSampleRow(Base):
     """
 
     __tablename__ = "offcpu_samples"
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
-                                    primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     node: Mapped[str] = mapped_column(default="")
     ts_ns: Mapped[int]  # CLOCK_MONOTONIC ns when the thread left the CPU

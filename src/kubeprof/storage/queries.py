@@ -69,35 +69,56 @@ def list_sessions(conn: Connection, *, counts: bool = True) -> list[SessionInfo]
     """All sessions, oldest first, with their sample and GPU record counts (0 without
     `counts`: counting GPU records scans them, which the web UI's list does not need)."""
     if not counts:
-        return [_info(r._mapping, 0, 0) for r in conn.execute(
-            select(SessionRow.__table__).order_by(SessionRow.id))]
+        return [
+            _info(r._mapping, 0, 0)
+            for r in conn.execute(select(SessionRow.__table__).order_by(SessionRow.id))
+        ]
     # Sample counts from the pre-counted session totals, not a scan of every sample row.
-    n_samples = (select(StackCountRow.session_id, func.sum(StackCountRow.samples).label("n"))
-                 .where(StackCountRow.bucket == sc.TOTAL_BUCKET)
-                 .group_by(StackCountRow.session_id).subquery())
-    n_gpu = (select(GpuActivityRow.session_id, func.count().label("n"))
-             .group_by(GpuActivityRow.session_id).subquery())
-    q = (select(SessionRow.__table__, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
-         .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
-         .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
-         .order_by(SessionRow.id))
+    n_samples = (
+        select(StackCountRow.session_id, func.sum(StackCountRow.samples).label("n"))
+        .where(StackCountRow.bucket == sc.TOTAL_BUCKET)
+        .group_by(StackCountRow.session_id)
+        .subquery()
+    )
+    n_gpu = (
+        select(GpuActivityRow.session_id, func.count().label("n"))
+        .group_by(GpuActivityRow.session_id)
+        .subquery()
+    )
+    q = (
+        select(SessionRow.__table__, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
+        .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
+        .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
+        .order_by(SessionRow.id)
+    )
     return [_info(row._mapping, int(row[-2]), int(row[-1])) for row in conn.execute(q)]
 
 
 def _info(cols: Any, samples: int, gpu: int) -> SessionInfo:
     return SessionInfo(
-        id=cols["id"], name=cols["name"], kind=cols["kind"], status=cols["status"],
-        command=cols["command"], hz=cols["hz"], started_at=cols["started_at"],
-        ended_at=cols["ended_at"], start_ns=cols["start_ns"], end_ns=cols["end_ns"],
-        samples=samples, gpu_activities=gpu, meta=json.loads(cols["meta"] or "{}"))
+        id=cols["id"],
+        name=cols["name"],
+        kind=cols["kind"],
+        status=cols["status"],
+        command=cols["command"],
+        hz=cols["hz"],
+        started_at=cols["started_at"],
+        ended_at=cols["ended_at"],
+        start_ns=cols["start_ns"],
+        end_ns=cols["end_ns"],
+        samples=samples,
+        gpu_activities=gpu,
+        meta=json.loads(cols["meta"] or "{}"),
+    )
 
 
 def find_session(conn: Connection, ref: str | None) -> SessionInfo:
     """A session by name or id; the newest when `ref` is None."""
     sessions = list_sessions(conn)
     if not sessions:
-        raise SessionNotFound("no sessions stored yet; record one with "
-                              "`kubeprof record -- COMMAND`")
+        raise SessionNotFound(
+            "no sessions stored yet; record one with `kubeprof record -- COMMAND`"
+        )
     if ref is None:
         return sessions[-1]
     return pick_session(sessions, ref)
@@ -115,23 +136,31 @@ def pick_session(sessions: Sequence[SessionInfo], ref: str) -> SessionInfo:
     if len(cluster) == 1:
         return cluster[0]
     if cluster:
-        raise SessionNotFound(f"{ref!r} names {len(cluster)} sessions: "
-                              f"{', '.join(s.name for s in cluster)}; give the full name")
+        raise SessionNotFound(
+            f"{ref!r} names {len(cluster)} sessions: "
+            f"{', '.join(s.name for s in cluster)}; give the full name"
+        )
     names = ", ".join(s.name for s in sessions[-5:])
-    raise SessionNotFound(f"no session named {ref!r}; recent sessions: {names} "
-                          "(`kubeprof sessions` lists all)")
+    raise SessionNotFound(
+        f"no session named {ref!r}; recent sessions: {names} (`kubeprof sessions` lists all)"
+    )
 
 
 def process_names(conn: Connection, session_id: int) -> dict[tuple[str, int], str]:
     """(node, pid) -> process name, for labelling stacks."""
     q = select(ProcessRow.node, ProcessRow.pid, ProcessRow.name, ProcessRow.cmdline).where(
-        ProcessRow.session_id == session_id)
+        ProcessRow.session_id == session_id
+    )
     return {(r.node, r.pid): (r.name or r.cmdline.split(" ", 1)[0]) for r in conn.execute(q)}
 
 
-def cpu_stacks(conn: Connection, session: SessionInfo, *,
-               buckets: tuple[int, int] | None = None,
-               pids: Collection[tuple[str, int]] | None = None) -> tuple[WeightedStack, ...]:
+def cpu_stacks(
+    conn: Connection,
+    session: SessionInfo,
+    *,
+    buckets: tuple[int, int] | None = None,
+    pids: Collection[tuple[str, int]] | None = None,
+) -> tuple[WeightedStack, ...]:
     """CPU samples grouped by (stack, pid, tid, thread), from the pre-counted `stack_counts`
     (rows in proportion to distinct stacks, not samples); of the time buckets ``buckets``
     and the (node, pid)s ``pids`` when given."""
@@ -142,31 +171,52 @@ def cpu_stacks(conn: Connection, session: SessionInfo, *,
 def cpu_stacks_from_samples(conn: Connection, session: SessionInfo) -> tuple[WeightedStack, ...]:
     """The same stacks counted from the sample rows (a GROUP BY over every sample): what
     `cpu_stacks` did before `stack_counts`; kept to check and benchmark it against."""
-    q = (select(SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid,
-                SampleRow.thread, func.count().label("n"))
-         .where(SampleRow.session_id == session.id)
-         .group_by(SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid,
-                   SampleRow.thread))
+    q = (
+        select(
+            SampleRow.node,
+            SampleRow.stack_id,
+            SampleRow.pid,
+            SampleRow.tid,
+            SampleRow.thread,
+            func.count().label("n"),
+        )
+        .where(SampleRow.session_id == session.id)
+        .group_by(
+            SampleRow.node, SampleRow.stack_id, SampleRow.pid, SampleRow.tid, SampleRow.thread
+        )
+    )
     return _weighted(conn, session, [tuple(r) for r in conn.execute(q)])
 
 
-def _weighted(conn: Connection, session: SessionInfo,
-              rows: Sequence[Sequence[Any]]) -> tuple[WeightedStack, ...]:
+def _weighted(
+    conn: Connection, session: SessionInfo, rows: Sequence[Sequence[Any]]
+) -> tuple[WeightedStack, ...]:
     """(node, stack_id, pid, tid, thread, samples) rows as WeightedStacks."""
     stacks = load_stacks(conn, (r[1] for r in rows))
     names = process_names(conn, session.id)
     period_ns = int(1e9 / max(session.hz, 1))
     return tuple(
-        WeightedStack(stack=stacks[stack_id], pid=pid, tid=tid, thread=thread,
-                      process=names.get((node, pid)) or str(pid), samples=int(n),
-                      value_ns=int(n) * period_ns)
+        WeightedStack(
+            stack=stacks[stack_id],
+            pid=pid,
+            tid=tid,
+            thread=thread,
+            process=names.get((node, pid)) or str(pid),
+            samples=int(n),
+            value_ns=int(n) * period_ns,
+        )
         for node, stack_id, pid, tid, thread, n in rows
     )
 
 
-def _gpu_activity_rows(conn: Connection, session_id: int, *, stacks: bool,
-                       node: str | None = None, since_ns: int | None = None,
-                       ) -> list[tuple[str, GpuActivity]]:
+def _gpu_activity_rows(
+    conn: Connection,
+    session_id: int,
+    *,
+    stacks: bool,
+    node: str | None = None,
+    since_ns: int | None = None,
+) -> list[tuple[str, GpuActivity]]:
     """(node, activity) in start order; launch stacks loaded only when asked for.
 
     ``node``/``since_ns`` narrow it to one node's records ending at or after ``since_ns``
@@ -180,15 +230,30 @@ def _gpu_activity_rows(conn: Connection, session_id: int, *, stacks: bool,
         q = q.where(t.c.end_ns >= since_ns)
     q = q.order_by(t.c.start_ns, t.c.id)
     rows = conn.execute(q).all()
-    by_id = (load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None))
-             if stacks else {})
+    by_id = (
+        load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None)) if stacks else {}
+    )
     return [
-        (r.node, GpuActivity(
-            kind=r.kind, name=r.name, start_ns=r.start_ns, end_ns=r.end_ns, device=r.device,
-            pid=r.pid, correlation_id=r.correlation_id, stream=r.stream, demangled=r.demangled,
-            grid=(r.grid_x, r.grid_y, r.grid_z), block=(r.block_x, r.block_y, r.block_z),
-            registers=r.registers, shared_mem=r.shared_mem, bytes=r.bytes,
-            stack=by_id.get(r.stack_id, ()) if r.stack_id is not None else ()))
+        (
+            r.node,
+            GpuActivity(
+                kind=r.kind,
+                name=r.name,
+                start_ns=r.start_ns,
+                end_ns=r.end_ns,
+                device=r.device,
+                pid=r.pid,
+                correlation_id=r.correlation_id,
+                stream=r.stream,
+                demangled=r.demangled,
+                grid=(r.grid_x, r.grid_y, r.grid_z),
+                block=(r.block_x, r.block_y, r.block_z),
+                registers=r.registers,
+                shared_mem=r.shared_mem,
+                bytes=r.bytes,
+                stack=by_id.get(r.stack_id, ()) if r.stack_id is not None else (),
+            ),
+        )
         for r in rows
     ]
 
@@ -198,8 +263,12 @@ def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
     return [a for _, a in _gpu_activity_rows(conn, session_id, stacks=True)]
 
 
-def gpu_activities_by_node(conn: Connection, session_id: int, *, stacks: bool = False,
-                           ) -> dict[str, list[GpuActivity]]:
+def gpu_activities_by_node(
+    conn: Connection,
+    session_id: int,
+    *,
+    stacks: bool = False,
+) -> dict[str, list[GpuActivity]]:
     """The same records per node (each node's GPU clock is its own), stacks optional."""
     out: dict[str, list[GpuActivity]] = {}
     for node, a in _gpu_activity_rows(conn, session_id, stacks=stacks):
@@ -207,9 +276,13 @@ def gpu_activities_by_node(conn: Connection, session_id: int, *, stacks: bool = 
     return out
 
 
-def _gpu_metric_rows(conn: Connection, session_id: int, metric: str | None,
-                     node: str | None = None, since_ns: int | None = None,
-                     ) -> list[tuple[str, GpuMetricSample]]:
+def _gpu_metric_rows(
+    conn: Connection,
+    session_id: int,
+    metric: str | None,
+    node: str | None = None,
+    since_ns: int | None = None,
+) -> list[tuple[str, GpuMetricSample]]:
     t = GpuMetricRow.__table__
     q = select(t).where(t.c.session_id == session_id)
     if metric is not None:
@@ -219,9 +292,20 @@ def _gpu_metric_rows(conn: Connection, session_id: int, metric: str | None,
     if since_ns is not None:
         q = q.where(t.c.ts_ns >= since_ns)
     q = q.order_by(t.c.ts_ns, t.c.id)
-    return [(r.node, GpuMetricSample(ts_ns=r.ts_ns, device=r.device, metric=r.metric,
-                                     value=r.value, pid=r.pid, correlation_id=r.correlation_id))
-            for r in conn.execute(q)]
+    return [
+        (
+            r.node,
+            GpuMetricSample(
+                ts_ns=r.ts_ns,
+                device=r.device,
+                metric=r.metric,
+                value=r.value,
+                pid=r.pid,
+                correlation_id=r.correlation_id,
+            ),
+        )
+        for r in conn.execute(q)
+    ]
 
 
 def gpu_metrics(conn: Connection, session_id: int) -> list[GpuMetricSample]:
@@ -229,8 +313,12 @@ def gpu_metrics(conn: Connection, session_id: int) -> list[GpuMetricSample]:
     return [m for _, m in _gpu_metric_rows(conn, session_id, None)]
 
 
-def gpu_metrics_by_node(conn: Connection, session_id: int, *, metric: str | None = None,
-                        ) -> dict[str, list[GpuMetricSample]]:
+def gpu_metrics_by_node(
+    conn: Connection,
+    session_id: int,
+    *,
+    metric: str | None = None,
+) -> dict[str, list[GpuMetricSample]]:
     """GPU metric samples per node, in time order; only `metric` when given."""
     out: dict[str, list[GpuMetricSample]] = {}
     for node, m in _gpu_metric_rows(conn, session_id, metric):
@@ -240,29 +328,45 @@ def gpu_metrics_by_node(conn: Connection, session_id: int, *, metric: str | None
 
 def gpu_users(conn: Connection, session_id: int) -> set[tuple[str, int, int]]:
     """(node, device, pid) of every process seen on a GPU: in kernel records or NVML rows."""
-    a = select(GpuActivityRow.node, GpuActivityRow.device, GpuActivityRow.pid).distinct().where(
-        GpuActivityRow.session_id == session_id)
-    m = select(GpuMetricRow.node, GpuMetricRow.device, GpuMetricRow.pid).distinct().where(
-        GpuMetricRow.session_id == session_id, GpuMetricRow.pid != 0)
+    a = (
+        select(GpuActivityRow.node, GpuActivityRow.device, GpuActivityRow.pid)
+        .distinct()
+        .where(GpuActivityRow.session_id == session_id)
+    )
+    m = (
+        select(GpuMetricRow.node, GpuMetricRow.device, GpuMetricRow.pid)
+        .distinct()
+        .where(GpuMetricRow.session_id == session_id, GpuMetricRow.pid != 0)
+    )
     return {(r[0], int(r[1]), int(r[2])) for q in (a, m) for r in conn.execute(q)}
 
 
 def pid_pods(conn: Connection, session_id: int) -> dict[tuple[str, int], str]:
     """(node, pid) -> pod UID, for the processes that belong to a pod."""
     q = select(ProcessRow.node, ProcessRow.pid, ProcessRow.pod_uid).where(
-        ProcessRow.session_id == session_id)
+        ProcessRow.session_id == session_id
+    )
     return {(r.node, r.pid): r.pod_uid for r in conn.execute(q) if r.pod_uid}
 
 
 def sample_counts(conn: Connection, session_id: int) -> list[tuple[str, int, int]]:
     """(node, pid, CPU samples) of a session."""
-    q = (select(SampleRow.node, SampleRow.pid, func.count())
-         .where(SampleRow.session_id == session_id).group_by(SampleRow.node, SampleRow.pid))
+    q = (
+        select(SampleRow.node, SampleRow.pid, func.count())
+        .where(SampleRow.session_id == session_id)
+        .group_by(SampleRow.node, SampleRow.pid)
+    )
     return [(node, int(pid), int(n)) for node, pid, n in conn.execute(q)]
 
 
-def top_stacks(conn: Connection, session_id: int, limit: int, *, node: str | None = None,
-               pids: Collection[tuple[str, int]] | None = None) -> list[tuple[Stack, int]]:
+def top_stacks(
+    conn: Connection,
+    session_id: int,
+    limit: int,
+    *,
+    node: str | None = None,
+    pids: Collection[tuple[str, int]] | None = None,
+) -> list[tuple[Stack, int]]:
     """The `limit` stacks with most CPU samples; of one node, or of some (node, pid)s."""
     conds: list[ColumnElement[bool]] = [SampleRow.session_id == session_id]
     if node is not None:
@@ -272,8 +376,13 @@ def top_stacks(conn: Connection, session_id: int, limit: int, *, node: str | Non
             return []
         conds.append(or_(*(and_(SampleRow.node == n, SampleRow.pid == p) for n, p in pids)))
     n = func.count().label("n")
-    q = (select(SampleRow.stack_id, n).where(*conds)
-         .group_by(SampleRow.stack_id).order_by(n.desc(), SampleRow.stack_id).limit(limit))
+    q = (
+        select(SampleRow.stack_id, n)
+        .where(*conds)
+        .group_by(SampleRow.stack_id)
+        .order_by(n.desc(), SampleRow.stack_id)
+        .limit(limit)
+    )
     rows = conn.execute(q).all()
     stacks = load_stacks(conn, (r.stack_id for r in rows))
     return [(stacks[r.stack_id], int(r.n)) for r in rows]
@@ -281,19 +390,30 @@ def top_stacks(conn: Connection, session_id: int, limit: int, *, node: str | Non
 
 def counters(conn: Connection, session_id: int) -> dict[str, int]:
     """Counters summed over nodes."""
-    q = (select(CounterRow.name, func.sum(CounterRow.value))
-         .where(CounterRow.session_id == session_id).group_by(CounterRow.name))
+    q = (
+        select(CounterRow.name, func.sum(CounterRow.value))
+        .where(CounterRow.session_id == session_id)
+        .group_by(CounterRow.name)
+    )
     return {name: int(v) for name, v in conn.execute(q)}
 
 
 def gpu_tracers(conn: Connection, session_id: int) -> list[GpuTracerState]:
     """The latest answer of every injected GPU tracer the session's agents reached."""
-    q = (select(GpuTracerRow.pod_uid, GpuTracerRow.pid, GpuTracerRow.socket,
-                GpuTracerRow.state, GpuTracerRow.reason)
-         .where(GpuTracerRow.session_id == session_id)
-         .order_by(GpuTracerRow.pod_uid, GpuTracerRow.node, GpuTracerRow.socket))
-    return [GpuTracerState(r.pod_uid, int(r.pid), r.socket, r.state, r.reason)
-            for r in conn.execute(q)]
+    q = (
+        select(
+            GpuTracerRow.pod_uid,
+            GpuTracerRow.pid,
+            GpuTracerRow.socket,
+            GpuTracerRow.state,
+            GpuTracerRow.reason,
+        )
+        .where(GpuTracerRow.session_id == session_id)
+        .order_by(GpuTracerRow.pod_uid, GpuTracerRow.node, GpuTracerRow.socket)
+    )
+    return [
+        GpuTracerState(r.pod_uid, int(r.pid), r.socket, r.state, r.reason) for r in conn.execute(q)
+    ]
 
 
 def load_profile(conn: Connection, session: SessionInfo) -> Profile:
@@ -302,9 +422,14 @@ def load_profile(conn: Connection, session: SessionInfo) -> Profile:
     meta.update({f"counter.{k}": str(v) for k, v in counters(conn, session.id).items()})
     if session.command:
         meta.setdefault("command", session.command)
-    return Profile(session=session.name, hz=session.hz, duration_s=session.duration_s,
-                   cpu=cpu_stacks(conn, session), meta=meta,
-                   offcpu=offcpu.offcpu_stacks(conn, session.id))
+    return Profile(
+        session=session.name,
+        hz=session.hz,
+        duration_s=session.duration_s,
+        cpu=cpu_stacks(conn, session),
+        meta=meta,
+        offcpu=offcpu.offcpu_stacks(conn, session.id),
+    )
 
 
 def latest_gpu_ns(conn: Connection, session_id: int) -> dict[str, int]:
@@ -314,23 +439,35 @@ def latest_gpu_ns(conn: Connection, session_id: int) -> dict[str, int]:
     between the operator and the node.
     """
     out: dict[str, int] = {}
-    for q in (select(GpuActivityRow.node, func.max(GpuActivityRow.end_ns))
-              .where(GpuActivityRow.session_id == session_id).group_by(GpuActivityRow.node),
-              select(GpuMetricRow.node, func.max(GpuMetricRow.ts_ns))
-              .where(GpuMetricRow.session_id == session_id).group_by(GpuMetricRow.node)):
+    for q in (
+        select(GpuActivityRow.node, func.max(GpuActivityRow.end_ns))
+        .where(GpuActivityRow.session_id == session_id)
+        .group_by(GpuActivityRow.node),
+        select(GpuMetricRow.node, func.max(GpuMetricRow.ts_ns))
+        .where(GpuMetricRow.session_id == session_id)
+        .group_by(GpuMetricRow.node),
+    ):
         for node, ts in conn.execute(q):
             if ts is not None:
                 out[node] = max(out.get(node, 0), int(ts))
     return out
 
 
-def recent_gpu_records(conn: Connection, session_id: int, node: str, since_ns: int,
-                       ) -> tuple[list[GpuActivity], list[GpuMetricSample]]:
+def recent_gpu_records(
+    conn: Connection,
+    session_id: int,
+    node: str,
+    since_ns: int,
+) -> tuple[list[GpuActivity], list[GpuMetricSample]]:
     """One node's kernel records and NVML utilisation samples from ``since_ns`` on."""
-    acts = [a for _, a in _gpu_activity_rows(conn, session_id, stacks=False, node=node,
-                                             since_ns=since_ns)]
-    util = [m for _, m in _gpu_metric_rows(conn, session_id, "gpu_util_pct", node=node,
-                                           since_ns=since_ns)]
+    acts = [
+        a
+        for _, a in _gpu_activity_rows(conn, session_id, stacks=False, node=node, since_ns=since_ns)
+    ]
+    util = [
+        m
+        for _, m in _gpu_metric_rows(conn, session_id, "gpu_util_pct", node=node, since_ns=since_ns)
+    ]
     return acts, util
 
 
@@ -343,9 +480,11 @@ def sample_columns(conn: Connection, session: SessionInfo) -> SampleColumns | No
     the session has no CPU samples. Nodes are not told apart: a local session has one.
     """
     t = SampleRow.__table__
-    q = (select(t.c.pid, t.c.tid, t.c.thread, t.c.ts_ns, t.c.stack_id)
-         .where(t.c.session_id == session.id)
-         .order_by(t.c.pid, t.c.tid, t.c.ts_ns, t.c.id))
+    q = (
+        select(t.c.pid, t.c.tid, t.c.thread, t.c.ts_ns, t.c.stack_id)
+        .where(t.c.session_id == session.id)
+        .order_by(t.c.pid, t.c.tid, t.c.ts_ns, t.c.id)
+    )
     threads: list[ThreadSamples] = []
     stack_index: dict[int, int] = {}
     key: tuple[int, int] | None = None
@@ -366,5 +505,6 @@ def sample_columns(conn: Connection, session: SessionInfo) -> SampleColumns | No
     stacks: list[Stack] = [()] * len(stack_index)
     for stack_id, i in stack_index.items():
         stacks[i] = loaded.get(stack_id, ())
-    return SampleColumns(tuple(threads), tuple(stacks), float(session.hz),
-                         session.meta.get("cpu_source") or "bpf")
+    return SampleColumns(
+        tuple(threads), tuple(stacks), float(session.hz), session.meta.get("cpu_source") or "bpf"
+    )

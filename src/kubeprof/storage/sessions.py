@@ -20,39 +20,98 @@ from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.models import SessionRow
 
 
-def _row(name: str, *, kind: str, command: str, hz: int, host: str, started_at: datetime,
-         start_ns: int, meta: Mapping[str, str] | None) -> dict[str, Any]:
-    return {"name": name, "kind": kind, "command": command, "hz": hz, "host": host,
-            "status": "running", "started_at": started_at, "ended_at": None,
-            "start_ns": start_ns, "end_ns": 0,
-            "meta": json.dumps(dict(meta or {}), sort_keys=True)}
+def _row(
+    name: str,
+    *,
+    kind: str,
+    command: str,
+    hz: int,
+    host: str,
+    started_at: datetime,
+    start_ns: int,
+    meta: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "command": command,
+        "hz": hz,
+        "host": host,
+        "status": "running",
+        "started_at": started_at,
+        "ended_at": None,
+        "start_ns": start_ns,
+        "end_ns": 0,
+        "meta": json.dumps(dict(meta or {}), sort_keys=True),
+    }
 
 
-def create(conn: Connection, name: str, *, kind: str = "local", command: str = "", hz: int = 99,
-           start_ns: int = 0, meta: Mapping[str, str] | None = None) -> int:
+def create(
+    conn: Connection,
+    name: str,
+    *,
+    kind: str = "local",
+    command: str = "",
+    hz: int = 99,
+    start_ns: int = 0,
+    meta: Mapping[str, str] | None = None,
+) -> int:
     """A new session row; a taken name gets a numeric suffix ("run", "run-2"). Its id."""
     taken = set(conn.scalars(select(SessionRow.name).where(SessionRow.name.like(f"{name}%"))))
     final, n = name, 1
     while final in taken:
         n += 1
         final = f"{name}-{n}"
-    row = _row(final, kind=kind, command=command, hz=hz, host=socket.gethostname(),
-               started_at=datetime.now(UTC), start_ns=start_ns, meta=meta)
+    row = _row(
+        final,
+        kind=kind,
+        command=command,
+        hz=hz,
+        host=socket.gethostname(),
+        started_at=datetime.now(UTC),
+        start_ns=start_ns,
+        meta=meta,
+    )
     return int(conn.execute(insert(SessionRow).returning(SessionRow.id), [row]).scalar_one())
 
 
-def ensure(conn: Connection, name: str, *, kind: str, command: str, hz: int,
-           started_at: datetime, meta: Mapping[str, str] | None = None) -> int:
+def ensure(
+    conn: Connection,
+    name: str,
+    *,
+    kind: str,
+    command: str,
+    hz: int,
+    started_at: datetime,
+    meta: Mapping[str, str] | None = None,
+) -> int:
     """The id of the session named `name`, creating its row on first call (idempotent)."""
-    row = _row(name, kind=kind, command=command, hz=hz, host="", started_at=started_at,
-               start_ns=0, meta=meta)
-    conn.execute(dialect_insert(conn, SessionRow).values(**row)
-                 .on_conflict_do_nothing(index_elements=["name"]))
+    row = _row(
+        name,
+        kind=kind,
+        command=command,
+        hz=hz,
+        host="",
+        started_at=started_at,
+        start_ns=0,
+        meta=meta,
+    )
+    conn.execute(
+        dialect_insert(conn, SessionRow)
+        .values(**row)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
     return int(conn.execute(select(SessionRow.id).where(SessionRow.name == name)).scalar_one())
 
 
-def finish(conn: Connection, session_id: int, status: str, *, end_ns: int | None = None,
-           meta: Mapping[str, str] | None = None) -> None:
+def finish(
+    conn: Connection,
+    session_id: int,
+    status: str,
+    *,
+    end_ns: int | None = None,
+    meta: Mapping[str, str] | None = None,
+) -> None:
     """Mark a session ended with `status`; `end_ns` kept unless given; `meta` merged in."""
     values: dict[str, Any] = {"status": status, "ended_at": datetime.now(UTC)}
     if end_ns is not None:
@@ -65,22 +124,28 @@ def finish(conn: Connection, session_id: int, status: str, *, end_ns: int | None
 def mark_deleted(conn: Connection, name: str) -> bool:
     """The session named `name`, if still running, marked `deleted` (its owner removed it
     before it ended); True when a row changed. Ended sessions keep their status."""
-    res = conn.execute(update(SessionRow).where(SessionRow.name == name,
-                                                SessionRow.status == "running")
-                       .values(status="deleted", ended_at=datetime.now(UTC)))
+    res = conn.execute(
+        update(SessionRow)
+        .where(SessionRow.name == name, SessionRow.status == "running")
+        .values(status="deleted", ended_at=datetime.now(UTC))
+    )
     return bool(res.rowcount)
 
 
 def merge_meta(conn: Connection, session_id: int, meta: Mapping[str, str]) -> None:
     """Merge entries into the session's meta (later values win)."""
-    conn.execute(update(SessionRow).where(SessionRow.id == session_id)
-                 .values(meta=_merged(conn, session_id, meta)))
+    conn.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id)
+        .values(meta=_merged(conn, session_id, meta))
+    )
 
 
 def read_meta(conn: Connection, session_id: int) -> dict[str, str]:
     """The session's meta as a dict ({} for an unknown id)."""
-    return json.loads(conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id))
-                      or "{}")
+    return json.loads(
+        conn.scalar(select(SessionRow.meta).where(SessionRow.id == session_id)) or "{}"
+    )
 
 
 def _merged(conn: Connection, session_id: int, meta: Mapping[str, str]) -> str:

@@ -85,8 +85,10 @@ class Store:
         try:
             engine = create_engine(url, pool_pre_ping=True)
         except (SQLAlchemyError, ValueError) as exc:
-            raise StoreError(f"bad store URL {url!r}: {exc}; expected sqlite:///PATH "
-                             "or postgresql+psycopg://USER@HOST:PORT/DB") from exc
+            raise StoreError(
+                f"bad store URL {url!r}: {exc}; expected sqlite:///PATH "
+                "or postgresql+psycopg://USER@HOST:PORT/DB"
+            ) from exc
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
         store = cls(engine)
@@ -97,8 +99,10 @@ class Store:
             except DatabaseError as exc:  # OperationalError, or "file is not a database"
                 engine.dispose()
                 why = " ".join(str(exc.orig).split())  # one line (psycopg's span several)
-                raise StoreError(f"cannot open the store {engine.url!r}: {why}; check "
-                                 "the URL and that the database is up and writable") from exc
+                raise StoreError(
+                    f"cannot open the store {engine.url!r}: {why}; check "
+                    "the URL and that the database is up and writable"
+                ) from exc
         return store
 
     def close(self) -> None:
@@ -106,16 +110,30 @@ class Store:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def create_session(self, name: str, *, kind: str = "local", command: str = "",
-                       hz: int = 99, start_ns: int = 0,
-                       meta: Mapping[str, str] | None = None) -> int:
+    def create_session(
+        self,
+        name: str,
+        *,
+        kind: str = "local",
+        command: str = "",
+        hz: int = 99,
+        start_ns: int = 0,
+        meta: Mapping[str, str] | None = None,
+    ) -> int:
         """Create a session; a taken name gets a numeric suffix. Returns its id."""
         with self.engine.begin() as conn:
-            return sessions.create(conn, name, kind=kind, command=command, hz=hz,
-                                   start_ns=start_ns, meta=meta)
+            return sessions.create(
+                conn, name, kind=kind, command=command, hz=hz, start_ns=start_ns, meta=meta
+            )
 
-    def finish_session(self, session_id: int, *, status: str = "completed", end_ns: int = 0,
-                       meta: Mapping[str, str] | None = None) -> None:
+    def finish_session(
+        self,
+        session_id: int,
+        *,
+        status: str = "completed",
+        end_ns: int = 0,
+        meta: Mapping[str, str] | None = None,
+    ) -> None:
         """Mark a session ended; `meta` entries are merged into the stored ones."""
         with self.engine.begin() as conn:
             sessions.finish(conn, session_id, status, end_ns=end_ns, meta=meta)
@@ -128,34 +146,72 @@ class Store:
             return write_batch(conn, self.interner, session_id, batch, node=node)
 
 
-def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Batch, *,
-                node: str = "") -> int:
+def write_batch(
+    conn: Connection, interner: Interner, session_id: int, batch: Batch, *, node: str = ""
+) -> int:
     """Write `batch` on an open transaction (the ingest API adds its idempotency row to it)."""
     stacks = [s.stack for s in batch.samples] + [a.stack for a in batch.gpu_activities if a.stack]
     ids = interner.stack_ids_for(conn, stacks) if stacks else {}
     samples = [
-        {"session_id": session_id, "node": node, "ts_ns": s.ts_ns, "pid": s.pid, "tid": s.tid,
-         "cpu": s.cpu, "thread": s.thread, "stack_id": ids[stack_hash(s.stack)]}
+        {
+            "session_id": session_id,
+            "node": node,
+            "ts_ns": s.ts_ns,
+            "pid": s.pid,
+            "tid": s.tid,
+            "cpu": s.cpu,
+            "thread": s.thread,
+            "stack_id": ids[stack_hash(s.stack)],
+        }
         for s in batch.samples
     ]
     insert_rows(conn, SampleRow, samples)
-    stack_counts.add_counts(conn, stack_counts.count_rows(
-        session_id, node, ((s.ts_ns, s.pid, s.tid, s.thread, ids[stack_hash(s.stack)])
-                           for s in batch.samples)))
+    stack_counts.add_counts(
+        conn,
+        stack_counts.count_rows(
+            session_id,
+            node,
+            ((s.ts_ns, s.pid, s.tid, s.thread, ids[stack_hash(s.stack)]) for s in batch.samples),
+        ),
+    )
     activities = [
-        {"session_id": session_id, "node": node, "kind": a.kind, "name": a.name,
-         "demangled": a.demangled, "start_ns": a.start_ns, "end_ns": a.end_ns,
-         "device": a.device, "pid": a.pid, "correlation_id": a.correlation_id,
-         "stream": a.stream, "grid_x": a.grid[0], "grid_y": a.grid[1], "grid_z": a.grid[2],
-         "block_x": a.block[0], "block_y": a.block[1], "block_z": a.block[2],
-         "registers": a.registers, "shared_mem": a.shared_mem, "bytes": a.bytes,
-         "stack_id": ids[stack_hash(a.stack)] if a.stack else None}
+        {
+            "session_id": session_id,
+            "node": node,
+            "kind": a.kind,
+            "name": a.name,
+            "demangled": a.demangled,
+            "start_ns": a.start_ns,
+            "end_ns": a.end_ns,
+            "device": a.device,
+            "pid": a.pid,
+            "correlation_id": a.correlation_id,
+            "stream": a.stream,
+            "grid_x": a.grid[0],
+            "grid_y": a.grid[1],
+            "grid_z": a.grid[2],
+            "block_x": a.block[0],
+            "block_y": a.block[1],
+            "block_z": a.block[2],
+            "registers": a.registers,
+            "shared_mem": a.shared_mem,
+            "bytes": a.bytes,
+            "stack_id": ids[stack_hash(a.stack)] if a.stack else None,
+        }
         for a in batch.gpu_activities
     ]
     insert_rows(conn, GpuActivityRow, activities)
     metrics = [
-        {"session_id": session_id, "node": node, "ts_ns": m.ts_ns, "device": m.device,
-         "metric": m.metric, "value": m.value, "pid": m.pid, "correlation_id": m.correlation_id}
+        {
+            "session_id": session_id,
+            "node": node,
+            "ts_ns": m.ts_ns,
+            "device": m.device,
+            "metric": m.metric,
+            "value": m.value,
+            "pid": m.pid,
+            "correlation_id": m.correlation_id,
+        }
         for m in batch.gpu_metrics
     ]
     insert_rows(conn, GpuMetricRow, metrics)
@@ -163,8 +219,14 @@ def write_batch(conn: Connection, interner: Interner, session_id: int, batch: Ba
     _add_counters(conn, session_id, node, batch.counters)
     _upsert_tracers(conn, session_id, node, batch)
     waits = offcpu.write(conn, interner, session_id, node, batch.offcpu_samples)
-    return (len(samples) + len(activities) + len(metrics) + len(batch.processes)
-            + len(batch.gpu_tracers) + waits)
+    return (
+        len(samples)
+        + len(activities)
+        + len(metrics)
+        + len(batch.processes)
+        + len(batch.gpu_tracers)
+        + waits
+    )
 
 
 def _upsert_tracers(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
@@ -172,9 +234,15 @@ def _upsert_tracers(conn: Connection, session_id: int, node: str, batch: Batch) 
     if not batch.gpu_tracers:
         return
     rows = {
-        (t.pod_uid, t.socket): {"session_id": session_id, "node": node, "pod_uid": t.pod_uid,
-                                "socket": t.socket, "pid": t.pid, "state": t.state,
-                                "reason": t.reason}
+        (t.pod_uid, t.socket): {
+            "session_id": session_id,
+            "node": node,
+            "pod_uid": t.pod_uid,
+            "socket": t.socket,
+            "pid": t.pid,
+            "state": t.state,
+            "reason": t.reason,
+        }
         for t in batch.gpu_tracers
     }
     stmt = dialect_insert(conn, GpuTracerRow)
@@ -189,22 +257,32 @@ def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch
     if not batch.processes:
         return
     rows = {
-        p.pid: {"session_id": session_id, "node": node, "pid": p.pid, "ppid": p.ppid,
-                "name": p.name, "cmdline": p.cmdline, "container_id": p.container_id,
-                "pod_uid": p.pod_uid}
+        p.pid: {
+            "session_id": session_id,
+            "node": node,
+            "pid": p.pid,
+            "ppid": p.ppid,
+            "name": p.name,
+            "cmdline": p.cmdline,
+            "container_id": p.container_id,
+            "pod_uid": p.pod_uid,
+        }
         for p in batch.processes
     }
     stmt = dialect_insert(conn, ProcessRow)
     stmt = stmt.on_conflict_do_update(
         index_elements=["session_id", "node", "pid"],
-        set_={k: getattr(stmt.excluded, k)
-              for k in ("ppid", "name", "cmdline", "container_id", "pod_uid")},
+        set_={
+            k: getattr(stmt.excluded, k)
+            for k in ("ppid", "name", "cmdline", "container_id", "pod_uid")
+        },
     )
     conn.execute(stmt, list(rows.values()))
 
 
-def _add_counters(conn: Connection, session_id: int, node: str,
-                  counters: Mapping[str, int]) -> None:
+def _add_counters(
+    conn: Connection, session_id: int, node: str, counters: Mapping[str, int]
+) -> None:
     if not counters:
         return
     stmt = dialect_insert(conn, CounterRow)
@@ -212,8 +290,13 @@ def _add_counters(conn: Connection, session_id: int, node: str,
         index_elements=["session_id", "node", "name"],
         set_={"value": CounterRow.__table__.c.value + stmt.excluded.value},
     )
-    conn.execute(stmt, [{"session_id": session_id, "node": node, "name": k, "value": int(v)}
-                        for k, v in counters.items()])
+    conn.execute(
+        stmt,
+        [
+            {"session_id": session_id, "node": node, "name": k, "value": int(v)}
+            for k, v in counters.items()
+        ],
+    )
 
 
 def upsert_session_aggregates(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -224,6 +307,9 @@ def upsert_session_aggregates(conn: Connection, rows: Sequence[Mapping[str, Any]
     ins = dialect_insert(conn, SessionAggregateRow)
     stmt = ins.on_conflict_do_update(
         index_elements=["session_id", "scope", "key"],
-        set_={k: getattr(ins.excluded, k)
-              for k in ("samples", "gpu_idle_ratio", "detail", "computed_at")})
+        set_={
+            k: getattr(ins.excluded, k)
+            for k in ("samples", "gpu_idle_ratio", "detail", "computed_at")
+        },
+    )
     conn.execute(stmt, list(rows))

@@ -227,8 +227,11 @@ class Cluster:
                 "--controllers=*",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
-                *([f"--node-monitor-grace-period={2 * self.node_lease_s}s"]
-                  if self.node_lease_s > 40 else []),
+                *(
+                    [f"--node-monitor-grace-period={2 * self.node_lease_s}s"]
+                    if self.node_lease_s > 40
+                    else []
+                ),
                 f"--cert-dir={run / 'serving'}",
             ],
             run,

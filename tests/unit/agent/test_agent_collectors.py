@@ -30,12 +30,12 @@ def _fails(msg: str):
 
 def test_one_failing_collector_does_not_stop_the_others():
     table = {"cpu": _fails("no BPF here"), "nvml": lambda o: Built(Fake(f"nvml@{o.hz}"))}
-    out = start(["cpu", "nvml", "nope"], CollectorOptions(hz=49), factories=table,
-                fallbacks={})
+    out = start(["cpu", "nvml", "nope"], CollectorOptions(hz=49), factories=table, fallbacks={})
     assert list(out.running) == ["nvml"] and out.running["nvml"].label == "nvml@49"
     assert str(out.failed["cpu"]) == "no BPF here"
     assert isinstance(out.failed["nope"], LookupError) and "known: cpu, nvml" in str(
-        out.failed["nope"])
+        out.failed["nope"]
+    )
 
 
 def test_stand_in_runs_under_the_first_choice_name_with_a_note():
@@ -53,8 +53,10 @@ def test_failed_stand_in_keeps_the_first_cause():
 
 
 def test_env_for_the_child_is_collected_and_stop_all_stops():
-    table = {"gpu": lambda o: Built(Fake("gpu"), {"SOCK": str(o.gpu_socket)}),
-             "nvml": lambda _o: Built(Fake("nvml"))}
+    table = {
+        "gpu": lambda o: Built(Fake("gpu"), {"SOCK": str(o.gpu_socket)}),
+        "nvml": lambda _o: Built(Fake("nvml")),
+    }
     out = start(["gpu", "nvml"], CollectorOptions(gpu_socket="/tmp/s"), factories=table)
     assert out.env == {"SOCK": "/tmp/s"}
     out.stop_all()

@@ -105,8 +105,9 @@ def test_failure_while_stopping_keeps_the_rest_and_notes_it():
 def test_on_pass_batch_joins_the_pass_and_survives_a_stop():
     sink, stops = ListSink(), iter([False, True])
     hook = Batch(counters={"rescan": 1})
-    Driver({"c": Counting()}, sink).run(lambda: next(stops), on_pass=lambda: hook,
-                                        wait=lambda _s: None)
+    Driver({"c": Counting()}, sink).run(
+        lambda: next(stops), on_pass=lambda: hook, wait=lambda _s: None
+    )
     assert [b.counters.get("rescan", 0) for b in sink.batches] == [1, 1]
 
 

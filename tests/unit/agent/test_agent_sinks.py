@@ -46,8 +46,12 @@ def test_store_sink_keeps_batches_while_the_store_fails(tmp_path: Path):
 
 
 def test_store_sink_last_resort_is_a_spool_in_the_batch_codec(tmp_path: Path):
-    sink = StoreSink(FlakyStore(down=True), 9, fallback=tmp_path / "unsaved",  # type: ignore[arg-type]
-                     log=lambda _m: None)
+    sink = StoreSink(
+        FlakyStore(down=True),
+        9,
+        fallback=tmp_path / "unsaved",  # type: ignore[arg-type]
+        log=lambda _m: None,
+    )
     sink.write(_b(2))
     sink.write(Batch(processes=(ProcessInfo(7, 1, "py", "py x.py"),), counters={"c": 1}))
     sink.close()
@@ -72,8 +76,9 @@ class FakeClient:
 def _spool_sink(tmp_path: Path, spool: Spool | None = None) -> tuple[SpoolSink, FakeClient]:
     client, spool = FakeClient(), spool or Spool(tmp_path / "spool")
     shipper = Shipper(spool, client)  # type: ignore[arg-type]
-    return SpoolSink(spool, shipper, node="node-1", discovery=Discovery(tmp_path / "proc"),
-                     drain_timeout_s=1), client
+    return SpoolSink(
+        spool, shipper, node="node-1", discovery=Discovery(tmp_path / "proc"), drain_timeout_s=1
+    ), client
 
 
 def test_spool_sink_spools_encoded_batches_and_ships_them_at_close(tmp_path: Path):
@@ -117,8 +122,12 @@ def test_spool_sink_splits_a_poll_larger_than_the_ingest_takes(tmp_path: Path):
         GpuActivity("kernel", f"k{i % 7}", i * 10, i * 10 + 5, 0, 7, i, stack=deep)
         for i in range(60_000)
     )
-    big = Batch(samples=_b(25_000).samples, gpu_activities=kernels,
-                processes=(ProcessInfo(7, 1, "py", "py x.py"),), counters={"gpu_dropped": 0})
+    big = Batch(
+        samples=_b(25_000).samples,
+        gpu_activities=kernels,
+        processes=(ProcessInfo(7, 1, "py", "py x.py"),),
+        counters={"gpu_dropped": 0},
+    )
     sink, _client = _spool_sink(tmp_path)
     sink.write(big)
     pieces = [codec.decode(f.path.read_bytes())[2] for f in sink.spool.pending()]

@@ -52,9 +52,15 @@ def _stored(url: str, name: str) -> int:
 def test_command_exit_flushes_everything(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
     src = CountingSource()
-    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(0.5)"],
-                               store_url=url, sources=[src], poll_interval_s=0.05,
-                               name="exit"))
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "import time; time.sleep(0.5)"],
+            store_url=url,
+            sources=[src],
+            poll_interval_s=0.05,
+            name="exit",
+        )
+    )
     assert res.exit_code == 0 and src.stopped and src.targets
     assert "no CPU samples for PID 1: it exited at once" in res.warnings
     assert _stored(url, "exit") == src.n >= 2
@@ -63,9 +69,16 @@ def test_command_exit_flushes_everything(tmp_path):
 def test_duration_stops_the_command_and_keeps_samples(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
     src = CountingSource()
-    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(60)"],
-                               store_url=url, sources=[src], poll_interval_s=0.05,
-                               duration_s=0.4, name="dur"))
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "import time; time.sleep(60)"],
+            store_url=url,
+            sources=[src],
+            poll_interval_s=0.05,
+            duration_s=0.4,
+            name="dur",
+        )
+    )
     assert _stored(url, "dur") == src.n >= 2
     assert res.rows == src.n
 
@@ -75,8 +88,15 @@ def test_ctrl_c_keeps_samples(tmp_path):
     src = CountingSource()
     timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(60)"],
-                         store_url=url, sources=[src], poll_interval_s=0.05, name="int"))
+    record(
+        RecordOptions(
+            command=[sys.executable, "-c", "import time; time.sleep(60)"],
+            store_url=url,
+            sources=[src],
+            poll_interval_s=0.05,
+            name="int",
+        )
+    )
     store = Store.open(url)
     with store.engine.connect() as conn:
         info = q.find_session(conn, "int")
@@ -88,8 +108,14 @@ def test_ctrl_c_keeps_samples(tmp_path):
 def test_missing_command_is_a_clear_error_and_session_kept(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
     with pytest.raises(RecordError, match=r"cannot start 'no-such-cmd-kp'.*PATH"):
-        record(RecordOptions(command=["no-such-cmd-kp"], store_url=url,
-                             sources=[CountingSource()], name="missing"))
+        record(
+            RecordOptions(
+                command=["no-such-cmd-kp"],
+                store_url=url,
+                sources=[CountingSource()],
+                name="missing",
+            )
+        )
     assert _stored(url, "missing") == 1  # the stop() batch is still written
 
 
@@ -104,9 +130,16 @@ def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch)
 
     monkeypatch.setattr(Store, "write_batch", refuse)
     src, logged = CountingSource(), []
-    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(0.3)"],
-                               store_url=url, sources=[src], poll_interval_s=0.05,
-                               name="down", log=logged.append))
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "import time; time.sleep(0.3)"],
+            store_url=url,
+            sources=[src],
+            poll_interval_s=0.05,
+            name="down",
+            log=logged.append,
+        )
+    )
     kept = [w for w in res.warnings if w.startswith("the store could not be written")]
     assert len(kept) == 1 and res.rows == 0
     folder = kept[0].split("data kept in ", 1)[1].split(" ", 1)[0]
@@ -124,8 +157,14 @@ class BrokenSource(CountingSource):
 def test_a_failing_collector_is_named_and_the_others_still_stored(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
     good, bad = CountingSource(), BrokenSource()
-    res = record(RecordOptions(command=[sys.executable, "-c", "import time; time.sleep(0.4)"],
-                               store_url=url, sources=[good, bad], poll_interval_s=0.05,
-                               name="iso"))
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "import time; time.sleep(0.4)"],
+            store_url=url,
+            sources=[good, bad],
+            poll_interval_s=0.05,
+            name="iso",
+        )
+    )
     assert any("BrokenSource" in w and "ring buffer gone" in w for w in res.warnings)
     assert bad.stopped and _stored(url, "iso") == good.n + 1 >= 3

@@ -7,8 +7,10 @@ CID = "4f1c2a7e9b" * 6 + "abcd"
 
 
 def test_systemd_driver_besteffort():
-    path = ("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
-            f"{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope")
+    path = (
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+        f"{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope"
+    )
     ref = parse_path(path)
     assert ref is not None and (ref.pod_uid, ref.container_id) == (UID, CID)
 
@@ -39,18 +41,27 @@ def test_relative_path_seen_from_a_private_cgroup_namespace():
 
 
 def test_not_a_pod():
-    for p in ("/", "/system.slice/sshd.service", "/user.slice/user-0.slice",
-              "/kubepods.slice", "/kubepods/besteffort/podnot-a-uid/x"):
+    for p in (
+        "/",
+        "/system.slice/sshd.service",
+        "/user.slice/user-0.slice",
+        "/kubepods.slice",
+        "/kubepods/besteffort/podnot-a-uid/x",
+    ):
         assert parse_path(p) is None
 
 
 def test_proc_cgroup_v2_and_hybrid_prefer_unified():
     esc = UID.replace("-", "_")
-    v2 = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{esc}.slice/" \
-         f"cri-containerd-{CID}.scope\n"
+    v2 = (
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{esc}.slice/"
+        f"cri-containerd-{CID}.scope\n"
+    )
     assert parse_proc_cgroup(v2).container_id == CID
-    v1 = (f"12:memory:/kubepods/burstable/pod{UID}/{CID}\n"
-          f"11:cpu,cpuacct:/kubepods/burstable/pod{UID}/{CID}\n0::/\n")
+    v1 = (
+        f"12:memory:/kubepods/burstable/pod{UID}/{CID}\n"
+        f"11:cpu,cpuacct:/kubepods/burstable/pod{UID}/{CID}\n0::/\n"
+    )
     assert parse_proc_cgroup(v1).pod_uid == UID
     assert parse_proc_cgroup("0::/init.scope\n1:name=systemd:/\n") is None
 

@@ -22,8 +22,10 @@ def _proc(root: Path, pid: int, comm: str, cgroup: str, ppid: int = 1) -> None:
 
 
 def _cg(uid: str, cid: str) -> str:
-    return (f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
-            f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n")
+    return (
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+        f"{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope\n"
+    )
 
 
 def test_scan_finds_only_target_pods_and_reports_new_once(tmp_path: Path):
@@ -34,7 +36,8 @@ def test_scan_finds_only_target_pods_and_reports_new_once(tmp_path: Path):
     d = Discovery(tmp_path)
     found = d.scan([UID_A])
     assert [(p.pid, p.name, p.pod_uid, p.container_id, p.ppid) for p in found] == [
-        (100, "python (w1)", UID_A, "a" * 64, 1)]
+        (100, "python (w1)", UID_A, "a" * 64, 1)
+    ]
     assert found[0].cmdline == "python (w1) --flag"
     assert d.scan([UID_A]) == []
     _proc(tmp_path, 101, "worker", _cg(UID_A, "a" * 64), ppid=100)
@@ -51,8 +54,12 @@ class FakeClient:
         self.pods, self.phase, self.bodies = pods, phase, []
 
     def targets(self, node: str) -> Answer:
-        return Answer(Outcome.STORED, 200, "", {"phase": self.phase, "endTime": 123.0,
-                                                "pods": [{"uid": u} for u in self.pods]})
+        return Answer(
+            Outcome.STORED,
+            200,
+            "",
+            {"phase": self.phase, "endTime": 123.0, "pods": [{"uid": u} for u in self.pods]},
+        )
 
     def post_batch(self, body: bytes, batch_id: str) -> Answer:
         self.bodies.append(body)
@@ -77,8 +84,13 @@ def test_agent_pass_attaches_and_stamps_pod_identity(tmp_path: Path):
     proc = tmp_path / "proc"
     _proc(proc, 100, "python", _cg(UID_A, "c" * 64))
     col = FakeCollector()
-    agent = NodeAgent(AgentConfig("node-1", "ns", "s"), FakeClient([UID_A]),
-                      Spool(tmp_path / "spool"), {"cpu": col}, Discovery(proc))
+    agent = NodeAgent(
+        AgentConfig("node-1", "ns", "s"),
+        FakeClient([UID_A]),
+        Spool(tmp_path / "spool"),
+        {"cpu": col},
+        Discovery(proc),
+    )
     agent.refresh_targets()
     assert agent.targets == {UID_A} and agent.config.end_time == 123.0
     agent.attach_new()
@@ -90,9 +102,13 @@ def test_agent_pass_attaches_and_stamps_pod_identity(tmp_path: Path):
 
 def test_agent_stops_when_session_leaves_running(tmp_path: Path):
     client = FakeClient([UID_A], phase="Aggregating")
-    agent = NodeAgent(AgentConfig("n", "ns", "s", end_time=None, drain_timeout_s=1),
-                      client, Spool(tmp_path / "spool"), {"cpu": FakeCollector()},
-                      Discovery(tmp_path / "proc"))
+    agent = NodeAgent(
+        AgentConfig("n", "ns", "s", end_time=None, drain_timeout_s=1),
+        client,
+        Spool(tmp_path / "spool"),
+        {"cpu": FakeCollector()},
+        Discovery(tmp_path / "proc"),
+    )
     agent.refresh_targets()
     assert agent.should_stop()
 
@@ -108,10 +124,15 @@ def test_gpu_processes_are_described_once_with_their_pod(tmp_path: Path):
 
     proc = tmp_path / "proc"
     _proc(proc, 500, "trainer", _cg(UID_B, "d" * 64))
-    agent = NodeAgent(AgentConfig("n", "ns", "s"), FakeClient([]), Spool(tmp_path / "spool"),
-                      {}, Discovery(proc))
-    b = Batch(gpu_metrics=(GpuMetricSample(1, 0, "sm_util", 50.0, pid=500),
-                           GpuMetricSample(1, 0, "gpu_util_pct", 50.0)))
+    agent = NodeAgent(
+        AgentConfig("n", "ns", "s"), FakeClient([]), Spool(tmp_path / "spool"), {}, Discovery(proc)
+    )
+    b = Batch(
+        gpu_metrics=(
+            GpuMetricSample(1, 0, "sm_util", 50.0, pid=500),
+            GpuMetricSample(1, 0, "gpu_util_pct", 50.0),
+        )
+    )
     first = agent.sink.enrich(b)
     assert [(p.pid, p.pod_uid) for p in first.processes] == [(500, UID_B)]
     assert agent.sink.enrich(b).processes == ()
@@ -128,10 +149,22 @@ def test_run_until_end_time_then_drain_everything(tmp_path: Path):
         now[0] += 0.5
         return now[0]
 
-    agent = NodeAgent(AgentConfig("n", "ns", "s", poll_interval_s=0.001, rescan_interval_s=0,
-                                  end_time=1003.0, static_targets=(UID_A,)),
-                      client, Spool(tmp_path / "spool"), {"cpu": col}, Discovery(proc),
-                      clock=clock)
+    agent = NodeAgent(
+        AgentConfig(
+            "n",
+            "ns",
+            "s",
+            poll_interval_s=0.001,
+            rescan_interval_s=0,
+            end_time=1003.0,
+            static_targets=(UID_A,),
+        ),
+        client,
+        Spool(tmp_path / "spool"),
+        {"cpu": col},
+        Discovery(proc),
+        clock=clock,
+    )
     assert agent.run() == 0
     assert col.targets == [100] and agent.batches >= 2
     assert agent.spool.pending() == [] and len(client.bodies) == agent.batches

@@ -22,8 +22,12 @@ class FakeClient:
     def post_batch(self, body: bytes, batch_id: str) -> Answer:
         status = self.script.pop(0) if self.script else 200
         self.posted.append(batch_id)
-        return Answer(classify(status) if status else Outcome.RETRY, status, "",
-                      {"rows": 1, "duplicate": status == 200 and batch_id in self.posted[:-1]})
+        return Answer(
+            classify(status) if status else Outcome.RETRY,
+            status,
+            "",
+            {"rows": 1, "duplicate": status == 200 and batch_id in self.posted[:-1]},
+        )
 
 
 def test_spool_orders_and_survives_restart(tmp_path: Path):
@@ -118,8 +122,7 @@ def test_foreign_entries_are_quarantined_and_start_does_not_crash(tmp_path: Path
     sh = Shipper(s, FakeClient([]))
     assert sh.ship_once()
     q = sorted(p.name for p in (tmp_path / QUARANTINE).iterdir())
-    assert q == [f"000000000003-junk{SUFFIX}", f"000000000007-dir{SUFFIX}",
-                 f"notanumber-x{SUFFIX}"]
+    assert q == [f"000000000003-junk{SUFFIX}", f"000000000007-dir{SUFFIX}", f"notanumber-x{SUFFIX}"]
     assert sh.client.posted == ["good"] and s.quarantined == 3 and s.pending() == []
 
 

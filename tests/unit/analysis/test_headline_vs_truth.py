@@ -58,13 +58,23 @@ def test_compute_bound_loop_is_neither_starved_nor_launch_bound():
     assert "compute-bound by GPM" in kb.message
 
 
-@pytest.mark.parametrize("mode", [
-    pytest.param("half", marks=pytest.mark.xfail(strict=True, reason=(
-        "known defect in the recording: py-spy samples of the main thread keep one stale "
-        "stack for ~1 s into the loop (tests/fixtures/gpu/truth/README.md), so 55 % of the "
-        "idle-time samples land on main:278 instead of cpu_step"))),
-    "starved",
-])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param(
+            "half",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason=(
+                    "known defect in the recording: py-spy samples of the main thread keep one "
+                    "stale stack for ~1 s into the loop (tests/fixtures/gpu/truth/README.md), so "
+                    "55 % of the idle-time samples land on main:278 instead of cpu_step"
+                ),
+            ),
+        ),
+        "starved",
+    ],
+)
 def test_starved_names_the_host_function(mode):
     truth, r = run(mode)
     f = next(f for f in r.findings if f.kind is Kind.GPU_STARVED)

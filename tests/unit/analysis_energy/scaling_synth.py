@@ -45,8 +45,7 @@ class SynthRun:
         for s in range(self.steps):
             t = self.loop_start + s * self.step_ns
             out.append(GpuActivity("kernel", "fwd_gemm", t, t + fwd, 0, 100, 2 * s))
-            out.append(GpuActivity("kernel", "bwd_gemm", t + fwd, t + fwd + bwd, 0, 100,
-                                   2 * s + 1))
+            out.append(GpuActivity("kernel", "bwd_gemm", t + fwd, t + fwd + bwd, 0, 100, 2 * s + 1))
         return out
 
     def gpm_metrics(self) -> list[GpuMetricSample]:
@@ -57,8 +56,7 @@ class SynthRun:
         for ts in range(self.start_ns, self.end_ns, 100 * MS):
             in_loop = self.loop_start <= ts
             out.append(GpuMetricSample(ts, 0, "gpm_dram_bw_pct", dram if in_loop else 1.0))
-            out.append(GpuMetricSample(ts, 0, "gpm_tensor_active_pct",
-                                       tensor if in_loop else 0.0))
+            out.append(GpuMetricSample(ts, 0, "gpm_tensor_active_pct", tensor if in_loop else 0.0))
             out.append(GpuMetricSample(ts, 0, "gpm_sm_active_pct", 90.0 if in_loop else 0.0))
         return out
 
@@ -74,11 +72,16 @@ def energy_metrics(start_ns: int, seconds: int, watts: float) -> list[GpuMetricS
 
 
 def cpu_samples(start_ns: int, n: int) -> tuple[CpuSample, ...]:
-    return tuple(CpuSample(start_ns + i * 1000, 100, 100, "python", 0, (STEP_FRAME,))
-                 for i in range(n))
+    return tuple(
+        CpuSample(start_ns + i * 1000, 100, 100, "python", 0, (STEP_FRAME,)) for i in range(n)
+    )
 
 
-def batch_of(run: SynthRun, *, extra: tuple[GpuMetricSample, ...] = (),
-             samples: tuple[CpuSample, ...] = ()) -> Batch:
-    return Batch(samples=samples, gpu_activities=tuple(run.activities()),
-                 gpu_metrics=tuple(run.gpm_metrics()) + extra)
+def batch_of(
+    run: SynthRun, *, extra: tuple[GpuMetricSample, ...] = (), samples: tuple[CpuSample, ...] = ()
+) -> Batch:
+    return Batch(
+        samples=samples,
+        gpu_activities=tuple(run.activities()),
+        gpu_metrics=tuple(run.gpm_metrics()) + extra,
+    )

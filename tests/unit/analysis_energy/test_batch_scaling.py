@@ -23,11 +23,18 @@ KNEE = {
 }
 
 
-def run_of(s: SynthRun, name: str | None = None, labels: dict[str, str] | None = None,
-           *, gpm: bool = True) -> Run:
+def run_of(
+    s: SynthRun, name: str | None = None, labels: dict[str, str] | None = None, *, gpm: bool = True
+) -> Run:
     labels = {"batch_size": str(s.batch)} if labels is None else labels
-    return run_from_records(name or f"bs{s.batch}", labels, s.activities(),
-                            s.gpm_metrics() if gpm else [], s.start_ns, s.end_ns)
+    return run_from_records(
+        name or f"bs{s.batch}",
+        labels,
+        s.activities(),
+        s.gpm_metrics() if gpm else [],
+        s.start_ns,
+        s.end_ns,
+    )
 
 
 def test_run_figures_come_from_the_kernel_rhythm_and_the_steady_state():
@@ -47,10 +54,12 @@ def test_knee_and_plateau_found_where_built():
     assert s.compute_bound_from == 64
     assert s.bound_basis == "GPM tensor vs DRAM"
     assert s.plateau_from == 128
-    assert s.verdicts[0] == ("compute-bound from batch 64 (tensor 40 %, DRAM 35 %; at 32: "
-                             "tensor 15 %, DRAM 30 %)")
-    assert s.verdicts[1].startswith("throughput stops improving at batch 128: 1.28e+04 "
-                                    "samples/s, 1.28e+04 at 512")
+    assert s.verdicts[0] == (
+        "compute-bound from batch 64 (tensor 40 %, DRAM 35 %; at 32: tensor 15 %, DRAM 30 %)"
+    )
+    assert s.verdicts[1].startswith(
+        "throughput stops improving at batch 128: 1.28e+04 samples/s, 1.28e+04 at 512"
+    )
     gains = {(a, b): g for a, b, g in s.gains}
     assert gains[(16, 32)] == pytest.approx(1.0, rel=1e-6)  # doubling the batch doubles it
     assert abs(gains[(128, 256)]) < 1e-6
@@ -58,18 +67,22 @@ def test_knee_and_plateau_found_where_built():
 
 
 def test_plateau_needs_every_later_doubling_below_five_percent():
-    runs = [Run(f"r{b}", b, sps / b, "given", 0.9, 20.0, 50.0)  # samples/s given
-            for b, sps in ((8, 100.0), (16, 103.0), (32, 200.0), (64, 204.0))]
+    runs = [
+        Run(f"r{b}", b, sps / b, "given", 0.9, 20.0, 50.0)  # samples/s given
+        for b, sps in ((8, 100.0), (16, 103.0), (32, 200.0), (64, 204.0))
+    ]
     s = analyse(runs)
     assert s.plateau_from == 32  # 8 -> 16 gained 3 %, but 16 -> 32 doubled again
 
 
 def test_gains_between_batches_further_apart_are_scaled_to_a_doubling():
-    runs = [Run("a", 16, 100.0 / 16, "given", 0.9, 20.0, 50.0),
-            Run("b", 64, 200.0 / 64, "given", 0.9, 20.0, 50.0),
-            Run("c", 256, 216.0 / 256, "given", 0.9, 20.0, 50.0)]  # x1.08 over two doublings
+    runs = [
+        Run("a", 16, 100.0 / 16, "given", 0.9, 20.0, 50.0),
+        Run("b", 64, 200.0 / 64, "given", 0.9, 20.0, 50.0),
+        Run("c", 256, 216.0 / 256, "given", 0.9, 20.0, 50.0),
+    ]  # x1.08 over two doublings
     s = analyse(runs)
-    assert s.gains[1][2] == pytest.approx(1.08 ** 0.5 - 1)  # 3.9 % per doubling
+    assert s.gains[1][2] == pytest.approx(1.08**0.5 - 1)  # 3.9 % per doubling
     assert s.plateau_from == 64
 
 
@@ -77,8 +90,9 @@ def test_still_improving_is_not_called_a_plateau():
     runs = [run_of(KNEE[b]) for b in (16, 32, 64)]
     s = analyse(runs)
     assert s.plateau_from is None
-    assert s.verdicts[1].startswith("throughput still improves at the largest batch measured: "
-                                    "32 -> 64 gains 100 % per doubling")
+    assert s.verdicts[1].startswith(
+        "throughput still improves at the largest batch measured: 32 -> 64 gains 100 % per doubling"
+    )
 
 
 def test_already_compute_bound_at_the_smallest_batch_says_so():
@@ -99,9 +113,11 @@ def test_never_compute_bound_is_not_claimed():
 def test_too_few_sessions_claim_nothing():
     s = analyse([run_of(KNEE[32]), run_of(KNEE[64])])
     assert s.compute_bound_from is None and s.plateau_from is None and s.gains == ()
-    assert s.verdicts == ("no verdict: 2 batch size(s) with throughput; at least 3 are needed "
-                          "(record the workload at more batch sizes, each with "
-                          "--label batch_size=N)",)
+    assert s.verdicts == (
+        "no verdict: 2 batch size(s) with throughput; at least 3 are needed "
+        "(record the workload at more batch sizes, each with "
+        "--label batch_size=N)",
+    )
 
 
 def test_repeated_batch_size_does_not_count_twice():
@@ -113,8 +129,9 @@ def test_without_gpm_only_saturation_is_claimed_and_the_gap_is_named():
     s = analyse([run_of(x, gpm=False) for x in KNEE.values()])
     assert s.bound_basis == "GPU busy (saturation only)"
     assert s.compute_bound_from == 128  # busy >= 95 % from 128
-    assert s.verdicts[0].startswith("GPU-saturated from batch 128 (GPU busy 97 %; at 64: "
-                                    "GPU busy 60 %)")
+    assert s.verdicts[0].startswith(
+        "GPU-saturated from batch 128 (GPU busy 97 %; at 64: GPU busy 60 %)"
+    )
     assert "compute- vs memory-bound is not known" in s.verdicts[0]
     assert not any(v.startswith("compute-bound from") for v in s.verdicts)
     assert len(s.missing) == len(KNEE)
@@ -126,8 +143,10 @@ def test_one_run_without_gpm_means_no_gpm_verdict():
     runs = [run_of(KNEE[b]) for b in (16, 32)] + [run_of(KNEE[64], gpm=False)]
     s = analyse(runs)
     assert s.bound_basis == "GPU busy (saturation only)"
-    assert s.missing == ("bs64: no GPM DRAM/tensor counters (NVML GPM needs a Hopper-class GPU "
-                         "or newer, sampled during the steady state)",)
+    assert s.missing == (
+        "bs64: no GPM DRAM/tensor counters (NVML GPM needs a Hopper-class GPU "
+        "or newer, sampled during the steady state)",
+    )
 
 
 def test_no_batch_label_or_no_kernels_is_named_and_left_out():

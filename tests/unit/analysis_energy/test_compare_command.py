@@ -28,8 +28,14 @@ def write_session(store: Store, run: SynthRun, *, watts: float, meta: dict[str, 
     name = f"bs{run.batch}"
     sid = store.create_session(name, hz=100, start_ns=run.start_ns, meta=meta)
     seconds = int((run.end_ns - run.start_ns) // S)
-    store.write_batch(sid, batch_of(run, extra=tuple(energy_metrics(run.start_ns, seconds, watts)),
-                                    samples=cpu_samples(run.start_ns, 100 * seconds)))
+    store.write_batch(
+        sid,
+        batch_of(
+            run,
+            extra=tuple(energy_metrics(run.start_ns, seconds, watts)),
+            samples=cpu_samples(run.start_ns, 100 * seconds),
+        ),
+    )
     store.finish_session(sid, end_ns=run.start_ns + seconds * S)
     return name
 
@@ -42,9 +48,15 @@ def store_url(tmp_path: Path) -> str:
 def fill(store_url: str, meta: dict[str, str]) -> list[str]:
     store = Store.open(store_url)
     try:
-        return [write_session(store, r, watts=100.0 + r.batch,
-                              meta={**meta, **compare.labels_meta([f"batch_size={r.batch}"])})
-                for r in RUNS]
+        return [
+            write_session(
+                store,
+                r,
+                watts=100.0 + r.batch,
+                meta={**meta, **compare.labels_meta([f"batch_size={r.batch}"])},
+            )
+            for r in RUNS
+        ]
     finally:
         store.close()
 
@@ -60,29 +72,45 @@ def test_compare_prints_table_verdicts_and_energy(store_url):
     rc, text = run_compare(names, store_url)
     assert rc == 0, text
     lines = text.splitlines()
-    assert lines[0].split() == ["SESSION", "BATCH", "STEPS/S", "SAMPLES/S", "GPU", "BUSY",
-                                "DRAM", "%", "TENSOR", "%", "J/SAMPLE"]
+    assert lines[0].split() == [
+        "SESSION",
+        "BATCH",
+        "STEPS/S",
+        "SAMPLES/S",
+        "GPU",
+        "BUSY",
+        "DRAM",
+        "%",
+        "TENSOR",
+        "%",
+        "J/SAMPLE",
+    ]
     rows = {line.split()[0]: line.split() for line in lines[1:5]}
-        # bs64: 100 steps/s x 64 = 6400 samples/s; mean power: GPU 164 W (counter) + CPU + memory
+    # bs64: 100 steps/s x 64 = 6400 samples/s; mean power: GPU 164 W (counter) + CPU + memory
     #   CPU: 100 samples/s of one thread at 100 Hz = 1 CPU-s per s over 8 vCPU = 0.125 util.
     #        8 x (0.74 + 0.125 x 2.76) = 8.68 W;  memory: 32 x 0.392 = 12.544 W
     #   (164 + 8.68 + 12.544) W x PUE 1.135 / 6400 samples/s = 0.03285 J/sample
     assert rows["bs64"][1:8] == ["64", "100", "6400", "60%", "35", "40", "0.0328"]
     assert rows["bs128"][1:4] == ["128", "100", "1.28e+04"]
     assert rows["bs256"][1:4] == ["256", "50", "1.28e+04"]
-    assert "  compute-bound from batch 64 (tensor 40 %, DRAM 35 %; at 32: tensor 15 %, DRAM 30 %)" \
+    assert (
+        "  compute-bound from batch 64 (tensor 40 %, DRAM 35 %; at 32: tensor 15 %, DRAM 30 %)"
         in lines
+    )
     assert any(x.startswith("  throughput stops improving at batch 128") for x in lines)
-    assert "J/SAMPLE = mean power (GPU measured + CCF CPU and memory) x PUE / samples per s" \
-        in lines
+    assert (
+        "J/SAMPLE = mean power (GPU measured + CCF CPU and memory) x PUE / samples per s" in lines
+    )
     assert "  lowest energy per sample: bs128 (0.0221 J/sample)" in lines
     assert "missing signals:" not in lines
     energy_at = lines.index("energy (Cloud Carbon Footprint method):")
     assert lines[energy_at + 1].startswith("  bs32: ")
     assert "g CO2e" in lines[energy_at + 1]
     # bs32 lasts 1 s start-up + 3 s of steps + 0.2 s, stored as 4 s: counter read at 0, 2, 4 s
-    assert lines[energy_at + 2] == ("    GPU 0: 528.0 J measured (NVML energy counter, 3 readings "
-                                    "over 4.0 s of the session's 4.0 s, mean 132.0 W)")
+    assert lines[energy_at + 2] == (
+        "    GPU 0: 528.0 J measured (NVML energy counter, 3 readings "
+        "over 4.0 s of the session's 4.0 s, mean 132.0 W)"
+    )
 
 
 def test_compare_without_carbon_settings_shows_gpu_only_energy(store_url):
@@ -115,16 +143,17 @@ def test_compare_names_what_is_missing(store_url):
 
 
 def test_unknown_session_and_unknown_region_are_user_errors(store_url, capsys):
-    names = fill(store_url, {**MACHINE, "carbon:cloudProvider": "aws",
-                             "carbon:region": "moon-1"})
+    names = fill(store_url, {**MACHINE, "carbon:cloudProvider": "aws", "carbon:region": "moon-1"})
     rc, text = run_compare(["no-such-session"], store_url)
     assert rc == 2 and text == ""
     assert "no session named 'no-such-session'" in capsys.readouterr().err
     rc, _ = run_compare(names, store_url)
     assert rc == 2
     err = capsys.readouterr().err
-    assert err.startswith("kubeprof compare: carbon.region: no CCF grid emission factor for aws "
-                          "region 'moon-1'; known aws regions: af-south-1,")
+    assert err.startswith(
+        "kubeprof compare: carbon.region: no CCF grid emission factor for aws "
+        "region 'moon-1'; known aws regions: af-south-1,"
+    )
     assert run_compare([], store_url)[0] == 2
 
 
@@ -132,11 +161,16 @@ def test_labels_parse_to_meta_entries():
     assert compare.parse_label("batch_size=64") == ("batch_size", "64")
     assert compare.parse_label("note=a=b") == ("note", "a=b")
     assert compare.labels_meta(["batch_size=64", "model=resnet50"]) == {
-        "label:batch_size": "64", "label:model": "resnet50"}
-    assert compare.session_labels({"label:batch_size": "64", "cpu": "True"}) == {
-        "batch_size": "64"}
-    for bad, why in (("batch_size", "expected KEY=VALUE"), ("=64", "KEY must start"),
-                     ("9x=1", "KEY must start"), ("batch_size=", "VALUE must be 1 to 256")):
+        "label:batch_size": "64",
+        "label:model": "resnet50",
+    }
+    assert compare.session_labels({"label:batch_size": "64", "cpu": "True"}) == {"batch_size": "64"}
+    for bad, why in (
+        ("batch_size", "expected KEY=VALUE"),
+        ("=64", "KEY must start"),
+        ("9x=1", "KEY must start"),
+        ("batch_size=", "VALUE must be 1 to 256"),
+    ):
         with pytest.raises(compare.LabelError, match=why):
             compare.parse_label(bad)
     with pytest.raises(ValueError, match="--label batch_size given twice"):

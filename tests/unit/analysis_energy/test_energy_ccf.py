@@ -23,10 +23,14 @@ def m(ts_s: float, device: int, metric: str, value: float, pid: int = 0) -> GpuM
 # power readings at 350 W (2100 J) that must be ignored because the counter is there.
 # GPU 1: no counter; power 100 W at 0 s, 200 W at 1 s and 3 s -> 150 J + 400 J = 550 J.
 TRACE = [
-    m(0, 0, "energy_mj", 1_000_000), m(2, 0, "energy_mj", 1_600_000),
-    m(4, 0, "energy_mj", 2_200_000), m(6, 0, "energy_mj", 2_800_000),
+    m(0, 0, "energy_mj", 1_000_000),
+    m(2, 0, "energy_mj", 1_600_000),
+    m(4, 0, "energy_mj", 2_200_000),
+    m(6, 0, "energy_mj", 2_800_000),
     *(m(t, 0, "power_mw", 350_000) for t in range(7)),
-    m(0, 1, "power_mw", 100_000), m(1, 1, "power_mw", 200_000), m(3, 1, "power_mw", 200_000),
+    m(0, 1, "power_mw", 100_000),
+    m(1, 1, "power_mw", 200_000),
+    m(3, 1, "power_mw", 200_000),
     m(1, 1, "energy_mj", 9e9, pid=123),  # a per-process row: not a device reading
     m(1, 0, "gpu_util_pct", 100.0),
 ]
@@ -44,15 +48,18 @@ def test_counter_difference_is_used_and_power_integrated_only_without_counter():
 
 
 def test_single_counter_reading_falls_back_to_power():
-    trace = [m(0, 0, "energy_mj", 5e6), m(0, 0, "power_mw", 200_000),
-             m(2, 0, "power_mw", 200_000)]
+    trace = [m(0, 0, "energy_mj", 5e6), m(0, 0, "power_mw", 200_000), m(2, 0, "power_mw", 200_000)]
     (g,) = energy.gpu_energy({"": trace})
     assert g.method == energy.POWER and g.joules == pytest.approx(400.0)
 
 
 def test_counter_reset_loses_the_interval_instead_of_going_negative():
-    trace = [m(0, 0, "energy_mj", 10_000), m(1, 0, "energy_mj", 110_000),
-             m(2, 0, "energy_mj", 5_000), m(3, 0, "energy_mj", 105_000)]
+    trace = [
+        m(0, 0, "energy_mj", 10_000),
+        m(1, 0, "energy_mj", 110_000),
+        m(2, 0, "energy_mj", 5_000),
+        m(3, 0, "energy_mj", 105_000),
+    ]
     (g,) = energy.gpu_energy({"": trace})
     assert g.joules == pytest.approx(200.0)  # 100 J + (reset: 0) + 100 J
 
@@ -61,7 +68,9 @@ def test_nodes_keep_their_devices_apart():
     trace = [m(0, 0, "energy_mj", 0), m(2, 0, "energy_mj", 100_000)]
     gpus = energy.gpu_energy({"node-a": trace, "node-b": trace})
     assert [(g.node, g.device, g.joules) for g in gpus] == [
-        ("node-a", 0, pytest.approx(100.0)), ("node-b", 0, pytest.approx(100.0))]
+        ("node-a", 0, pytest.approx(100.0)),
+        ("node-b", 0, pytest.approx(100.0)),
+    ]
 
 
 def test_golden_session_estimate_aws_us_east_1():
@@ -70,8 +79,9 @@ def test_golden_session_estimate_aws_us_east_1():
     assert coeffs.memory_kwh_per_gb_hour == 0.000392
     assert coeffs.pue == 1.135 and coeffs.pue_basis == "CCF aws average"
     assert coeffs.t_co2e_per_kwh == 0.000379069  # NERC SERC, eGRID2020
-    e = energy.estimate({"": TRACE}, wall_s=10.0, cpu_samples=2000, hz=100, vcpus=8,
-                        memory_gb=32.0, coeffs=coeffs)
+    e = energy.estimate(
+        {"": TRACE}, wall_s=10.0, cpu_samples=2000, hz=100, vcpus=8, memory_gb=32.0, coeffs=coeffs
+    )
     # CPU: 2000 samples / 100 Hz = 20 CPU-s; 20 / 10 s / 8 vCPU = 0.25 utilisation;
     # 8 x (0.74 + 0.25 x (3.5 - 0.74)) = 8 x 1.43 = 11.44 W; x 10 s = 114.4 J
     assert e.cpu is not None
@@ -96,8 +106,9 @@ def test_golden_session_estimate_aws_us_east_1():
 
 
 def test_cpu_utilisation_is_capped_at_one():
-    c = energy.CpuEnergy(vcpus=2, wall_s=1.0, samples=1000, hz=100, min_watts_per_vcpu=1.0,
-                         max_watts_per_vcpu=3.0)
+    c = energy.CpuEnergy(
+        vcpus=2, wall_s=1.0, samples=1000, hz=100, min_watts_per_vcpu=1.0, max_watts_per_vcpu=3.0
+    )
     assert c.utilisation == 1.0 and c.watts == pytest.approx(6.0)
 
 
@@ -128,8 +139,11 @@ def test_unknown_region_names_the_field_and_the_known_regions():
 
 
 def test_unknown_provider_names_the_field_and_the_known_providers():
-    with pytest.raises(CarbonError, match=r"^carbon\.cloudProvider: no CCF coefficients for "
-                       r"'onprem'; known providers: aws, azure, gcp$"):
+    with pytest.raises(
+        CarbonError,
+        match=r"^carbon\.cloudProvider: no CCF coefficients for "
+        r"'onprem'; known providers: aws, azure, gcp$",
+    ):
         energy.coefficients(CarbonSettings("onprem", "dc-1"))
 
 
@@ -147,8 +161,9 @@ def test_settings_from_session_meta_as_the_operator_stores_them():
 
 
 def test_without_provider_only_measured_gpu_energy_and_it_says_so():
-    e = energy.estimate({"": TRACE}, wall_s=10.0, cpu_samples=2000, hz=100, vcpus=8,
-                        memory_gb=32.0, coeffs=None)
+    e = energy.estimate(
+        {"": TRACE}, wall_s=10.0, cpu_samples=2000, hz=100, vcpus=8, memory_gb=32.0, coeffs=None
+    )
     assert e.it_joules == pytest.approx(2350.0)
     assert e.facility_kwh is None and e.co2e_g is None and e.cpu is None
     assert any("no cloud provider and region" in x for x in e.missing)
@@ -157,8 +172,9 @@ def test_without_provider_only_measured_gpu_energy_and_it_says_so():
 
 def test_missing_gpu_readings_and_machine_size_are_named():
     coeffs = energy.coefficients(CarbonSettings("aws", "eu-north-1"))
-    e = energy.estimate({}, wall_s=5.0, cpu_samples=0, hz=99, vcpus=None, memory_gb=None,
-                        coeffs=coeffs)
+    e = energy.estimate(
+        {}, wall_s=5.0, cpu_samples=0, hz=99, vcpus=None, memory_gb=None, coeffs=coeffs
+    )
     assert e.gpus == () and e.cpu is None and e.memory is None
     assert len(e.missing) == 3
     assert e.missing[0].startswith("GPU: no NVML energy-counter or power readings")
@@ -182,7 +198,8 @@ def test_coefficient_file_cites_a_source_for_every_value():
         for region, row in factors["regions"].items():
             assert 0 <= row["t_co2e_per_kwh"] < 0.002, (name, region)
     assert table["providers"]["aws"]["emission_factors"]["regions"]["eu-north-1"] == {
-        "t_co2e_per_kwh": 0.0000088}
+        "t_co2e_per_kwh": 0.0000088
+    }
     assert energy.load_table() == table
 
 

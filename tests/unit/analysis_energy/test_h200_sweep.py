@@ -33,13 +33,20 @@ def test_sweep_turns_compute_bound_and_plateaus_at_batch_128():
 def test_sweep_energy_matches_the_compare_output():
     by_name = {s["run"]["name"]: s for s in _sessions()}
     s = by_name["bs64"]
-    metrics = {node: [GpuMetricSample(int(ts), int(dev), metric, float(v))
-                      for ts, dev, metric, v in rows]
-               for node, rows in s["energy_metrics"].items()}
+    metrics = {
+        node: [GpuMetricSample(int(ts), int(dev), metric, float(v)) for ts, dev, metric, v in rows]
+        for node, rows in s["energy_metrics"].items()
+    }
     coeffs = energy.coefficients(energy.settings_from_meta(s["meta"]))
-    est = energy.estimate(metrics, wall_s=s["wall_s"], cpu_samples=s["cpu_samples"],
-                          hz=s["hz"], vcpus=int(s["meta"]["host:vcpus"]),
-                          memory_gb=float(s["meta"]["host:memory_gb"]), coeffs=coeffs)
+    est = energy.estimate(
+        metrics,
+        wall_s=s["wall_s"],
+        cpu_samples=s["cpu_samples"],
+        hz=s["hz"],
+        vcpus=int(s["meta"]["host:vcpus"]),
+        memory_gb=float(s["meta"]["host:memory_gb"]),
+        coeffs=coeffs,
+    )
     assert est.gpus and est.gpus[0].method == energy.COUNTER
     assert f"{est.facility_kwh:.6f}" == "0.000774"  # compare.txt: "bs64: 0.000774 kWh"
     assert "bs64: 0.000774 kWh, 0.293 g CO2e" in (SWEEP / "compare.txt").read_text()

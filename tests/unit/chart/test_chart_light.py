@@ -5,12 +5,17 @@ from __future__ import annotations
 from tests.support import chart
 
 POLICY_RULES = [
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingsessions"],
-     "verbs": ["create", "delete"]},
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingpolicies"],
-     "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingpolicies/status"],
-     "verbs": ["patch"]},
+    {
+        "apiGroups": ["kubeprof.dev"],
+        "resources": ["profilingsessions"],
+        "verbs": ["create", "delete"],
+    },
+    {
+        "apiGroups": ["kubeprof.dev"],
+        "resources": ["profilingpolicies"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingpolicies/status"], "verbs": ["patch"]},
 ]
 
 
@@ -41,14 +46,16 @@ def test_enabled_renders_daemonset_service_and_exact_rights(helm_built) -> None:
     svc = chart.find(docs, "Service", "kp-kubeprof-light")
     assert svc["spec"]["clusterIP"] == "None"
     assert _env(docs)["KUBEPROF_LIGHT_AGENTS"] == (
-        "http://kp-kubeprof-light.kubeprof-system.svc:9400/metrics")
+        "http://kp-kubeprof-light.kubeprof-system.svc:9400/metrics"
+    )
     sessions = chart.find(docs, "ClusterRole", "kp-kubeprof-sessions")["rules"]
     assert [r for r in sessions if r in POLICY_RULES] == POLICY_RULES
 
 
 def test_service_monitor_scrapes_light_agents_when_both_enabled(helm_built) -> None:
-    docs = chart.render({"lightAgent": {"enabled": True},
-                         "metrics": {"serviceMonitor": {"enabled": True}}})
+    docs = chart.render(
+        {"lightAgent": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}}
+    )
     sm = chart.find(docs, "ServiceMonitor", "kp-kubeprof-light")
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
     assert sm["spec"]["endpoints"][0]["honorLabels"] is True

@@ -61,8 +61,17 @@ def test_report_gpu_view_of_a_cpu_only_session_names_the_fix(tmp_path, capsys):
     sid = s.create_session("cpu-only")
     s.write_batch(sid, Batch(samples=(CpuSample(1, 1, 1, "t", 0, (Frame("main"),)),)))
     s.close()
-    rc = main(["report", "--store", f"sqlite:///{tmp_path}/c.db", "--format", "collapsed",
-               "--view", "gpu"])
+    rc = main(
+        [
+            "report",
+            "--store",
+            f"sqlite:///{tmp_path}/c.db",
+            "--format",
+            "collapsed",
+            "--view",
+            "gpu",
+        ]
+    )
     assert rc == 2 and "kubeprof record --gpu" in capsys.readouterr().err
     rc = main(["report", "--store", f"sqlite:///{tmp_path}/c.db", "--format", "collapsed"])
     assert rc == 0 and "main 1" in capsys.readouterr().out

@@ -19,10 +19,13 @@ def test_region_without_provider_is_refused(capsys):
 
 def test_carbon_flags_become_session_meta():
     args = cli.build_parser().parse_args(
-        ["record", "--cloud-provider", "aws", "--region", "us-east-1", "--pue", "1.2",
-         "--", "true"])
-    assert cli._carbon_meta(args) == {"carbon:cloudProvider": "aws",
-                                      "carbon:region": "us-east-1", "carbon:pue": "1.2"}
+        ["record", "--cloud-provider", "aws", "--region", "us-east-1", "--pue", "1.2", "--", "true"]
+    )
+    assert cli._carbon_meta(args) == {
+        "carbon:cloudProvider": "aws",
+        "carbon:region": "us-east-1",
+        "carbon:pue": "1.2",
+    }
 
 
 def test_compare_unknown_session_is_a_clear_error(tmp_path, capsys):

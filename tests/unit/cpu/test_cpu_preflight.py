@@ -14,7 +14,8 @@ def _one_line(msg):
 def test_permission_needs_root_or_bpf_and_perfmon():
     # Root in a container has only the capabilities granted: the uid alone is not enough.
     assert "CAP_BPF and CAP_PERFMON missing, although running as root" in _one_line(
-        preflight.permission_problem(0, 0))
+        preflight.permission_problem(0, 0)
+    )
     both = 1 << preflight.CAP_BPF | 1 << preflight.CAP_PERFMON
     assert preflight.permission_problem(1000, both) is None
     assert preflight.permission_problem(1000, 1 << preflight.CAP_SYS_ADMIN) is None

@@ -142,8 +142,15 @@ def test_record_falls_back_and_says_so_in_the_session_meta(tmp_path, monkeypatch
     monkeypatch.setenv(pc.ENV_SOURCE, "py-spy")  # as where BPF cannot load
     url = f"sqlite:///{tmp_path}/r.db"
     busy = "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"
-    res = record(RecordOptions(command=[sys.executable, "-c", busy], store_url=url,
-                               name="fallback", poll_interval_s=0.1, log=lambda m: None))
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", busy],
+            store_url=url,
+            name="fallback",
+            poll_interval_s=0.1,
+            log=lambda m: None,
+        )
+    )
     assert res.exit_code == 0 and res.records > 50
     store = Store.open(url)
     with store.engine.connect() as conn:

@@ -88,8 +88,9 @@ def test_inner_sync_ids_join_only_a_waiting_call(fake, tmp_path):
         corr = fake.next_corr
         fake.next_corr += 1
         fake.pending.append(
-            types.SimpleNamespace(kind=38, start=1, end=2, context_id=1, correlation_id=corr,
-                                  stream_id=7, type=1)
+            types.SimpleNamespace(
+                kind=38, start=1, end=2, context_id=1, correlation_id=corr, stream_id=7, type=1
+            )
         )
 
     acts, _ = _trace(tmp_path, after_a_launch)

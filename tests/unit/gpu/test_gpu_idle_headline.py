@@ -8,12 +8,17 @@ from kubeprof.analysis import gpu_idle, steady_idle
 from kubeprof.analysis.phases import Window
 from kubeprof.model import GpuActivity, GpuMetricSample
 
-KERNELS = [GpuActivity("kernel", "k", 100, 200, 0, 7, 1), GpuActivity("kernel", "k", 300, 500,
-                                                                     0, 7, 2),
-           GpuActivity("kernel", "k", 100, 500, 1, 7, 3)]
-UTIL = [GpuMetricSample(1, 0, "gpu_util_pct", 20.0), GpuMetricSample(2, 0, "gpu_util_pct", 40.0),
-        GpuMetricSample(2, 0, "gpu_util_pct", 90.0, pid=7),  # per process: never used
-        GpuMetricSample(1, 2, "gpu_util_pct", 100.0)]
+KERNELS = [
+    GpuActivity("kernel", "k", 100, 200, 0, 7, 1),
+    GpuActivity("kernel", "k", 300, 500, 0, 7, 2),
+    GpuActivity("kernel", "k", 100, 500, 1, 7, 3),
+]
+UTIL = [
+    GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
+    GpuMetricSample(2, 0, "gpu_util_pct", 40.0),
+    GpuMetricSample(2, 0, "gpu_util_pct", 90.0, pid=7),  # per process: never used
+    GpuMetricSample(1, 2, "gpu_util_pct", 100.0),
+]
 
 
 def test_headline_prefers_cupti_spans_over_nvml():

@@ -46,8 +46,9 @@ def test_import_failure_names_the_missing_dependency():
     assert "cupti-python is not importable" in import_failure(own)
     assert "pip install cupti-python" in import_failure(own)
     other = ModuleNotFoundError("No module named 'numpy.core'", name="numpy.core")
-    assert "'numpy' is missing" in import_failure(other) and "pip install numpy" in \
-        import_failure(other)
+    assert "'numpy' is missing" in import_failure(other) and "pip install numpy" in import_failure(
+        other
+    )
 
 
 def test_tracer_start_reports_elftools_not_cupti_python(cupti_without_elftools, tmp_path):
@@ -58,8 +59,7 @@ def test_tracer_start_reports_elftools_not_cupti_python(cupti_without_elftools, 
     assert "is not importable" not in str(err.value)
 
 
-def test_receiver_status_carries_the_tracers_error(cupti_without_elftools, tmp_path,
-                                                   monkeypatch):
+def test_receiver_status_carries_the_tracers_error(cupti_without_elftools, tmp_path, monkeypatch):
     path = str(tmp_path / "gpu.sock")
     rx = GpuReceiver(path)
     rx.start()
@@ -109,8 +109,11 @@ class SilentGpu:
         return Batch()
 
     def tracer_status(self) -> dict[str, str]:
-        return {"gpu_tracer": "off", "gpu_tracer_reason": "cupti-python is installed but its "
-                "dependency 'elftools' is missing; pip install pyelftools (pid 7)"}
+        return {
+            "gpu_tracer": "off",
+            "gpu_tracer_reason": "cupti-python is installed but its "
+            "dependency 'elftools' is missing; pip install pyelftools (pid 7)",
+        }
 
 
 class OneSample:
@@ -127,9 +130,16 @@ class OneSample:
 
 def test_record_stores_the_status_and_the_report_says_tracing_was_off(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
-    res = record(RecordOptions(command=[sys.executable, "-c", "pass"], store_url=url,
-                               sources=[OneSample(), SilentGpu()], poll_interval_s=0.05,
-                               name="off", gpu=True))
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "pass"],
+            store_url=url,
+            sources=[OneSample(), SilentGpu()],
+            poll_interval_s=0.05,
+            name="off",
+            gpu=True,
+        )
+    )
     assert any("GPU tracing was off" in w and "elftools" in w for w in res.warnings)
     store = Store.open(url)
     with store.engine.connect() as conn:
@@ -141,6 +151,8 @@ def test_record_stores_the_status_and_the_report_says_tracing_was_off(tmp_path):
     from kubeprof.report.formats import render
 
     text = render(reporting.load(url, "off"), "text")
-    assert "GPU idle: not measured (GPU tracing was off: cupti-python is installed but its " \
+    assert (
+        "GPU idle: not measured (GPU tracing was off: cupti-python is installed but its "
         "dependency 'elftools' is missing" in " ".join(text.split())
+    )
     assert " 0.0 %" not in text and "100.0 %" not in text.split("== CPU time")[0]

@@ -13,9 +13,17 @@ from kubeprof.operator.policy import (
     session_body,
 )
 
-P = parse_policy({"podSelector": {"matchLabels": {"app": "t"}}, "idleAbove": 0.5, "for": "60s",
-                  "profileFor": "30s", "perPodPeriod": "10m", "maxConcurrentSessions": 2,
-                  "keepFinishedSessions": 1})
+P = parse_policy(
+    {
+        "podSelector": {"matchLabels": {"app": "t"}},
+        "idleAbove": 0.5,
+        "for": "60s",
+        "profileFor": "30s",
+        "perPodPeriod": "10m",
+        "maxConcurrentSessions": 2,
+        "keepFinishedSessions": 1,
+    }
+)
 
 
 def run(signal: list[dict[str, float]], step: float = 10.0) -> list[tuple[float, str]]:
@@ -68,25 +76,37 @@ def test_missing_figure_restarts_the_clock() -> None:
 
 
 def test_retention_deletes_oldest_finished_beyond_keep_once_past_period() -> None:
-    made = [MadeSession("old", "x", 1, True), MadeSession("new", "z", 2, True),
-            MadeSession("run", "y", 3, False)]
+    made = [
+        MadeSession("old", "x", 1, True),
+        MadeSession("new", "z", 2, True),
+        MadeSession("run", "y", 3, False),
+    ]
     assert decide(P, 10, {}, {}, made).delete == []  # both still carry their rate limit
     assert decide(P, 1000, {}, {}, made).delete == ["old"]
 
 
 def test_retention_never_lifts_the_rate_limit() -> None:
-    keep0 = parse_policy({"podSelector": {"matchLabels": {"a": "b"}}, "for": "0s",
-                          "perPodPeriod": "10m", "keepFinishedSessions": 0})
+    keep0 = parse_policy(
+        {
+            "podSelector": {"matchLabels": {"a": "b"}},
+            "for": "0s",
+            "perPodPeriod": "10m",
+            "keepFinishedSessions": 0,
+        }
+    )
     made = [MadeSession("s", "x", 1000, True)]
     d = decide(keep0, 1100, {"x": 0.9}, {"x": 0}, made)
     assert d.delete == [] and d.profile == [] and d.held == {"x": "rate-limited"}
 
 
-@pytest.mark.parametrize("spec,field", [
-    ({"podSelector": {"matchLabels": {}}}, "spec.podSelector.matchLabels"),
-    ({"podSelector": {"matchLabels": {"a": "b"}}, "idleAbove": 1.5}, "spec.idleAbove"),
-    ({"podSelector": {"matchLabels": {"a": "b"}}, "for": "ten"}, "spec.for"),
-])
+@pytest.mark.parametrize(
+    "spec,field",
+    [
+        ({"podSelector": {"matchLabels": {}}}, "spec.podSelector.matchLabels"),
+        ({"podSelector": {"matchLabels": {"a": "b"}}, "idleAbove": 1.5}, "spec.idleAbove"),
+        ({"podSelector": {"matchLabels": {"a": "b"}}, "for": "ten"}, "spec.for"),
+    ],
+)
 def test_bad_spec_names_field(spec, field) -> None:
     with pytest.raises(PolicyError, match=field.replace(".", r"\.")):
         parse_policy(spec)
@@ -97,9 +117,13 @@ def test_session_is_owned_labelled_and_targets_the_pods_labels() -> None:
     pod = {"metadata": {"name": "trainer-0", "labels": {"app": "t", "idx": "0"}}}
     s = session_body(pol, P, pod, 1234.0)
     assert s["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert s["metadata"]["labels"] == {"kubeprof.dev/policy": "idle-gpus",
-                                       "kubeprof.dev/policy-pod": "trainer-0"}
-    assert s["spec"] == {"target": {"namespace": "ml", "podSelector": {
-        "matchLabels": {"app": "t", "idx": "0"}}}, "duration": "30s"}
+    assert s["metadata"]["labels"] == {
+        "kubeprof.dev/policy": "idle-gpus",
+        "kubeprof.dev/policy-pod": "trainer-0",
+    }
+    assert s["spec"] == {
+        "target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t", "idx": "0"}}},
+        "duration": "30s",
+    }
     assert len(s["metadata"]["name"]) <= 63
     assert len(pod_label_value("p" * 100)) <= 63

@@ -46,8 +46,12 @@ def test_cupti_trace_gives_one_figure(tmp_path):
 
     meta, acts, metrics = trace_io.load(FIXTURES / "torch_slow.jsonl.gz")
     assert any(m.metric == "gpu_util_pct" for m in metrics)  # NVML exists, CUPTI still wins
-    url, sid = _session(tmp_path, Batch(gpu_activities=tuple(acts), gpu_metrics=tuple(metrics)),
-                        meta["session_start_ns"], meta["session_end_ns"])
+    url, sid = _session(
+        tmp_path,
+        Batch(gpu_activities=tuple(acts), gpu_metrics=tuple(metrics)),
+        meta["session_start_ns"],
+        meta["session_end_ns"],
+    )
     report = reporting.load(url, "same")
     assert report.gpu is not None and report.gpu.headline is not None
     status = _status(url, sid)
@@ -65,7 +69,8 @@ def test_nvml_only_is_the_labelled_fallback_in_both(tmp_path):
     assert report.gpu is not None and report.gpu.headline is not None
     assert (report.gpu.headline.source, report.gpu.headline.ratio) == ("nvml", pytest.approx(0.7))
     assert "GPU idle ratio (all GPUs): 70.0 % from NVML device utilisation" in render(
-        report, "text")
+        report, "text"
+    )
     status = _status(url, sid)
     assert (status["gpuIdle"], status["gpuIdleSource"]) == ("70%", "nvml")
     assert status["topFinding"].startswith("GPU idle 70% (NVML)")

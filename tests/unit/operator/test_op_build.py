@@ -18,24 +18,26 @@ from kubeprof.operator.spec import CpuProfiler, Profilers, parse
 from kubeprof.protocol.settings import AgentSettings
 
 SESSION = {
-    "apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
+    "apiVersion": "kubeprof.dev/v1alpha1",
+    "kind": "ProfilingSession",
     "metadata": {"name": "train", "namespace": "ml", "uid": "u-1"},
-    "spec": {"target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
-             "duration": "5m",
-             "profilers": {"cpu": {"frequencyHz": 49}, "gpu": {"enabled": False}}},
+    "spec": {
+        "target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
+        "duration": "5m",
+        "profilers": {"cpu": {"frequencyHz": 49}, "gpu": {"enabled": False}},
+    },
 }
-CFG = OperatorConfig(database_url="sqlite://", agent_image="img:1",
-                     ingest_url="http://op:8080")
+CFG = OperatorConfig(database_url="sqlite://", agent_image="img:1", ingest_url="http://op:8080")
 
 
 def _ds(nodes=("n2", "n1")):
-    return build_daemonset(SESSION, parse(SESSION["spec"]), list(nodes), CFG,
-                           end_time=1700000000.5)
+    return build_daemonset(SESSION, parse(SESSION["spec"]), list(nodes), CFG, end_time=1700000000.5)
 
 
 def test_pinned_to_exactly_the_nodes():
     terms = _ds()["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert terms == [
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]},
@@ -47,9 +49,14 @@ def test_pinned_to_exactly_the_nodes():
 def test_owned_by_the_session_and_selectable():
     ds = _ds()
     ref = ds["metadata"]["ownerReferences"][0]
-    assert ref == {"apiVersion": "kubeprof.dev/v1alpha1", "kind": "ProfilingSession",
-                   "name": "train", "uid": "u-1", "controller": True,
-                   "blockOwnerDeletion": True}
+    assert ref == {
+        "apiVersion": "kubeprof.dev/v1alpha1",
+        "kind": "ProfilingSession",
+        "name": "train",
+        "uid": "u-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     sel = ds["spec"]["selector"]["matchLabels"]
     assert sel.items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert ds["metadata"]["namespace"] == "ml"
@@ -65,11 +72,17 @@ def test_least_privilege():
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["hostPID"] is True and pod["automountServiceAccountToken"] is False
     assert "hostNetwork" not in pod and "hostIPC" not in pod
-    mounts = {m["mountPath"]: m.get("readOnly", False)
-              for m in pod["containers"][0]["volumeMounts"]}
-    assert mounts == {"/var/run/kubeprof": True, "/sys/kernel/tracing": True,
-                      "/lib/modules": True, "/usr/src": True,
-                      "/var/lib/kubeprof/spool/ml_train_u-1": False, "/tmp": False}
+    mounts = {
+        m["mountPath"]: m.get("readOnly", False) for m in pod["containers"][0]["volumeMounts"]
+    }
+    assert mounts == {
+        "/var/run/kubeprof": True,
+        "/sys/kernel/tracing": True,
+        "/lib/modules": True,
+        "/usr/src": True,
+        "/var/lib/kubeprof/spool/ml_train_u-1": False,
+        "/tmp": False,
+    }
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     # No host /proc: with hostPID the container's own /proc lists the node's processes.
     assert "/proc" not in host.values()
@@ -78,10 +91,11 @@ def test_least_privilege():
 
 def test_sys_resource_only_for_kernels_that_charge_bpf_to_memlock():
     def caps(*kernels):
-        ds = build_daemonset(SESSION, parse(SESSION["spec"]), ["n1"], CFG, 1.0,
-                             kernels=kernels)
-        return ds["spec"]["template"]["spec"]["containers"][0]["securityContext"][
-            "capabilities"]["add"]
+        ds = build_daemonset(SESSION, parse(SESSION["spec"]), ["n1"], CFG, 1.0, kernels=kernels)
+        return ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"][
+            "add"
+        ]
+
     assert "SYS_RESOURCE" not in caps("6.1.0-18-amd64", "5.11.0")
     assert "SYS_RESOURCE" in caps("6.1.0", "5.10.0-28-cloud-amd64")
     assert "SYS_RESOURCE" in caps("")  # unknown kernel: stay on the safe side
@@ -102,8 +116,10 @@ def test_spool_folder_fits_a_file_name_for_the_longest_names():
 
 
 def test_agent_environment():
-    env = {e["name"]: e.get("value", e.get("valueFrom"))
-           for e in _ds()["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value", e.get("valueFrom"))
+        for e in _ds()["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["KUBEPROF_INGEST_URL"] == "http://op:8080"
     assert env["KUBEPROF_SESSION"] == "train" and env["KUBEPROF_SESSION_NAMESPACE"] == "ml"
@@ -133,8 +149,10 @@ def test_collectors_for_profilers():
 
 def test_owner_reference_names_the_crd_even_for_a_partial_body():
     partial = {"metadata": {"name": "train", "namespace": "ml", "uid": "u-1"}}
-    assert build_secret(partial, "t")["metadata"]["ownerReferences"] == \
-        _ds()["metadata"]["ownerReferences"]
+    assert (
+        build_secret(partial, "t")["metadata"]["ownerReferences"]
+        == _ds()["metadata"]["ownerReferences"]
+    )
     assert len(_ds()["metadata"]["ownerReferences"]) == 1
 
 
@@ -142,8 +160,12 @@ def test_agent_reads_back_what_the_daemonset_sets():
     """The DaemonSet's env, as the agent parses it, is the session's settings."""
     env = _ds()["spec"]["template"]["spec"]["containers"][0]["env"]
     s = AgentSettings.from_env({e["name"]: e["value"] for e in env if "value" in e})
-    assert (s.cpu_hz, s.collectors, s.end_time, s.nvml_interval_s) == (49, ("cpu",),
-                                                                        1700000000.5, 1.0)
+    assert (s.cpu_hz, s.collectors, s.end_time, s.nvml_interval_s) == (
+        49,
+        ("cpu",),
+        1700000000.5,
+        1.0,
+    )
     assert (str(s.proc_root), str(s.spool_dir)) == ("/proc", "/var/lib/kubeprof/spool")
 
 

@@ -5,14 +5,41 @@ import pytest
 from kubeprof import cli
 
 
-@pytest.mark.parametrize(("cmd", "words"), [
-    ("operator", ["--database-url", "KUBEPROF_DATABASE_URL", "--listen", "--ingest-url",
-                  "--agent-image", "--reconcile-interval", "--drain", "--namespace",
-                  "KUBECONFIG"]),
-    ("agent", ["--node-name", "NODE_NAME", "--ingest-url", "KUBEPROF_INGEST_URL",
-               "--token-file", "--spool-dir", "--collectors", "--hz", "--end-time",
-               "--drain-timeout", "exit status"]),
-])
+@pytest.mark.parametrize(
+    ("cmd", "words"),
+    [
+        (
+            "operator",
+            [
+                "--database-url",
+                "KUBEPROF_DATABASE_URL",
+                "--listen",
+                "--ingest-url",
+                "--agent-image",
+                "--reconcile-interval",
+                "--drain",
+                "--namespace",
+                "KUBECONFIG",
+            ],
+        ),
+        (
+            "agent",
+            [
+                "--node-name",
+                "NODE_NAME",
+                "--ingest-url",
+                "KUBEPROF_INGEST_URL",
+                "--token-file",
+                "--spool-dir",
+                "--collectors",
+                "--hz",
+                "--end-time",
+                "--drain-timeout",
+                "exit status",
+            ],
+        ),
+    ],
+)
 def test_help(cmd, words, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main([cmd, "--help"])

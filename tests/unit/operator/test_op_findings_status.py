@@ -37,8 +37,9 @@ def _aggregate(tmp_path, batch: Batch):
 
 def test_starved_session_status_leads_with_the_starved_finding(tmp_path):
     t = _trace("starved")
-    s, _ = _aggregate(tmp_path, Batch(gpu_activities=tuple(t.activities),
-                                      gpu_metrics=tuple(t.metrics)))
+    s, _ = _aggregate(
+        tmp_path, Batch(gpu_activities=tuple(t.activities), gpu_metrics=tuple(t.metrics))
+    )
     status = aggregate.status_summary(s, {})
     assert status["findings"] and len(status["findings"]) <= 3
     assert status["findings"][0]["kind"] == "gpu_starved"
@@ -53,8 +54,9 @@ def test_starved_session_status_leads_with_the_starved_finding(tmp_path):
 
 def test_compute_bound_session_is_neither_starved_nor_launch_bound(tmp_path):
     t = _trace("compute")
-    s, _ = _aggregate(tmp_path, Batch(gpu_activities=tuple(t.activities),
-                                      gpu_metrics=tuple(t.metrics)))
+    s, _ = _aggregate(
+        tmp_path, Batch(gpu_activities=tuple(t.activities), gpu_metrics=tuple(t.metrics))
+    )
     kinds = {f.kind.value for _, f in s.findings}
     assert not kinds & {"gpu_starved", "launch_bound", "sync_stall"}
 
@@ -62,8 +64,9 @@ def test_compute_bound_session_is_neither_starved_nor_launch_bound(tmp_path):
 def _kernels(start_s: float, end_s: float, busy_share: float, step_s: float = 0.1):
     out, t = [], start_s
     while t < end_s:
-        out.append(GpuActivity("kernel", "k", int(t * S), int((t + step_s * busy_share) * S),
-                               0, 7, 1))
+        out.append(
+            GpuActivity("kernel", "k", int(t * S), int((t + step_s * busy_share) * S), 0, 7, 1)
+        )
         t += step_s
     return out
 
@@ -86,18 +89,24 @@ def test_recent_figure_falls_back_to_nvml_and_is_absent_without_data():
 
 def test_running_gauge_drops_series_that_left_the_window():
     fig = steady_idle.of_ratio(0.8, gpu_idle.CUPTI, Window(0, 1))
-    metrics.publish_recent_gpu_idle("ns", "live", {"n1": {0: fig, 1: fig}},
-                                    {("n1", 0): ["u1"]}, {"u1": "ns/trainer-0"})
+    metrics.publish_recent_gpu_idle(
+        "ns", "live", {"n1": {0: fig, 1: fig}}, {("n1", 0): ["u1"]}, {"u1": "ns/trainer-0"}
+    )
     text = metrics.render().decode()
-    assert ('gpu="0",namespace="ns",node="n1",pod="trainer-0",session="live",'
-            'session_namespace="ns"} 0.8') in text
-    assert 'gpu="1",namespace="ns",node="n1",pod="",session="live",session_namespace="ns"} 0.8' \
-        in text
-    metrics.publish_recent_gpu_idle("ns", "live", {"n1": {0: fig}}, {("n1", 0): ["u1"]},
-                                    {"u1": "ns/trainer-0"})
+    assert (
+        'gpu="0",namespace="ns",node="n1",pod="trainer-0",session="live",'
+        'session_namespace="ns"} 0.8'
+    ) in text
+    assert (
+        'gpu="1",namespace="ns",node="n1",pod="",session="live",session_namespace="ns"} 0.8' in text
+    )
+    metrics.publish_recent_gpu_idle(
+        "ns", "live", {"n1": {0: fig}}, {("n1", 0): ["u1"]}, {"u1": "ns/trainer-0"}
+    )
     text = metrics.render().decode()
-    assert 'gpu="1",namespace="ns",node="n1",pod="",session="live",session_namespace="ns"' \
-        not in text
+    assert (
+        'gpu="1",namespace="ns",node="n1",pod="",session="live",session_namespace="ns"' not in text
+    )
     metrics.forget_session("ns", "live")
 
 

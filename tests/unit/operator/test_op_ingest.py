@@ -22,8 +22,10 @@ from kubeprof.storage import Store
 from kubeprof.storage.models import IngestedBatchRow, SampleRow
 
 STACK = (Frame("main", FrameKind.PYTHON, "t.py", 1),)
-BATCH = Batch(samples=tuple(CpuSample(i, 5, 5, "py", 0, STACK) for i in range(10)),
-              processes=(ProcessInfo(5, 1, "py", "py", "c1", "uid-p"),))
+BATCH = Batch(
+    samples=tuple(CpuSample(i, 5, 5, "py", 0, STACK) for i in range(10)),
+    processes=(ProcessInfo(5, 1, "py", "py", "c1", "uid-p"),),
+)
 
 
 @pytest.fixture
@@ -31,10 +33,27 @@ def setup(tmp_path):
     store = Store.open(f"sqlite:///{tmp_path}/k.db")
     reg = Registry()
     for name, token in (("a", "tok-a"), ("b", "tok-b")):
-        sid = ensure_session(store.engine, "ns", name, f"uid-{name}-000", hz=99,
-                             started_at=datetime.now(UTC), meta={})
-        reg.put(SessionEntry("ns", name, f"uid-{name}-000", sid, token, Phase.RUNNING, 42.0,
-                             [Target("uid-p", "pod", "ns", "n1")]))
+        sid = ensure_session(
+            store.engine,
+            "ns",
+            name,
+            f"uid-{name}-000",
+            hz=99,
+            started_at=datetime.now(UTC),
+            meta={},
+        )
+        reg.put(
+            SessionEntry(
+                "ns",
+                name,
+                f"uid-{name}-000",
+                sid,
+                token,
+                Phase.RUNNING,
+                42.0,
+                [Target("uid-p", "pod", "ns", "n1")],
+            )
+        )
 
     yield store, reg, BatchWriter(store.engine), None
     store.close()
@@ -55,9 +74,15 @@ def _run(setup, fn, **kw):
 
 
 def _post(client, name, token, body, batch_id="n1-1"):
-    return client.post(f"/v1/sessions/ns/{name}/batches", data=body,
-                       headers={"Authorization": f"Bearer {token}",
-                                "Content-Encoding": "gzip", "X-Kubeprof-Batch-Id": batch_id})
+    return client.post(
+        f"/v1/sessions/ns/{name}/batches",
+        data=body,
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Encoding": "gzip",
+            "X-Kubeprof-Batch-Id": batch_id,
+        },
+    )
 
 
 def _count(store, table, col):
@@ -88,11 +113,17 @@ def test_credentials(setup):
         other = await _post(client, "b", "tok-a", body)  # a's token on b's session
         none = await client.post("/v1/sessions/ns/b/batches", data=body)
         unknown = await _post(client, "zzz", "tok-a", body)
-        targets = await client.get("/v1/sessions/ns/b/targets?node=n1",
-                                   headers={"Authorization": "Bearer tok-a"})
-        return (other.status, none.status, unknown.status, targets.status,
-                await other.json() == {**await unknown.json(),
-                                       "message": (await other.json())["message"]})
+        targets = await client.get(
+            "/v1/sessions/ns/b/targets?node=n1", headers={"Authorization": "Bearer tok-a"}
+        )
+        return (
+            other.status,
+            none.status,
+            unknown.status,
+            targets.status,
+            await other.json()
+            == {**await unknown.json(), "message": (await other.json())["message"]},
+        )
 
     # An unknown session answers exactly like a wrong token (no API lookup, no oracle).
     assert _run(setup, fn) == (403, 401, 403, 403, True)
@@ -112,14 +143,18 @@ def test_targets_and_closed_session(setup):
         t2 = await (await client.get("/v1/sessions/ns/a/targets?node=n9", headers=hdr)).json()
         reg.get("ns", "a").close(timeout_s=0)
         late = await _post(client, "a", "tok-a", encode(BATCH, batch_id="late", node="n1"))
-        bad = await client.post("/v1/sessions/ns/b/batches", data=b"\x1f\x8bgarbage",
-                                headers={"Authorization": "Bearer tok-b"})
+        bad = await client.post(
+            "/v1/sessions/ns/b/batches",
+            data=b"\x1f\x8bgarbage",
+            headers={"Authorization": "Bearer tok-b"},
+        )
         metrics = await (await client.get("/metrics")).text()
         return t, t2, late.status, bad.status, metrics
 
     def bad_bodies() -> float:  # the registry is process-wide: other tests count too
         value = metrics_mod.REGISTRY.get_sample_value(
-            "kubeprof_ingest_rejections_total", {"reason": "bad_body"})
+            "kubeprof_ingest_rejections_total", {"reason": "bad_body"}
+        )
         return value or 0.0
 
     before = bad_bodies()
@@ -163,8 +198,9 @@ def test_agent_client_reaches_every_route(setup):
         base = str(client.make_url("/")).rstrip("/")
         agent = IngestClient(base, "ns", "a", "tok-a", timeout_s=10)
         loop = asyncio.get_running_loop()
-        posted = await loop.run_in_executor(None, lambda: agent.post_batch(
-            encode(BATCH, batch_id="n1-r", node="n1"), "n1-r"))
+        posted = await loop.run_in_executor(
+            None, lambda: agent.post_batch(encode(BATCH, batch_id="n1-r", node="n1"), "n1-r")
+        )
         targets = await loop.run_in_executor(None, agent.targets, "n1")
         health = await (await client.get(routes.HEALTHZ)).text()
         return posted, targets, health

@@ -34,8 +34,11 @@ def _pending(text: str) -> float:
 
 def test_pending_batches_gauge_tracks_the_writer_backlog():
     reg = Registry()
-    reg.put(SessionEntry("ns", "a", "uid-a", 1, "tok", Phase.RUNNING, 42.0,
-                         [Target("uid-p", "pod", "ns", "n")]))
+    reg.put(
+        SessionEntry(
+            "ns", "a", "uid-a", 1, "tok", Phase.RUNNING, 42.0, [Target("uid-p", "pod", "ns", "n")]
+        )
+    )
     writer = SlowWriter()
     api = IngestApi(reg, writer, writers=1, startup_grace_s=0)  # type: ignore[arg-type]
 

@@ -7,21 +7,25 @@ from kubeprof.operator.metrics import Bounded
 
 
 def _series(name: str) -> list[str]:
-    return [line for line in metrics.render().decode().splitlines()
-            if line.startswith(name + "{")]
+    return [line for line in metrics.render().decode().splitlines() if line.startswith(name + "{")]
 
 
 def _dropped(metric: str) -> float:
-    return metrics.REGISTRY.get_sample_value("kubeprof_metrics_series_dropped_total",
-                                             {"metric": metric}) or 0.0
+    return (
+        metrics.REGISTRY.get_sample_value(
+            "kubeprof_metrics_series_dropped_total", {"metric": metric}
+        )
+        or 0.0
+    )
 
 
 @pytest.fixture
 def small_caps(monkeypatch):
     monkeypatch.setattr(metrics, "MAX_SESSIONS", 3)
     monkeypatch.setattr(metrics, "MAX_SERIES_PER_SESSION", 4)
-    gauge = metrics.Gauge("kubeprof_test_bounded", "test", ["namespace", "session", "pod"],
-                          registry=metrics.REGISTRY)
+    gauge = metrics.Gauge(
+        "kubeprof_test_bounded", "test", ["namespace", "session", "pod"], registry=metrics.REGISTRY
+    )
     yield Bounded(gauge, "kubeprof_test_bounded")
     metrics.REGISTRY.unregister(gauge)
 
@@ -42,8 +46,9 @@ def test_least_recently_updated_session_is_evicted_whole(small_caps):
         small_caps.put(("ns", s, "p2"), 1)
     small_caps.put(("ns", "a", "p1"), 0.5)  # "a" is fresh again; "b" is now the oldest
     small_caps.put(("ns", "d", "p1"), 1)
-    sessions = {line.split('session="')[1].split('"')[0]
-                for line in _series("kubeprof_test_bounded")}
+    sessions = {
+        line.split('session="')[1].split('"')[0] for line in _series("kubeprof_test_bounded")
+    }
     assert sessions == {"a", "c", "d"}
     assert _dropped("kubeprof_test_bounded") - before == 2  # b's two series
 
@@ -70,8 +75,9 @@ def test_a_session_that_ends_stops_its_live_idle_series_and_keeps_its_results():
     metrics.BOUNDED_POD_GPU_IDLE.put(("ns", "ended", "ns", "p", "nvml"), 0.9)
     metrics.BOUNDED_FINDINGS.put(("ns", "ended", "gpu_idle", "warning"), 1)
     metrics.end_session("ns", "ended")
-    assert [line.split('session="')[1].split('"')[0]
-            for line in _series("kubeprof_gpu_idle_ratio")] == ["other"]
+    assert [
+        line.split('session="')[1].split('"')[0] for line in _series("kubeprof_gpu_idle_ratio")
+    ] == ["other"]
     assert len(_series("kubeprof_pod_gpu_idle_ratio")) == 1
     assert len(_series("kubeprof_findings")) == 1
     metrics.forget_session("ns", "ended")

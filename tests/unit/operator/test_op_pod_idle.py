@@ -50,8 +50,9 @@ def nvml_readings(mode: str, pid: int) -> tuple[list[GpuMetricSample], float]:
             out.append(GpuMetricSample(ts, d["gpu"], gpu_idle.UTIL_METRIC, d["util_gpu"]))
             sm = [x["smUtil"] for x in d["samples"]]  # NVML's samples since the last poll
             if sm:
-                out.append(GpuMetricSample(ts, d["gpu"], PROC_SM_METRIC, sum(sm) / len(sm),
-                                           pid=pid))
+                out.append(
+                    GpuMetricSample(ts, d["gpu"], PROC_SM_METRIC, sum(sm) / len(sm), pid=pid)
+                )
     truth = json.loads((FIX / "light" / "nvml_truth.json").read_text())
     return out, next(m["truth_idle"] for m in truth["modes"] if m["mode"] == mode)
 

@@ -28,8 +28,11 @@ class FakeKube:
 
     def list_pods(self, namespace, selector):
         want = dict(kv.split("=", 1) for kv in selector.split(","))
-        return [p for p in self.pods
-                if all(p["metadata"]["labels"].get(k) == v for k, v in want.items())]
+        return [
+            p
+            for p in self.pods
+            if all(p["metadata"]["labels"].get(k) == v for k, v in want.items())
+        ]
 
     def node_labels(self):
         return {}
@@ -67,13 +70,15 @@ class FakeKube:
 
     def list_daemonsets(self, namespace, selector):
         want = dict(kv.split("=", 1) for kv in selector.split(","))
-        return [o for k, o in self.objects.items() if k.startswith("daemonsets/")
-                and want.items() <= o["metadata"]["labels"].items()]
+        return [
+            o
+            for k, o in self.objects.items()
+            if k.startswith("daemonsets/") and want.items() <= o["metadata"]["labels"].items()
+        ]
 
     def patch_daemonset(self, namespace, name, patch):
         ds = self.objects[f"daemonsets/{name}"]
-        ds["spec"]["template"]["spec"]["affinity"] = patch["spec"]["template"]["spec"][
-            "affinity"]
+        ds["spec"]["template"]["spec"]["affinity"] = patch["spec"]["template"]["spec"]["affinity"]
         return ds
 
     def delete_daemonset(self, namespace, name):
@@ -82,13 +87,20 @@ class FakeKube:
 
 
 def _pod(name, node, uid):
-    return {"metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": {"app": "t"}},
-            "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": {"app": "t"}},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
 
 
-BODY = {"metadata": {"name": "s", "namespace": "ml", "uid": "uid-session-1", "generation": 1},
-        "spec": {"target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
-                 "duration": "60s"}}
+BODY = {
+    "metadata": {"name": "s", "namespace": "ml", "uid": "uid-session-1", "generation": 1},
+    "spec": {
+        "target": {"namespace": "ml", "podSelector": {"matchLabels": {"app": "t"}}},
+        "duration": "60s",
+    },
+}
 
 
 @pytest.fixture
@@ -125,20 +137,27 @@ def test_full_lifecycle_and_restart(env):
 
     kube.pods.append(_pod("p2", "n2", "uid-p2"))
     st = _pass(ctx, body)
-    terms = kube.objects["daemonsets/kubeprof-s-agent"]["spec"]["template"]["spec"][
-        "affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
+    terms = kube.objects["daemonsets/kubeprof-s-agent"]["spec"]["template"]["spec"]["affinity"][
+        "nodeAffinity"
+    ]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert [t["matchFields"][0]["values"] for t in terms] == [["n1"], ["n2"]]
 
     entry = ctx.writer_registry.get("ml", "s")
-    stack = (Frame("main", FrameKind.PYTHON, "t.py", 1), Frame("hot", FrameKind.PYTHON,
-                                                               "t.py", 9))
-    BatchWriter(store.engine).store(entry.db_id, "b1", "n1", Batch(
-        samples=tuple(CpuSample(i, 7, 7, "py", 0, stack) for i in range(30)),
-        processes=(ProcessInfo(7, 1, "py", "py", "c", "uid-p1"),),
-        gpu_metrics=(GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
-                     GpuMetricSample(2, 0, "gpu_util_pct", 40.0),
-                     GpuMetricSample(2, 0, "proc_sm_util", 40.0, pid=7))))
+    stack = (Frame("main", FrameKind.PYTHON, "t.py", 1), Frame("hot", FrameKind.PYTHON, "t.py", 9))
+    BatchWriter(store.engine).store(
+        entry.db_id,
+        "b1",
+        "n1",
+        Batch(
+            samples=tuple(CpuSample(i, 7, 7, "py", 0, stack) for i in range(30)),
+            processes=(ProcessInfo(7, 1, "py", "py", "c", "uid-p1"),),
+            gpu_metrics=(
+                GpuMetricSample(1, 0, "gpu_util_pct", 20.0),
+                GpuMetricSample(2, 0, "gpu_util_pct", 40.0),
+                GpuMetricSample(2, 0, "proc_sm_util", 40.0, pid=7),
+            ),
+        ),
+    )
 
     # Operator restart: a fresh registry; the next pass rebuilds it from status + DB.
     ctx.writer_registry = Registry()
@@ -153,16 +172,22 @@ def test_full_lifecycle_and_restart(env):
     assert st["phase"] == "Completed" and st["samples"] == 30
     assert st["topStacks"] == ["30 hot (t.py:9) <- main (t.py:1)"]
     assert st["gpuIdle"] == "70%" and "GPU idle 70%" in st["topFinding"]
-    assert st["summary"]["pods"][0] == {"name": "ml/p1", "samples": 30, "gpuIdle": "70%",
-                                        "gpuIdleSource": "nvml",
-                                        "topStack": "hot (t.py:9) <- main (t.py:1)"}
+    assert st["summary"]["pods"][0] == {
+        "name": "ml/p1",
+        "samples": 30,
+        "gpuIdle": "70%",
+        "gpuIdleSource": "nvml",
+        "topStack": "hot (t.py:9) <- main (t.py:1)",
+    }
     assert "daemonsets/kubeprof-s-agent" not in kube.objects
     assert {c["type"]: c["status"] for c in st["conditions"]}["Completed"] == "True"
     exposed = metrics.render().decode()
     # the live series ended with the session (an alert on it resolves); the result stays
-    assert 'kubeprof_gpu_idle_ratio{' not in exposed
-    assert ('kubeprof_pod_gpu_idle_ratio{namespace="ml",pod="p1",session="s",'
-            'session_namespace="ml",source="nvml"} 0.7') in exposed
+    assert "kubeprof_gpu_idle_ratio{" not in exposed
+    assert (
+        'kubeprof_pod_gpu_idle_ratio{namespace="ml",pod="p1",session="s",'
+        'session_namespace="ml",source="nvml"} 0.7'
+    ) in exposed
     assert st["startTime"] == "2026-01-01T00:00:00Z" and st["endTime"] == "2026-01-01T00:01:00Z"
 
     again = _pass(ctx, body)  # terminal: nothing changes
@@ -219,9 +244,11 @@ def test_aggregate_gpu_idle_from_activity_spans_when_no_metrics(env):
     body = copy.deepcopy(BODY)
     _pass(ctx, body)
     sid = ctx.writer_registry.get("ml", "s").db_id
-    acts = (GpuActivity("kernel", "k", 0, 100, 0, 7, 1), GpuActivity("kernel", "k", 50, 150, 0,
-                                                                         7, 2),
-            GpuActivity("kernel", "k", 300, 400, 0, 7, 3))
+    acts = (
+        GpuActivity("kernel", "k", 0, 100, 0, 7, 1),
+        GpuActivity("kernel", "k", 50, 150, 0, 7, 2),
+        GpuActivity("kernel", "k", 300, 400, 0, 7, 3),
+    )
     BatchWriter(store.engine).store(sid, "g", "n1", Batch(gpu_activities=acts))
     with store.engine.connect() as conn:
         s = aggregate.aggregate(conn, sid)
@@ -264,8 +291,12 @@ def test_kernel_tracing_request_gets_an_honest_condition(env):
     st = _pass(ctx, body)  # still said while running, transition time kept
     again = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
     assert again["lastTransitionTime"] == cond["lastTransitionTime"]
-    env_ = {e["name"]: e.get("value") for e in kube.objects["daemonsets/kubeprof-s-agent"][
-        "spec"]["template"]["spec"]["containers"][0]["env"]}
+    env_ = {
+        e["name"]: e.get("value")
+        for e in kube.objects["daemonsets/kubeprof-s-agent"]["spec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
     assert env_["KUBEPROF_COLLECTORS"] == "cpu,nvml"
 
 
@@ -294,6 +325,7 @@ def test_unparseable_spec_fails_naming_the_field(env):
     assert ctx.writer_registry.get("ml", "s") is None and not kube.objects
     with store.engine.connect() as conn:
         from sqlalchemy import text
+
         assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
     assert _pass(ctx, body)["completionTime"] == st["completionTime"]  # terminal: unchanged
 
@@ -307,9 +339,13 @@ def _cross(body, target="victim"):
 
 def _policy(created="2026-01-01T00:00:00Z", actions=("Deny",)):
     meta = {"name": "kubeprof-target-namespace", "creationTimestamp": created}
-    return ({"metadata": meta, "spec": {}},
-            {"metadata": meta, "spec": {"policyName": "kubeprof-target-namespace",
-                                        "validationActions": list(actions)}})
+    return (
+        {"metadata": meta, "spec": {}},
+        {
+            "metadata": meta,
+            "spec": {"policyName": "kubeprof-target-namespace", "validationActions": list(actions)},
+        },
+    )
 
 
 def test_cross_namespace_target_is_refused_by_default_without_touching_it(env):
@@ -328,6 +364,7 @@ def test_cross_namespace_target_is_refused_by_default_without_touching_it(env):
     assert ctx.writer_registry.get("ml", "s") is None
     with store.engine.connect() as conn:
         from sqlalchemy import text
+
         assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
 
 
@@ -357,13 +394,23 @@ def test_agents_forbidden_by_pod_security_are_named_in_the_status(env):
     body = copy.deepcopy(BODY)
     _pass(ctx, body)
     kube.objects["daemonsets/kubeprof-s-agent"]["status"] = {
-        "desiredNumberScheduled": 1, "currentNumberScheduled": 0, "numberReady": 0}
+        "desiredNumberScheduled": 1,
+        "currentNumberScheduled": 0,
+        "numberReady": 0,
+    }
     kube.events = [
-        {"reason": "SuccessfulCreate", "message": "Created pod: x",
-         "lastTimestamp": "2026-01-01T00:00:01Z"},
-        {"reason": "FailedCreate", "lastTimestamp": "2026-01-01T00:00:02Z",
-         "message": 'Error creating: pods "kubeprof-s-agent-abcde" is forbidden: violates '
-                    'PodSecurity "baseline:latest": host namespaces (hostPID=true)'}]
+        {
+            "reason": "SuccessfulCreate",
+            "message": "Created pod: x",
+            "lastTimestamp": "2026-01-01T00:00:01Z",
+        },
+        {
+            "reason": "FailedCreate",
+            "lastTimestamp": "2026-01-01T00:00:02Z",
+            "message": 'Error creating: pods "kubeprof-s-agent-abcde" is forbidden: violates '
+            'PodSecurity "baseline:latest": host namespaces (hostPID=true)',
+        },
+    ]
     st = _pass(ctx, body)
     assert (st["phase"], st["reason"]) == ("Running", "AgentsForbiddenByPodSecurity")
     assert 'Pod Security "baseline:latest"' in st["message"]
@@ -372,13 +419,21 @@ def test_agents_forbidden_by_pod_security_are_named_in_the_status(env):
     cond = {c["type"]: c for c in st["conditions"]}["AgentsReady"]
     assert cond["reason"] == "AgentsForbiddenByPodSecurity" and cond["message"].startswith("0/1")
 
-    kube.events.append({"reason": "FailedCreate", "lastTimestamp": "2026-01-01T00:00:03Z",
-                        "message": 'Error creating: pods "x" is forbidden: exceeded quota: '
-                                   "q, requested: pods=1, used: pods=1, limited: pods=1"})
+    kube.events.append(
+        {
+            "reason": "FailedCreate",
+            "lastTimestamp": "2026-01-01T00:00:03Z",
+            "message": 'Error creating: pods "x" is forbidden: exceeded quota: '
+            "q, requested: pods=1, used: pods=1, limited: pods=1",
+        }
+    )
     assert _pass(ctx, body)["reason"] == "AgentsForbiddenByQuota"
 
     kube.objects["daemonsets/kubeprof-s-agent"]["status"] = {
-        "desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberReady": 1}
+        "desiredNumberScheduled": 1,
+        "currentNumberScheduled": 1,
+        "numberReady": 1,
+    }
     assert _pass(ctx, body)["reason"] == "Profiling"  # all agents up: the old events are moot
 
 
@@ -389,6 +444,7 @@ def test_a_selector_the_api_server_refuses_fails_instead_of_retrying_forever(env
 
     def refuse(ns, sel):
         raise KubeError(400, "unable to parse requirement: invalid label key")
+
     kube.list_pods = refuse
     st = _pass(ctx, copy.deepcopy(BODY))
     assert (st["phase"], st["reason"]) == ("Failed", "InvalidSelector")
@@ -408,8 +464,12 @@ def test_agent_pods_are_never_targets(env):
     """A selector like `!app` also matches the agent pods in the session's namespace."""
     ctx, kube, _, _ = env
     agent = _pod("kubeprof-s-agent-x", "n2", "uid-agent")
-    agent["metadata"]["labels"].update({"app.kubernetes.io/managed-by": "kubeprof-operator",
-                                        "app.kubernetes.io/component": "agent"})
+    agent["metadata"]["labels"].update(
+        {
+            "app.kubernetes.io/managed-by": "kubeprof-operator",
+            "app.kubernetes.io/component": "agent",
+        }
+    )
     kube.pods = [_pod("p1", "n1", "uid-p1"), agent]
     st = _pass(ctx, copy.deepcopy(BODY))
     assert (st["pods"], st["nodes"]) == (1, 1)
@@ -431,23 +491,45 @@ def test_kernel_tracing_status_counts_the_pods_tracers_and_their_reasons(env):
     cond = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
     assert (cond["status"], cond["reason"]) == ("False", "NoTracerFound")
     assert st["gpuTracers"] == {"traced": 0, "refused": 0, "pods": []}
-    env_ = {e["name"]: e.get("value") for e in kube.objects["daemonsets/kubeprof-s-agent"][
-        "spec"]["template"]["spec"]["containers"][0]["env"]}
+    env_ = {
+        e["name"]: e.get("value")
+        for e in kube.objects["daemonsets/kubeprof-s-agent"]["spec"]["template"]["spec"][
+            "containers"
+        ][0]["env"]
+    }
     assert env_["KUBEPROF_AGENT_GPU_SOCKET"] == "/run/kubeprof/rx/uid-session-1.sock"
 
     why = "Python 3.9 is not supported (cupti-python has builds for 3.10-3.13)"
     sid = ctx.writer_registry.get("ml", "s").db_id
     w = BatchWriter(store.engine)
-    w.store(sid, "t1", "n1", Batch(gpu_tracers=(GpuTracerState("uid-p1", 7, "1-a.sock", "on"),
-                                                GpuTracerState("uid-p1", 8, "1-b.sock", "on"))))
-    w.store(sid, "t2", "n2", Batch(gpu_tracers=(
-        GpuTracerState("uid-p2", 9, "1-c.sock", "refused", why),)))
+    w.store(
+        sid,
+        "t1",
+        "n1",
+        Batch(
+            gpu_tracers=(
+                GpuTracerState("uid-p1", 7, "1-a.sock", "on"),
+                GpuTracerState("uid-p1", 8, "1-b.sock", "on"),
+            )
+        ),
+    )
+    w.store(
+        sid,
+        "t2",
+        "n2",
+        Batch(gpu_tracers=(GpuTracerState("uid-p2", 9, "1-c.sock", "refused", why),)),
+    )
     w.store(sid, "t3", "n1", Batch(gpu_tracers=(GpuTracerState("uid-p1", 8, "1-b.sock", "off"),)))
     clock[0] += 5
     st = _pass(ctx, body)
-    assert st["gpuTracers"] == {"traced": 2, "refused": 1, "pods": [
-        {"pod": "ml/p2", "traced": 0, "refused": 1, "reasons": [why]},
-        {"pod": "ml/p1", "traced": 2, "refused": 0}]}
+    assert st["gpuTracers"] == {
+        "traced": 2,
+        "refused": 1,
+        "pods": [
+            {"pod": "ml/p2", "traced": 0, "refused": 1, "reasons": [why]},
+            {"pod": "ml/p1", "traced": 2, "refused": 0},
+        ],
+    }
     cond = {c["type"]: c for c in st["conditions"]}["KernelTracing"]
     assert (cond["status"], cond["reason"]) == ("True", "PartlyTraced")
     assert cond["message"] == f"2 process(es) traced; 1 refused, e.g. ml/p2: {why}"

@@ -10,41 +10,60 @@ from kubeprof.operator.selector import key_problem, to_query, validate, value_pr
 
 
 def test_query_string_of_every_operator():
-    sel = {"matchLabels": {"b": "2", "a": "1"},
-           "matchExpressions": [{"key": "tier", "operator": "In", "values": ["y", "x"]},
-                                {"key": "gpu", "operator": "Exists"},
-                                {"key": "old", "operator": "DoesNotExist"},
-                                {"key": "env", "operator": "NotIn", "values": ["dev"]}]}
+    sel = {
+        "matchLabels": {"b": "2", "a": "1"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["y", "x"]},
+            {"key": "gpu", "operator": "Exists"},
+            {"key": "old", "operator": "DoesNotExist"},
+            {"key": "env", "operator": "NotIn", "values": ["dev"]},
+        ],
+    }
     assert validate(sel, "s") == []
     assert to_query(sel) == "a=1,b=2,tier in (x,y),gpu,!old,env notin (dev)"
 
 
-@pytest.mark.parametrize("key", ["app", "example.com/tier", "a", "A_b.c-9",
-                                 "k8s.io/" + "n" * 63, "x" * 253 + "/a"])
+@pytest.mark.parametrize(
+    "key", ["app", "example.com/tier", "a", "A_b.c-9", "k8s.io/" + "n" * 63, "x" * 253 + "/a"]
+)
 def test_valid_keys(key):
     assert key_problem(key) is None
 
 
-@pytest.mark.parametrize(("key", "words"), [
-    (" ", "name part must consist of"),
-    ("", "name part must be non-empty"),
-    ("a b", "name part must consist of"),
-    ("-a", "name part must consist of"),
-    ("a,b", "name part must consist of"),
-    ("/a", "prefix part must be non-empty"),
-    ("a/", "name part must be non-empty"),
-    ("a/b/c", "more than one '/'"),
-    ("Example.com/a", "prefix part must be a lowercase DNS subdomain"),
-    ("n" * 64, "no more than 63 characters"),
-    ("x" * 254 + "/a", "no more than 253 characters"),
-])
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        (" ", "name part must consist of"),
+        ("", "name part must be non-empty"),
+        ("a b", "name part must consist of"),
+        ("-a", "name part must consist of"),
+        ("a,b", "name part must consist of"),
+        ("/a", "prefix part must be non-empty"),
+        ("a/", "name part must be non-empty"),
+        ("a/b/c", "more than one '/'"),
+        ("Example.com/a", "prefix part must be a lowercase DNS subdomain"),
+        ("n" * 64, "no more than 63 characters"),
+        ("x" * 254 + "/a", "no more than 253 characters"),
+    ],
+)
 def test_invalid_keys_say_why(key, words):
     assert words in (key_problem(key) or "")
 
 
-@pytest.mark.parametrize(("value", "ok"), [("", True), ("v1.2_x-y", True), ("v" * 63, True),
-                                           ("v" * 64, False), (" ", False), ("a b", False),
-                                           ("-a", False), ("a,b", False), ("a)", False)])
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        ("v1.2_x-y", True),
+        ("v" * 63, True),
+        ("v" * 64, False),
+        (" ", False),
+        ("a b", False),
+        ("-a", False),
+        ("a,b", False),
+        ("a)", False),
+    ],
+)
 def test_label_values(value, ok):
     assert (value_problem(value) is None) is ok
 
@@ -63,14 +82,17 @@ def test_empty_match_labels_key_is_refused_naming_the_field():
     assert str(problems[0]).startswith("spec.target.podSelector.matchLabels: Invalid value: ''")
 
 
-@pytest.mark.parametrize(("req", "path", "words"), [
-    ({"key": "a", "operator": "In"}, "values", "must be specified when `operator` is 'In'"),
-    ({"key": "a", "operator": "NotIn", "values": []}, "values", "must be specified"),
-    ({"key": "a", "operator": "Exists", "values": ["x"]}, "values", "may not be specified"),
-    ({"key": "a", "operator": "Gt", "values": ["1"]}, "operator", "Unsupported value: 'Gt'"),
-    ({"key": "a", "operator": "In", "values": ["ok", "no way"]}, "values[1]", "label value"),
-    ({"operator": "Exists"}, "key", "Required value"),
-])
+@pytest.mark.parametrize(
+    ("req", "path", "words"),
+    [
+        ({"key": "a", "operator": "In"}, "values", "must be specified when `operator` is 'In'"),
+        ({"key": "a", "operator": "NotIn", "values": []}, "values", "must be specified"),
+        ({"key": "a", "operator": "Exists", "values": ["x"]}, "values", "may not be specified"),
+        ({"key": "a", "operator": "Gt", "values": ["1"]}, "operator", "Unsupported value: 'Gt'"),
+        ({"key": "a", "operator": "In", "values": ["ok", "no way"]}, "values[1]", "label value"),
+        ({"operator": "Exists"}, "key", "Required value"),
+    ],
+)
 def test_requirement_problems(req, path, words):
     problems = validate({"matchExpressions": [req]}, "sel")
     assert problems and problems[0].path == f"sel.matchExpressions[0].{path}"

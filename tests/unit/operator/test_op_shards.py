@@ -130,14 +130,22 @@ def test_session_shards_follow_nodes_and_every_shard_goes_at_the_end(env):
     # the session against the pinned nodes, whatever the DaemonSets' own counters say.
     targets = list(kube.pods)
     for i, node in enumerate(n for nodes in _pinned(kube).values() for n in nodes):
-        kube.pods.append({
-            "metadata": {"name": f"agent-{node}", "uid": f"a{i}",
-                         "labels": {"kubeprof.dev/session": "s",
-                                    "app.kubernetes.io/component": "agent"}},
-            "spec": {"nodeName": node},
-            "status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True" if node != "n4" else "False"}]},
-        })
+        kube.pods.append(
+            {
+                "metadata": {
+                    "name": f"agent-{node}",
+                    "uid": f"a{i}",
+                    "labels": {"kubeprof.dev/session": "s", "app.kubernetes.io/component": "agent"},
+                },
+                "spec": {"nodeName": node},
+                "status": {
+                    "phase": "Running",
+                    "conditions": [
+                        {"type": "Ready", "status": "True" if node != "n4" else "False"}
+                    ],
+                },
+            }
+        )
     st = reconcile(ctx, body)
     body["status"] = st
     assert st["agents"] == {"ready": 4, "expected": 5, "daemonSets": 3}

@@ -13,8 +13,11 @@ def _contract(cid: str) -> dict:
 
 def test_core_contract_covers_every_core_module():
     core = ROOT / "src" / "kubeprof"
-    modules = {f"kubeprof.{p.stem}" for p in core.iterdir()
-               if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.stem != "__init__"}
+    modules = {
+        f"kubeprof.{p.stem}"
+        for p in core.iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.stem != "__init__"
+    }
     listed = set(_contract("core-independent")["source_modules"])
     assert listed == modules - {"kubeprof.cli"}, "add new core modules to the contract"
 
@@ -28,12 +31,22 @@ def test_agent_and_operator_are_forbidden_to_the_core():
 def test_every_package_is_visible_to_import_linter():
     """A folder of modules without __init__.py is left out of import-linter's graph (as
     agent/cluster once was), so no contract would see its imports."""
-    skip = {"src/kubeprof", "agent/kubeprof", "operator/kubeprof",  # namespace roots
-            "src/kubeprof/storage/migrations", "src/kubeprof/storage/migrations/versions",
-            "agent/kubeprof/agent/gpu/_site"}  # loaded by path (alembic, sitecustomize)
-    missing = [str(d.relative_to(ROOT))
-               for root in ("src", "agent", "operator")
-               for d in (ROOT / root).rglob("*")
-               if d.is_dir() and "__pycache__" not in d.parts and any(d.glob("*.py"))
-               and not (d / "__init__.py").exists() and str(d.relative_to(ROOT)) not in skip]
+    skip = {
+        "src/kubeprof",
+        "agent/kubeprof",
+        "operator/kubeprof",  # namespace roots
+        "src/kubeprof/storage/migrations",
+        "src/kubeprof/storage/migrations/versions",
+        "agent/kubeprof/agent/gpu/_site",
+    }  # loaded by path (alembic, sitecustomize)
+    missing = [
+        str(d.relative_to(ROOT))
+        for root in ("src", "agent", "operator")
+        for d in (ROOT / root).rglob("*")
+        if d.is_dir()
+        and "__pycache__" not in d.parts
+        and any(d.glob("*.py"))
+        and not (d / "__init__.py").exists()
+        and str(d.relative_to(ROOT)) not in skip
+    ]
     assert missing == []

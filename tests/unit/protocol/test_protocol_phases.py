@@ -6,8 +6,7 @@ from kubeprof.protocol.phases import ACCEPTS_DATA, ACTIVE, TERMINAL, Phase
 def test_sets_partition_as_the_machine_expects():
     assert set(Phase) == ACCEPTS_DATA | TERMINAL and not ACCEPTS_DATA & TERMINAL
     assert ACCEPTS_DATA - {Phase.AGGREGATING} == ACTIVE  # agents stop; late batches still land
-    assert [p.value for p in Phase] == ["Pending", "Running", "Aggregating", "Completed",
-                                        "Failed"]
+    assert [p.value for p in Phase] == ["Pending", "Running", "Aggregating", "Completed", "Failed"]
 
 
 def test_phase_strings_from_the_api_compare_equal():

@@ -16,5 +16,6 @@ def test_segments_are_quoted():
 def test_route_templates_match_the_builders():
     built = routes.batches_path("NS", "NAME")
     assert routes.BATCHES_ROUTE.format(namespace="NS", name="NAME") == built
-    assert routes.TARGETS_ROUTE.format(namespace="NS", name="NAME") + "?node=N" == \
-        routes.targets_path("NS", "NAME", "N")
+    assert routes.TARGETS_ROUTE.format(
+        namespace="NS", name="NAME"
+    ) + "?node=N" == routes.targets_path("NS", "NAME", "N")

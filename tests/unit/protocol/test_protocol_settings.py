@@ -19,15 +19,30 @@ def _as_pod_sees_it(env: list[dict], node: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("settings", [
-    AgentSettings(),
-    AgentSettings(node_name="gpu-7", ingest_url="http://op:8080", namespace="ml",
-                  session="train", token_file=Path("/t/token"), spool_dir=Path("/s"),
-                  spool_max_mb=7, proc_root=Path("/host/proc"), collectors=("cpu", "nvml"),
-                  cpu_hz=49, nvml_interval_s=0.25, poll_interval_s=2.5,
-                  rescan_interval_s=0.5, end_time=1700000000.5, drain_timeout_s=3.0,
-                  log_level="DEBUG"),
-])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        AgentSettings(),
+        AgentSettings(
+            node_name="gpu-7",
+            ingest_url="http://op:8080",
+            namespace="ml",
+            session="train",
+            token_file=Path("/t/token"),
+            spool_dir=Path("/s"),
+            spool_max_mb=7,
+            proc_root=Path("/host/proc"),
+            collectors=("cpu", "nvml"),
+            cpu_hz=49,
+            nvml_interval_s=0.25,
+            poll_interval_s=2.5,
+            rescan_interval_s=0.5,
+            end_time=1700000000.5,
+            drain_timeout_s=3.0,
+            log_level="DEBUG",
+        ),
+    ],
+)
 def test_to_env_then_from_env_is_the_same_object(settings):
     environ = _as_pod_sees_it(settings.to_env(), settings.node_name)
     assert AgentSettings.from_env(environ) == settings
@@ -38,8 +53,7 @@ def test_every_field_is_written_once_and_node_name_comes_from_the_downward_api()
     names = [e["name"] for e in env]
     assert len(names) == len(set(names)) == len(AgentSettings.__dataclass_fields__)
     node = next(e for e in env if e["name"] == "NODE_NAME")
-    assert node == {"name": "NODE_NAME",
-                    "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert node == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
 
 def test_values_as_the_agent_reads_them():
@@ -52,8 +66,10 @@ def test_values_as_the_agent_reads_them():
 def test_unset_variables_keep_defaults_and_bad_ones_are_named():
     assert AgentSettings.from_env({}) == AgentSettings()
     assert AgentSettings.from_env({"KUBEPROF_SESSION_END": "0"}).end_time is None
-    assert AgentSettings.from_env({"KUBEPROF_COLLECTORS": " cpu, ,nvml"}).collectors == \
-        ("cpu", "nvml")
+    assert AgentSettings.from_env({"KUBEPROF_COLLECTORS": " cpu, ,nvml"}).collectors == (
+        "cpu",
+        "nvml",
+    )
     with pytest.raises(ValueError, match="KUBEPROF_CPU_HZ"):
         AgentSettings.from_env({"KUBEPROF_CPU_HZ": "fast"})
 
@@ -61,8 +77,9 @@ def test_unset_variables_keep_defaults_and_bad_ones_are_named():
 def test_agent_flags_default_to_the_environment():
     from kubeprof.agent.cluster.main import build_parser
 
-    args = build_parser({"KUBEPROF_CPU_HZ": "49", "NODE_NAME": "n1",
-                         "KUBEPROF_SESSION_END": "12.5"}).parse_args([])
+    args = build_parser(
+        {"KUBEPROF_CPU_HZ": "49", "NODE_NAME": "n1", "KUBEPROF_SESSION_END": "12.5"}
+    ).parse_args([])
     assert (args.hz, args.node_name, args.end_time) == (49, "n1", 12.5)
     defaults = build_parser({}).parse_args([])
     assert (defaults.hz, defaults.end_time, defaults.collectors) == (DEFAULT_CPU_HZ, None, "cpu")

@@ -27,10 +27,16 @@ def _store(tmp_path, meta: dict[str, str], metrics) -> str:
 
 
 def test_h200_session_energy_in_text_and_json(tmp_path):
-    s = next(x for x in json.loads((SWEEP / "batch_sweep.json").read_text())
-             if x["run"]["name"] == "bs64")
-    metrics = [GpuMetricSample(int(ts), int(dev), m, float(v))
-               for rows in s["energy_metrics"].values() for ts, dev, m, v in rows]
+    s = next(
+        x
+        for x in json.loads((SWEEP / "batch_sweep.json").read_text())
+        if x["run"]["name"] == "bs64"
+    )
+    metrics = [
+        GpuMetricSample(int(ts), int(dev), m, float(v))
+        for rows in s["energy_metrics"].values()
+        for ts, dev, m, v in rows
+    ]
     meta = {k: v for k, v in s["meta"].items() if k.startswith(("carbon:", "host:"))}
     report = reporting.load(_store(tmp_path, meta, metrics), "e")
     assert report.energy is not None and report.energy.gpus

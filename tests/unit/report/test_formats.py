@@ -41,8 +41,10 @@ def _gpu_report(profile):
     from kubeprof.analysis.gpu_summary import gpu_summary
     from kubeprof.model import GpuActivity
 
-    acts = [GpuActivity("kernel", "k", 0, 100, 0, 10, 1), GpuActivity("kernel", "k", 300, 400,
-                                                                        0, 10, 2)]
+    acts = [
+        GpuActivity("kernel", "k", 0, 100, 0, 10, 1),
+        GpuActivity("kernel", "k", 300, 400, 0, 10, 2),
+    ]
     return Report(profile, gpu=gpu_summary(acts, [], 0, 1000))
 
 

@@ -47,8 +47,10 @@ def kinds(doc: dict) -> set[str]:
 
 def test_text_puts_findings_first_then_the_steady_state_then_tables(store_url):
     _, text, _ = report_of(store_url, "starved")
-    order = [text.index(s) for s in (
-        "\nFindings\n", "\nGPU idle (steady state)\n", "\n== CPU time", "\nGPU\n===\n")]
+    order = [
+        text.index(s)
+        for s in ("\nFindings\n", "\nGPU idle (steady state)\n", "\n== CPU time", "\nGPU\n===\n")
+    ]
     assert order == sorted(order)
     head = text.split("\nFindings\n")[0]
     assert "counter." not in head and "cpu: True" not in head
@@ -74,18 +76,23 @@ def test_starved_names_load_batch_in_text_and_json(store_url):
 def test_item_names_the_read_loss_line(store_url):
     truth, text, doc = report_of(store_url, "item")
     f = next(f for f in doc["findings"] if f["kind"] == "sync_stall")
-    assert any(line.split(" ")[0].endswith(f":{truth['sync_line']}") and "read_loss" in line
-               for line in f["evidence"]["lines"])
-    assert {"view": "cpu", "search": f"read_loss (gpu_truth.py:{truth['sync_line']})"} \
-        in f["targets"]
+    assert any(
+        line.split(" ")[0].endswith(f":{truth['sync_line']}") and "read_loss" in line
+        for line in f["evidence"]["lines"]
+    )
+    assert {"view": "cpu", "search": f"read_loss (gpu_truth.py:{truth['sync_line']})"} in f[
+        "targets"
+    ]
     assert "read_loss" in findings_section(text) and "Host-device sync stalls" in text
 
 
 def test_pageable_names_copy_batch(store_url):
     truth, text, doc = report_of(store_url, "pageable")
     f = next(f for f in doc["findings"] if f["kind"] == "pageable_memcpy")
-    assert any("copy_batch" in line and line.split(" ")[0].endswith(f":{truth['copy_line']}")
-               for line in f["evidence"]["lines"])
+    assert any(
+        "copy_batch" in line and line.split(" ")[0].endswith(f":{truth['copy_line']}")
+        for line in f["evidence"]["lines"]
+    )
     assert "copy_batch" in findings_section(text) and "Pageable memory copies" in text
 
 
@@ -112,9 +119,22 @@ def test_headline_agrees_with_the_cuda_event_truth(store_url, mode):
 
 def test_json_is_the_whole_report(store_url):
     _, _, doc = report_of(store_url, "starved")
-    for key in ("schema", "session", "meta", "cpu", "gpu_tracing", "headline", "phases",
-                "timeline", "breakdown", "cpu_during_idle", "findings", "top_functions",
-                "top_stacks", "gpu"):
+    for key in (
+        "schema",
+        "session",
+        "meta",
+        "cpu",
+        "gpu_tracing",
+        "headline",
+        "phases",
+        "timeline",
+        "breakdown",
+        "cpu_during_idle",
+        "findings",
+        "top_functions",
+        "top_stacks",
+        "gpu",
+    ):
         assert key in doc, key
     assert doc["schema"] == "kubeprof.report/1" and doc["session"]["name"] == "starved"
     assert doc["gpu_tracing"] == {"traced": True, "reason": None}
@@ -139,11 +159,20 @@ def test_html_has_the_findings_panel_on_top_with_frame_links(store_url):
     assert page.count("<h2>GPU</h2>") == 1
 
 
-@pytest.mark.parametrize("meta, reason", [
-    ({"gpu_tracer": "off", "gpu_tracer_reason": "cupti-python is installed but its dependency "
-      "'elftools' is missing; pip install pyelftools (pid 624)"}, "'elftools' is missing"),
-    ({}, "no kernel was recorded and the tracer reported no reason"),
-])
+@pytest.mark.parametrize(
+    "meta, reason",
+    [
+        (
+            {
+                "gpu_tracer": "off",
+                "gpu_tracer_reason": "cupti-python is installed but its dependency "
+                "'elftools' is missing; pip install pyelftools (pid 624)",
+            },
+            "'elftools' is missing",
+        ),
+        ({}, "no kernel was recorded and the tracer reported no reason"),
+    ],
+)
 def test_no_kernels_means_not_measured_with_the_reason(tmp_path, meta, reason):
     url = f"sqlite:///{tmp_path / 'off.db'}"
     store_fixture(url, "starved", drop_kernels=True, meta=meta)
@@ -176,9 +205,15 @@ def test_clicking_a_finding_searches_its_frame_in_the_flame_graph(store_url, tmp
     page = tmp_path / "starved.html"
     page.write_text(render(reporting.load(store_url, "starved"), "html"), encoding="utf-8")
     harness = Path(__file__).with_name("flamegraph_harness.js")
-    out = json.loads(subprocess.run(
-        ["node", str(harness), str(page), "main", json.dumps(target)],
-        capture_output=True, text=True, timeout=120, check=True).stdout)
+    out = json.loads(
+        subprocess.run(
+            ["node", str(harness), str(page), "main", json.dumps(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
     assert out["link"]["prevented"] and out["link"]["search"] == target["search"]
     assert out["link"]["match"].startswith("matched: ") and out["link"]["match"][-2:] != "0%"
     assert out["link"]["status"].startswith("CPU time:")

@@ -64,12 +64,26 @@ def test_header_phrases_cluster_machine_and_carbon_meta():
     from kubeprof.report.header import other_items
     from kubeprof.reportdata import Profile
 
-    meta = {"namespace": "ml", "session": "trainer", "uid": "0123-4567",
-            "pod:u1": "ml/trainer-0", "pod:u2": "ml/trainer-1", "host:vcpus": "16",
-            "host:memory_gb": "62.5", "carbon:cloudProvider": "aws",
-            "carbon:region": "eu-west-1", "label:batch": "64", "counter.gpu_kernels": "9",
-            "team": "vision"}
+    meta = {
+        "namespace": "ml",
+        "session": "trainer",
+        "uid": "0123-4567",
+        "pod:u1": "ml/trainer-0",
+        "pod:u2": "ml/trainer-1",
+        "host:vcpus": "16",
+        "host:memory_gb": "62.5",
+        "carbon:cloudProvider": "aws",
+        "carbon:region": "eu-west-1",
+        "label:batch": "64",
+        "counter.gpu_kernels": "9",
+        "team": "vision",
+    }
     items = dict(other_items(Profile("s", 99, 1.0, meta=meta)))
-    assert items == {"ProfilingSession": "ml/trainer", "pods": "ml/trainer-0, ml/trainer-1",
-                     "labels": "batch=64", "machine": "16 vCPUs, 62.5 GB memory",
-                     "carbon settings": "aws eu-west-1", "team": "vision"}
+    assert items == {
+        "ProfilingSession": "ml/trainer",
+        "pods": "ml/trainer-0, ml/trainer-1",
+        "labels": "batch=64",
+        "machine": "16 vCPUs, 62.5 GB memory",
+        "carbon settings": "aws eu-west-1",
+        "team": "vision",
+    }

@@ -17,8 +17,9 @@ if str(FIXTURES) not in sys.path:
 import trace_io  # noqa: E402 - the fixture reader lives next to the fixtures
 
 
-def store_fixture(url: str, mode: str, *, drop_kernels: bool = False,
-                  meta: dict[str, str] | None = None) -> dict:
+def store_fixture(
+    url: str, mode: str, *, drop_kernels: bool = False, meta: dict[str, str] | None = None
+) -> dict:
     """Write fixture `mode` as session `mode` into the store at `url`; returns its truth.
 
     ``drop_kernels`` keeps everything but the GPU records (a tracer that did not run);
@@ -31,17 +32,29 @@ def store_fixture(url: str, mode: str, *, drop_kernels: bool = False,
     acts = () if drop_kernels else tuple(tr.activities)
     store = Store.open(url)
     try:
-        sid = store.create_session(mode, command=m.get("command", ""), hz=99,
-                                   start_ns=m["session_start_ns"], meta=session_meta)
+        sid = store.create_session(
+            mode,
+            command=m.get("command", ""),
+            hz=99,
+            start_ns=m["session_start_ns"],
+            meta=session_meta,
+        )
         pid = truth.get("pid") or (tr.samples[0].pid if tr.samples else 0)
         procs = (ProcessInfo(pid=pid, ppid=1, name="python3", cmdline=m.get("command", "")),)
         counters = dict(m.get("counters") or {})
         if drop_kernels:
             counters.pop("gpu_kernels", None)
         for i in range(0, len(tr.samples), 20_000):
-            store.write_batch(sid, Batch(samples=tuple(tr.samples[i:i + 20_000])))
-        store.write_batch(sid, Batch(processes=procs, gpu_activities=acts,
-                                     gpu_metrics=tuple(tr.metrics), counters=counters))
+            store.write_batch(sid, Batch(samples=tuple(tr.samples[i : i + 20_000])))
+        store.write_batch(
+            sid,
+            Batch(
+                processes=procs,
+                gpu_activities=acts,
+                gpu_metrics=tuple(tr.metrics),
+                counters=counters,
+            ),
+        )
         store.finish_session(sid, end_ns=m["session_end_ns"], meta={"exit_code": "0"})
     finally:
         store.close()

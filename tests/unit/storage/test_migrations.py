@@ -17,14 +17,27 @@ def test_upgrade_downgrade_upgrade_with_data(tmp_path):
     engine = create_engine(f"sqlite:///{tmp_path}/m.db")
     with engine.begin() as conn:
         migrate.upgrade(conn)
-        conn.execute(text("INSERT INTO sessions (name, kind, command, hz, host, status, "
-                          "started_at, start_ns, end_ns, meta) VALUES ('a', 'local', '', 99, "
-                          "'', 'running', CURRENT_TIMESTAMP, 0, 0, '{}')"))
+        conn.execute(
+            text(
+                "INSERT INTO sessions (name, kind, command, hz, host, status, "
+                "started_at, start_ns, end_ns, meta) VALUES ('a', 'local', '', 99, "
+                "'', 'running', CURRENT_TIMESTAMP, 0, 0, '{}')"
+            )
+        )
     with engine.begin() as conn:
         migrate.downgrade(conn, "base")
         assert "sessions" not in inspect(conn).get_table_names()
     with engine.begin() as conn:
         migrate.upgrade(conn)
         tables = set(inspect(conn).get_table_names())
-    assert {"sessions", "frames", "stacks", "samples", "gpu_activities", "gpu_metrics",
-            "counters", "ingested_batches", "processes"} <= tables
+    assert {
+        "sessions",
+        "frames",
+        "stacks",
+        "samples",
+        "gpu_activities",
+        "gpu_metrics",
+        "counters",
+        "ingested_batches",
+        "processes",
+    } <= tables

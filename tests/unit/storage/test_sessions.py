@@ -22,10 +22,21 @@ def test_create_ensure_finish_and_meta(tmp_path):
             a = sessions.create(conn, "run", hz=50, start_ns=5, meta={"x": "1"})
             b = sessions.create(conn, "run")
             t0 = datetime(2026, 1, 1, tzinfo=UTC)
-            c = sessions.ensure(conn, "ns/s@abc", kind="cluster", command="cr", hz=99,
-                                started_at=t0, meta={"uid": "u"})
-            assert sessions.ensure(conn, "ns/s@abc", kind="cluster", command="other", hz=1,
-                                   started_at=t0) == c
+            c = sessions.ensure(
+                conn,
+                "ns/s@abc",
+                kind="cluster",
+                command="cr",
+                hz=99,
+                started_at=t0,
+                meta={"uid": "u"},
+            )
+            assert (
+                sessions.ensure(
+                    conn, "ns/s@abc", kind="cluster", command="other", hz=1, started_at=t0
+                )
+                == c
+            )
             sessions.merge_meta(conn, c, {"pod:p": "ns/p"})
             sessions.finish(conn, a, "completed", end_ns=77, meta={"y": "2"})
             sessions.finish(conn, c, "failed")

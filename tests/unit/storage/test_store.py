@@ -76,12 +76,24 @@ def test_identical_stacks_and_frames_are_stored_once(store):
 def test_gpu_records_and_counters_round_trip(store):
     sid = store.create_session("gpu")
     launch = (MAIN, Frame("cudaLaunchKernel", FrameKind.CUDA_API))
-    act = GpuActivity(kind="kernel", name="_Z6kernelPf", demangled="kernel(float*)",
-                      start_ns=10, end_ns=30, device=0, pid=100, correlation_id=7,
-                      grid=(4, 1, 1), block=(256, 1, 1), registers=32, stack=launch)
+    act = GpuActivity(
+        kind="kernel",
+        name="_Z6kernelPf",
+        demangled="kernel(float*)",
+        start_ns=10,
+        end_ns=30,
+        device=0,
+        pid=100,
+        correlation_id=7,
+        grid=(4, 1, 1),
+        block=(256, 1, 1),
+        registers=32,
+        stack=launch,
+    )
     metric = GpuMetricSample(ts_ns=15, device=0, metric="gpu_util_pct", value=87.5)
-    store.write_batch(sid, Batch(gpu_activities=(act,), gpu_metrics=(metric,),
-                                 counters={"gpu_dropped": 3}))
+    store.write_batch(
+        sid, Batch(gpu_activities=(act,), gpu_metrics=(metric,), counters={"gpu_dropped": 3})
+    )
     store.write_batch(sid, Batch(counters={"gpu_dropped": 2}))
     with store.engine.connect() as conn:
         assert q.gpu_activities(conn, sid) == [act]

@@ -63,11 +63,16 @@ class NodeAgent:
 
     def __post_init__(self) -> None:
         self.shipper = Shipper(self.spool, self.client)
-        self.sink = SpoolSink(self.spool, self.shipper, node=self.config.node,
-                              discovery=self.discovery,
-                              drain_timeout_s=self.config.drain_timeout_s)
-        self.driver = Driver(self.collectors, self.sink, interval_s=self.config.poll_interval_s,
-                             log=log.warning)  # collector failures and notes, as they come
+        self.sink = SpoolSink(
+            self.spool,
+            self.shipper,
+            node=self.config.node,
+            discovery=self.discovery,
+            drain_timeout_s=self.config.drain_timeout_s,
+        )
+        self.driver = Driver(
+            self.collectors, self.sink, interval_s=self.config.poll_interval_s, log=log.warning
+        )  # collector failures and notes, as they come
         self.targets |= set(self.config.static_targets)
         if self.config.static_targets:  # no API to ask: profile until the end time or SIGTERM
             self.phase = Phase.RUNNING.value
@@ -93,8 +98,12 @@ class NodeAgent:
             if ans.outcome is Outcome.SESSION_OVER:
                 self.phase = "Gone"  # not a session phase: the session no longer exists
         else:
-            log.info("targets unavailable (%s %s); keeping %d known target pod(s)",
-                     ans.status, ans.detail, len(self.targets))
+            log.info(
+                "targets unavailable (%s %s); keeping %d known target pod(s)",
+                ans.status,
+                ans.detail,
+                len(self.targets),
+            )
 
     def is_target_process(self, pid: int) -> bool:
         """Whether `pid` (ours) runs in one of the session's target pods: the GPU receiver
@@ -106,8 +115,13 @@ class NodeAgent:
         """Find new target processes and give them to the targeted collectors."""
         new = self.discovery.scan(self.targets)
         for info in new:
-            log.info("target process pid=%d (%s) pod=%s container=%s", info.pid, info.name,
-                     info.pod_uid, info.container_id[:12])
+            log.info(
+                "target process pid=%d (%s) pod=%s container=%s",
+                info.pid,
+                info.name,
+                info.pod_uid,
+                info.container_id[:12],
+            )
             for name, exc in self.driver.attach(info.pid).items():
                 log.info("collector %s cannot attach to pid %d: %s", name, info.pid, exc)
         return new
@@ -130,8 +144,11 @@ class NodeAgent:
 
     def should_stop(self) -> bool:
         end = self.config.end_time
-        return (self.stop_event.is_set() or (end is not None and self.clock() >= end)
-                or self.phase not in ACTIVE)
+        return (
+            self.stop_event.is_set()
+            or (end is not None and self.clock() >= end)
+            or self.phase not in ACTIVE
+        )
 
     def _stop_now(self) -> bool:
         """should_stop, switching the tracers off first so their last records still arrive."""
@@ -152,13 +169,25 @@ class NodeAgent:
     def run(self) -> int:
         """Collect until the session ends; returns 0, or 3 when data stayed unsent."""
         self.sink.start()
-        self.driver.run(self._stop_now, on_pass=self.rescan, on_stop=self._last_tracer_states,
-                        wait=self.stop_event.wait)
+        self.driver.run(
+            self._stop_now,
+            on_pass=self.rescan,
+            on_stop=self._last_tracer_states,
+            wait=self.stop_event.wait,
+        )
         st = self.shipper.stats
-        log.info("agent done: %d batches spooled, %d sent (%d duplicates, %d rows), %d "
-                 "retries, %d rejected, %d left in %s", self.batches, st.sent, st.duplicates,
-                 st.rows, st.retries, st.rejected, len(self.spool.pending()),
-                 self.spool.folder)
+        log.info(
+            "agent done: %d batches spooled, %d sent (%d duplicates, %d rows), %d "
+            "retries, %d rejected, %d left in %s",
+            self.batches,
+            st.sent,
+            st.duplicates,
+            st.rows,
+            st.retries,
+            st.rejected,
+            len(self.spool.pending()),
+            self.spool.folder,
+        )
         return 0 if self.sink.delivered else 3
 
 

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 # A pod UID in either spelling: dashes (cgroupfs) or underscores (systemd escapes "-").
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 _POD = re.compile(rf"(?:^|/)(?:kubepods(?:-[a-z]+)?-)?pod({_UID})(?:\.slice)?(?:/|$)")
-_SYSTEMD_CONTAINER = re.compile(r"^(?:cri-containerd|crio|docker|containerd)-([0-9a-f]{12,64})"
-                                r"\.scope$")
+_SYSTEMD_CONTAINER = re.compile(
+    r"^(?:cri-containerd|crio|docker|containerd)-([0-9a-f]{12,64})"
+    r"\.scope$"
+)
 _CGROUPFS_CONTAINER = re.compile(r"^([0-9a-f]{12,64})$")
 
 
@@ -41,7 +43,7 @@ def parse_path(path: str) -> PodRef | None:
     if not m:
         return None
     uid = m.group(1).replace("_", "-")
-    rest = path[m.end():].split("/")
+    rest = path[m.end() :].split("/")
     container = ""
     for part in rest:
         c = _SYSTEMD_CONTAINER.match(part) or _CGROUPFS_CONTAINER.match(part)
@@ -74,5 +76,7 @@ def parse_proc_cgroup(text: str) -> PodRef | None:
 def cgroup_name(pod_uid: str, container_id: str, qos: str = "besteffort") -> str:
     """The systemd-driver cgroup path of a container (what tests create to stand for a pod)."""
     esc = pod_uid.replace("-", "_")
-    return (f"kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{esc}.slice/"
-            f"cri-containerd-{container_id}.scope")
+    return (
+        f"kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{esc}.slice/"
+        f"cri-containerd-{container_id}.scope"
+    )

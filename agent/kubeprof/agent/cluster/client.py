@@ -53,8 +53,9 @@ def classify(status: int) -> Outcome:
 class IngestClient:
     """Talks to one session's ingest endpoints with the session's bearer token."""
 
-    def __init__(self, base_url: str, namespace: str, session: str, token: str,
-                 *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, namespace: str, session: str, token: str, *, timeout_s: float = 30.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.namespace, self.session = namespace, session
         self._auth = f"Bearer {token}"
@@ -62,20 +63,24 @@ class IngestClient:
 
     def post_batch(self, body: bytes, batch_id: str) -> Answer:
         """POST one gzip-compressed batch."""
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip",
-                   routes.BATCH_ID_HEADER: batch_id}
-        return self._call("POST", routes.batches_path(self.namespace, self.session), body,
-                          headers)
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            routes.BATCH_ID_HEADER: batch_id,
+        }
+        return self._call("POST", routes.batches_path(self.namespace, self.session), body, headers)
 
     def targets(self, node: str) -> Answer:
         """GET the session's target pods on `node` and its phase and end time."""
-        return self._call("GET", routes.targets_path(self.namespace, self.session, node),
-                          None, {})
+        return self._call("GET", routes.targets_path(self.namespace, self.session, node), None, {})
 
-    def _call(self, method: str, path: str, body: bytes | None,
-              headers: dict[str, str]) -> Answer:
-        req = urllib.request.Request(self.base_url + path, data=body, method=method,
-                                     headers={**headers, "Authorization": self._auth})
+    def _call(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=body,
+            method=method,
+            headers={**headers, "Authorization": self._auth},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
                 status, raw = r.status, r.read()

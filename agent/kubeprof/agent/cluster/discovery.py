@@ -86,5 +86,11 @@ class Discovery:
         fields = stat[stat.rfind(")") + 2 :].split()
         ppid = int(fields[1]) if len(fields) > 1 else 0
         argv = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
-        return ProcessInfo(pid=pid, ppid=ppid, name=name, cmdline=argv[:CMDLINE_MAX],
-                           container_id=ref.container_id, pod_uid=ref.pod_uid)
+        return ProcessInfo(
+            pid=pid,
+            ppid=ppid,
+            name=name,
+            cmdline=argv[:CMDLINE_MAX],
+            container_id=ref.container_id,
+            pod_uid=ref.pod_uid,
+        )

@@ -37,89 +37,174 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     """Flags whose defaults are the settings in `environ` (os.environ by default)."""
     s = AgentSettings.from_env(os.environ if environ is None else environ)
     e = AgentSettings.env_name
-    p = argparse.ArgumentParser(prog="kubeprof agent", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--node-name", default=s.node_name,
-                   help=f"this node's name; only pods on it are profiled (env {e('node_name')}, "
-                        "set from spec.nodeName by the downward API)")
-    p.add_argument("--ingest-url", default=s.ingest_url,
-                   help="base URL of the operator's ingest API, e.g. "
-                        f"http://kubeprof-operator.kubeprof:8080 (env {e('ingest_url')})")
-    p.add_argument("--namespace", default=s.namespace,
-                   help=f"namespace of the ProfilingSession (env {e('namespace')})")
-    p.add_argument("--session", default=s.session,
-                   help=f"name of the ProfilingSession (env {e('session')})")
-    p.add_argument("--session-uid", default=s.session_uid,
-                   help="UID of the ProfilingSession; the spool folder is keyed by it "
-                        f"(env {e('session_uid')})")
-    p.add_argument("--token-file", type=Path, default=s.token_file,
-                   help="file holding the session's ingest token, mounted from the "
-                        f"session's Secret (env {e('token_file')}, default %(default)s)")
-    p.add_argument("--spool-dir", type=Path, default=s.spool_dir,
-                   help="where batches wait until the ingest stored them; a per-session "
-                        f"sub-folder is used (env {e('spool_dir')}, default %(default)s)")
-    p.add_argument("--spool-max-mb", type=int, default=s.spool_max_mb,
-                   help="oldest batches are dropped (and counted) past this spool size "
-                        f"(env {e('spool_max_mb')}, default %(default)s)")
-    p.add_argument("--proc-root", type=Path, default=s.proc_root,
-                   help=f"the host's /proc (the pod runs with hostPID) (env {e('proc_root')}, "
-                        "default %(default)s)")
-    p.add_argument("--collectors", default=",".join(s.collectors),
-                   help="comma-separated collectors to run: cpu (eBPF sampler + Python "
-                        f"frames), nvml (GPU metrics) (env {e('collectors')}, default "
-                        "%(default)s)")
-    p.add_argument("--hz", type=int, default=s.cpu_hz,
-                   help=f"CPU sampling frequency (env {e('cpu_hz')}, default %(default)s)")
-    p.add_argument("--offcpu-min-us", type=int, default=s.offcpu_min_us,
-                   help="off-CPU waits shorter than this get no stack, only counted (env "
-                        f"{e('offcpu_min_us')}, default %(default)s)")
-    p.add_argument("--offcpu-every", type=int, default=s.offcpu_every,
-                   help="follow 1 in N switch-outs for off-CPU waits; 0 turns the probe off "
-                        f"(env {e('offcpu_every')}, default %(default)s)")
-    p.add_argument("--nvml-interval", type=float, default=s.nvml_interval_s,
-                   help=f"seconds between NVML readings (env {e('nvml_interval_s')}, "
-                        "default %(default)s)")
-    p.add_argument("--poll-interval", type=float, default=s.poll_interval_s,
-                   help="seconds between collector polls, i.e. batch cadence (env "
-                        f"{e('poll_interval_s')}, default %(default)s)")
-    p.add_argument("--rescan-interval", type=float, default=s.rescan_interval_s,
-                   help="seconds between target/process rescans (env "
-                        f"{e('rescan_interval_s')}, default %(default)s)")
-    p.add_argument("--end-time", type=float, default=s.end_time,
-                   help="wall-clock end of the session as Unix seconds; the API's answer "
-                        f"overrides it (env {e('end_time')})")
-    p.add_argument("--drain-timeout", type=float, default=s.drain_timeout_s,
-                   help="seconds to keep sending spooled batches at exit (env "
-                        f"{e('drain_timeout_s')}, default %(default)s)")
-    p.add_argument("--pod-uid", action="append", default=[],
-                   help="profile this pod UID without asking the API for targets "
-                        "(repeatable; for use outside a session DaemonSet)")
+    p = argparse.ArgumentParser(
+        prog="kubeprof agent",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--node-name",
+        default=s.node_name,
+        help=f"this node's name; only pods on it are profiled (env {e('node_name')}, "
+        "set from spec.nodeName by the downward API)",
+    )
+    p.add_argument(
+        "--ingest-url",
+        default=s.ingest_url,
+        help="base URL of the operator's ingest API, e.g. "
+        f"http://kubeprof-operator.kubeprof:8080 (env {e('ingest_url')})",
+    )
+    p.add_argument(
+        "--namespace",
+        default=s.namespace,
+        help=f"namespace of the ProfilingSession (env {e('namespace')})",
+    )
+    p.add_argument(
+        "--session", default=s.session, help=f"name of the ProfilingSession (env {e('session')})"
+    )
+    p.add_argument(
+        "--session-uid",
+        default=s.session_uid,
+        help="UID of the ProfilingSession; the spool folder is keyed by it "
+        f"(env {e('session_uid')})",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        default=s.token_file,
+        help="file holding the session's ingest token, mounted from the "
+        f"session's Secret (env {e('token_file')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--spool-dir",
+        type=Path,
+        default=s.spool_dir,
+        help="where batches wait until the ingest stored them; a per-session "
+        f"sub-folder is used (env {e('spool_dir')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--spool-max-mb",
+        type=int,
+        default=s.spool_max_mb,
+        help="oldest batches are dropped (and counted) past this spool size "
+        f"(env {e('spool_max_mb')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--proc-root",
+        type=Path,
+        default=s.proc_root,
+        help=f"the host's /proc (the pod runs with hostPID) (env {e('proc_root')}, "
+        "default %(default)s)",
+    )
+    p.add_argument(
+        "--collectors",
+        default=",".join(s.collectors),
+        help="comma-separated collectors to run: cpu (eBPF sampler + Python "
+        f"frames), nvml (GPU metrics) (env {e('collectors')}, default "
+        "%(default)s)",
+    )
+    p.add_argument(
+        "--hz",
+        type=int,
+        default=s.cpu_hz,
+        help=f"CPU sampling frequency (env {e('cpu_hz')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--offcpu-min-us",
+        type=int,
+        default=s.offcpu_min_us,
+        help="off-CPU waits shorter than this get no stack, only counted (env "
+        f"{e('offcpu_min_us')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--offcpu-every",
+        type=int,
+        default=s.offcpu_every,
+        help="follow 1 in N switch-outs for off-CPU waits; 0 turns the probe off "
+        f"(env {e('offcpu_every')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--nvml-interval",
+        type=float,
+        default=s.nvml_interval_s,
+        help=f"seconds between NVML readings (env {e('nvml_interval_s')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=s.poll_interval_s,
+        help="seconds between collector polls, i.e. batch cadence (env "
+        f"{e('poll_interval_s')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--rescan-interval",
+        type=float,
+        default=s.rescan_interval_s,
+        help="seconds between target/process rescans (env "
+        f"{e('rescan_interval_s')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--end-time",
+        type=float,
+        default=s.end_time,
+        help="wall-clock end of the session as Unix seconds; the API's answer "
+        f"overrides it (env {e('end_time')})",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=s.drain_timeout_s,
+        help="seconds to keep sending spooled batches at exit (env "
+        f"{e('drain_timeout_s')}, default %(default)s)",
+    )
+    p.add_argument(
+        "--pod-uid",
+        action="append",
+        default=[],
+        help="profile this pod UID without asking the API for targets "
+        "(repeatable; for use outside a session DaemonSet)",
+    )
     env = os.environ if environ is None else environ
-    p.add_argument("--gpu-socket", default=env.get("KUBEPROF_AGENT_GPU_SOCKET", ""),
-                   help="receive CUDA kernels from the dormant tracers the injection webhook "
-                        "put into pods: listen on this socket (its name, the session's uid, is "
-                        "what `on`/`off` carry) and switch the target pods' tracers on for the "
-                        "session (env KUBEPROF_AGENT_GPU_SOCKET; default off)")
-    p.add_argument("--gpu-ctl-dir", default=env.get("KUBEPROF_AGENT_GPU_CTL_DIR",
-                                                    "/run/kubeprof/ctl"),
-                   help="the folder, inside target pods, of their tracers' control sockets; "
-                        "reached through /proc/<pid>/root (env KUBEPROF_AGENT_GPU_CTL_DIR, "
-                        "default %(default)s)")
-    p.add_argument("--log-level", default=s.log_level,
-                   help=f"DEBUG, INFO, WARNING (env {e('log_level')}, default %(default)s)")
+    p.add_argument(
+        "--gpu-socket",
+        default=env.get("KUBEPROF_AGENT_GPU_SOCKET", ""),
+        help="receive CUDA kernels from the dormant tracers the injection webhook "
+        "put into pods: listen on this socket (its name, the session's uid, is "
+        "what `on`/`off` carry) and switch the target pods' tracers on for the "
+        "session (env KUBEPROF_AGENT_GPU_SOCKET; default off)",
+    )
+    p.add_argument(
+        "--gpu-ctl-dir",
+        default=env.get("KUBEPROF_AGENT_GPU_CTL_DIR", "/run/kubeprof/ctl"),
+        help="the folder, inside target pods, of their tracers' control sockets; "
+        "reached through /proc/<pid>/root (env KUBEPROF_AGENT_GPU_CTL_DIR, "
+        "default %(default)s)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=s.log_level,
+        help=f"DEBUG, INFO, WARNING (env {e('log_level')}, default %(default)s)",
+    )
     return p
 
 
 def _check(args: argparse.Namespace) -> str | None:
     """A one-line problem with the configuration, or None."""
-    for flag, field in (("--node-name", "node_name"), ("--ingest-url", "ingest_url"),
-                        ("--namespace", "namespace"), ("--session", "session")):
+    for flag, field in (
+        ("--node-name", "node_name"),
+        ("--ingest-url", "ingest_url"),
+        ("--namespace", "namespace"),
+        ("--session", "session"),
+    ):
         value, env = getattr(args, field), AgentSettings.env_name(field)
         if not value:
             return f"{flag} is required (or set {env})"
     if not args.token_file.is_file():
-        return (f"token file {args.token_file} not found: mount the session's Secret there "
-                "or pass --token-file")
+        return (
+            f"token file {args.token_file} not found: mount the session's Secret there "
+            "or pass --token-file"
+        )
     if not 1 <= args.hz <= 10_000:
         return f"--hz must be 1..10000, got {args.hz}"
     return None
@@ -132,8 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kubeprof agent: error: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     escape_logs()  # pod, process and tracer names in log lines are data, never control
     problem = _check(args)
     if problem:
@@ -147,22 +235,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubeprof.agent.cluster.spool import Spool
     from kubeprof.protocol.settings import spool_folder
 
-    config = AgentConfig(node=args.node_name, namespace=args.namespace, session=args.session,
-                         poll_interval_s=args.poll_interval,
-                         rescan_interval_s=args.rescan_interval, end_time=args.end_time,
-                         drain_timeout_s=args.drain_timeout, static_targets=tuple(args.pod_uid))
-    client = IngestClient(args.ingest_url, args.namespace, args.session,
-                          read_token(args.token_file))
-    spool = Spool(args.spool_dir / spool_folder(args.namespace, args.session, args.session_uid),
-                  max_bytes=args.spool_max_mb << 20)
+    config = AgentConfig(
+        node=args.node_name,
+        namespace=args.namespace,
+        session=args.session,
+        poll_interval_s=args.poll_interval,
+        rescan_interval_s=args.rescan_interval,
+        end_time=args.end_time,
+        drain_timeout_s=args.drain_timeout,
+        static_targets=tuple(args.pod_uid),
+    )
+    client = IngestClient(
+        args.ingest_url, args.namespace, args.session, read_token(args.token_file)
+    )
+    spool = Spool(
+        args.spool_dir / spool_folder(args.namespace, args.session, args.session_uid),
+        max_bytes=args.spool_max_mb << 20,
+    )
     names = [n.strip() for n in args.collectors.split(",") if n.strip()]
     if args.gpu_socket and "gpu" not in names:
         names.append("gpu")
     started = collectors.start(
-        names, collectors.CollectorOptions(hz=args.hz, nvml_interval_s=args.nvml_interval,
-                                           gpu_socket=args.gpu_socket or None,
-                                           offcpu_min_us=args.offcpu_min_us,
-                                           offcpu_every=args.offcpu_every))
+        names,
+        collectors.CollectorOptions(
+            hz=args.hz,
+            nvml_interval_s=args.nvml_interval,
+            gpu_socket=args.gpu_socket or None,
+            offcpu_min_us=args.offcpu_min_us,
+            offcpu_every=args.offcpu_every,
+        ),
+    )
     running, failed = started.running, started.failed
     agent = NodeAgent(config, client, spool, running, Discovery(args.proc_root))
     if args.gpu_socket and "gpu" in running:
@@ -170,8 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # `on <name>` sends the tracers to <dir of their KUBEPROF_GPU_SOCKET>/<name>.sock,
         # the folder this socket is in (build.gpu_receiver: the session's uid).
-        agent.tracers = TracerSwitchboard(Path(args.gpu_socket).stem, args.gpu_ctl_dir,
-                                          args.proc_root)
+        agent.tracers = TracerSwitchboard(
+            Path(args.gpu_socket).stem, args.gpu_ctl_dir, args.proc_root
+        )
         running["gpu"].accept_peer = agent.is_target_process  # type: ignore[attr-defined]
     for note in started.notes:
         logging.getLogger("kubeprof.agent").warning("%s", note)
@@ -185,9 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     logging.getLogger("kubeprof.agent").info(
-        "agent for %s/%s on node %s: collectors %s%s", args.namespace, args.session,
-        args.node_name, ",".join(running) or "none",
-        f" (off: {', '.join(failed)})" if failed else "")
+        "agent for %s/%s on node %s: collectors %s%s",
+        args.namespace,
+        args.session,
+        args.node_name,
+        ",".join(running) or "none",
+        f" (off: {', '.join(failed)})" if failed else "",
+    )
     return agent.run()
 
 

@@ -34,7 +34,7 @@ class Backoff:
 
     def next_delay(self) -> float:
         """Seconds to wait before the next attempt (grows 2x per failure, jittered)."""
-        ceiling = min(self.cap_s, self.base_s * (2 ** self.attempt))
+        ceiling = min(self.cap_s, self.base_s * (2**self.attempt))
         self.attempt += 1
         return ceiling * (0.5 + 0.5 * self.rand())
 
@@ -94,26 +94,40 @@ class Shipper:
             if ans.outcome is Outcome.REJECTED:
                 dest = self.spool.reject(item)
                 self.stats.rejected += 1
-                log.error("ingest rejected batch %s (HTTP %s: %s); kept in %s, sending "
-                          "the next", item.batch_id, ans.status, ans.detail[:300], dest)
+                log.error(
+                    "ingest rejected batch %s (HTTP %s: %s); kept in %s, sending the next",
+                    item.batch_id,
+                    ans.status,
+                    ans.detail[:300],
+                    dest,
+                )
                 continue
             if ans.outcome is Outcome.FORBIDDEN:
                 self.forbidden = True
                 self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
-                log.error("ingest refused our credentials (HTTP %s: %s); batches stay "
-                          "spooled", ans.status, ans.detail)
+                log.error(
+                    "ingest refused our credentials (HTTP %s: %s); batches stay spooled",
+                    ans.status,
+                    ans.detail,
+                )
                 return False
             if ans.outcome is Outcome.SESSION_OVER:
                 self.session_over = True
                 self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
-                log.warning("session no longer accepts data (HTTP %s: %s); %d batch(es) "
-                            "left in the spool", ans.status, ans.detail,
-                            len(self.spool.pending()))
+                log.warning(
+                    "session no longer accepts data (HTTP %s: %s); %d batch(es) left in the spool",
+                    ans.status,
+                    ans.detail,
+                    len(self.spool.pending()),
+                )
                 return False
             self.stats.retries += 1
             self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
-            log.warning("ingest unavailable (%s); batch %s stays spooled, retrying",
-                        self.stats.last_error, item.batch_id)
+            log.warning(
+                "ingest unavailable (%s); batch %s stays spooled, retrying",
+                self.stats.last_error,
+                item.batch_id,
+            )
             return False
         return True
 

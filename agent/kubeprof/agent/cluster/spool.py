@@ -102,8 +102,12 @@ class Spool:
         items[0].path.unlink(missing_ok=True)
         self.dropped += 1
         if self.problem != why:
-            log.warning("spool %s: %s; dropping the oldest batches (%d so far)",
-                        self.folder, why, self.dropped)
+            log.warning(
+                "spool %s: %s; dropping the oldest batches (%d so far)",
+                self.folder,
+                why,
+                self.dropped,
+            )
         self.problem = why
         return True
 
@@ -162,8 +166,9 @@ class Spool:
             with os.scandir(fd) as it:
                 for e in it:
                     st = e.stat(follow_symlinks=False)
-                    entries.append((st.st_mtime, e.name, st.st_size,
-                                    e.is_dir(follow_symlinks=False)))
+                    entries.append(
+                        (st.st_mtime, e.name, st.st_size, e.is_dir(follow_symlinks=False))
+                    )
             entries.sort()
             total = sum(size for _, _, size, _ in entries)
             while entries and total > self.max_bytes // 4:

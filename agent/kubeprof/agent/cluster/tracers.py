@@ -62,8 +62,10 @@ class TracerSwitchboard:
         def check(pid: int) -> str:
             pod = self._pod(pid)
             if pod != uid:
-                return (f"control socket {key[1]} of pod {uid} is served by pid {pid} of "
-                        f"{'pod ' + pod if pod else 'no pod'}; not switched")
+                return (
+                    f"control socket {key[1]} of pod {uid} is served by pid {pid} of "
+                    f"{'pod ' + pod if pod else 'no pod'}; not switched"
+                )
             self.pids[key] = pid
             return ""
 
@@ -105,8 +107,12 @@ class TracerSwitchboard:
                     log.info("GPU tracer on: pod %s process %s (%s)", uid, name, answer)
                 else:
                     self.refused[key] = answer.removeprefix("error: ")
-                    log.warning("GPU tracer of pod %s process %s cannot trace: %s", uid,
-                                name, self.refused[key])
+                    log.warning(
+                        "GPU tracer of pod %s process %s cannot trace: %s",
+                        uid,
+                        name,
+                        self.refused[key],
+                    )
         for key in list(self.on):
             if key[0] not in wanted or not self.on[key].exists():
                 self._off(key)
@@ -129,8 +135,11 @@ class TracerSwitchboard:
             self._refuse(key, str(exc))
             return None
         except PermissionError as exc:  # its mode bits shut us out (root without DAC_OVERRIDE)
-            self._refuse(key, f"the agent may not connect to control socket {key[1]} "
-                              f"({exc.strerror}); the tracer must make it 0666")
+            self._refuse(
+                key,
+                f"the agent may not connect to control socket {key[1]} "
+                f"({exc.strerror}); the tracer must make it 0666",
+            )
             return None
         except OSError as exc:  # the process exited (stale socket) or is stuck
             log.info("GPU tracer %s unreachable for %r: %s", path, command, exc)
@@ -147,10 +156,24 @@ class TracerSwitchboard:
         if only_changed and not self._changed:
             return ()
         self._changed = False
-        out = [GpuTracerState(pod_uid=k[0], pid=self.pids.get(k, 0), socket=k[1],
-                              state="on" if k in self.on else "off", reason="")
-               for k in sorted(self.traced)]
-        out += [GpuTracerState(pod_uid=k[0], pid=self.pids.get(k, 0), socket=k[1],
-                               state="refused", reason=why[:1000])
-                for k, why in self.refused.items()]
+        out = [
+            GpuTracerState(
+                pod_uid=k[0],
+                pid=self.pids.get(k, 0),
+                socket=k[1],
+                state="on" if k in self.on else "off",
+                reason="",
+            )
+            for k in sorted(self.traced)
+        ]
+        out += [
+            GpuTracerState(
+                pod_uid=k[0],
+                pid=self.pids.get(k, 0),
+                socket=k[1],
+                state="refused",
+                reason=why[:1000],
+            )
+            for k, why in self.refused.items()
+        ]
         return tuple(out)

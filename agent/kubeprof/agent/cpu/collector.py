@@ -45,8 +45,9 @@ class CpuCollector:
 
     cpu_source = "bpf"  # session meta: which CPU sampler produced the samples
 
-    def __init__(self, hz: int = DEFAULT_CPU_HZ, *, python: bool = True,
-                 offcpu: OffCpuKnobs | None = None) -> None:
+    def __init__(
+        self, hz: int = DEFAULT_CPU_HZ, *, python: bool = True, offcpu: OffCpuKnobs | None = None
+    ) -> None:
         if not 1 <= hz <= 10_000:
             raise CollectorError(f"sampling rate {hz} Hz is out of range: use 1..10000 (--hz)")
         problem = preflight.check_environment()
@@ -276,20 +277,36 @@ class CpuCollector:
                 continue
             self._total_waits += 1
             self._counters["offcpu_open_at_end"] = self._counters.get("offcpu_open_at_end", 0) + 1
-            self._waits.append(OffCpuSample(
-                ts_ns=start, pid=pid, tid=tid, thread=procfs.comm(tid), blocked_ns=blocked,
-                weight_ns=blocked * every, reason=syscall_name(nr),
-                source=OffCpuSource.BPF_SCHED.value, stack=()))
+            self._waits.append(
+                OffCpuSample(
+                    ts_ns=start,
+                    pid=pid,
+                    tid=tid,
+                    thread=procfs.comm(tid),
+                    blocked_ns=blocked,
+                    weight_ns=blocked * every,
+                    reason=syscall_name(nr),
+                    source=OffCpuSource.BPF_SCHED.value,
+                    stack=(),
+                )
+            )
 
     def _wait(self, rec: RawRecord) -> OffCpuSample:
         """An off-CPU record: the stack it waited in and why (the syscall, else its state)."""
         self._total_waits += 1
         reason = syscall_name(rec.syscall_nr) if rec.syscall_nr >= 0 else state_name(rec.state)
         every = max(self.offcpu.every, 1)
-        return OffCpuSample(ts_ns=rec.ts_ns, pid=rec.pid, tid=rec.tid, thread=rec.comm,
-                            blocked_ns=rec.blocked_ns, weight_ns=rec.blocked_ns * every,
-                            reason=reason, source=OffCpuSource.BPF_SCHED.value,
-                            stack=self._user_stack(rec))
+        return OffCpuSample(
+            ts_ns=rec.ts_ns,
+            pid=rec.pid,
+            tid=rec.tid,
+            thread=rec.comm,
+            blocked_ns=rec.blocked_ns,
+            weight_ns=rec.blocked_ns * every,
+            reason=reason,
+            source=OffCpuSource.BPF_SCHED.value,
+            stack=self._user_stack(rec),
+        )
 
     def _sample(self, rec: RawRecord) -> CpuSample:
         stack = self._user_stack(rec)
@@ -329,8 +346,9 @@ class CpuCollector:
         ready, self._ready = tuple(self._ready), []
         waits, self._waits = tuple(self._waits), []
         procs, self._new_procs = tuple(self._new_procs), []
-        return Batch(samples=ready, processes=procs, counters=self._counter_snapshot(),
-                     offcpu_samples=waits)
+        return Batch(
+            samples=ready, processes=procs, counters=self._counter_snapshot(), offcpu_samples=waits
+        )
 
     def _counter_snapshot(self) -> dict[str, int]:
         """What the counters grew by since the last batch: the store adds them up."""

@@ -220,8 +220,7 @@ class PyspyCollector:
             self._new_procs.append(info)
         if _is_python(pid, self.proc):
             try:
-                self._unwinders[pid] = PythonUnwinder(pid, self.hz, self.segment_s,
-                                                      idle=self.idle)
+                self._unwinders[pid] = PythonUnwinder(pid, self.hz, self.segment_s, idle=self.idle)
             except OSError as e:
                 self.warnings.append(f"no Python frames for PID {pid}: {e}")
 
@@ -309,16 +308,27 @@ class PyspyCollector:
                 ready.append(self._sample(t, py))
         self._held = keep
         procs, self._new_procs = tuple(self._new_procs), []
-        return Batch(samples=tuple(ready), processes=procs, counters=self._increments(),
-                     offcpu_samples=tuple(waits))
+        return Batch(
+            samples=tuple(ready),
+            processes=procs,
+            counters=self._increments(),
+            offcpu_samples=tuple(waits),
+        )
 
     def _wait(self, t: Tick, python: tuple[Frame, ...] | None) -> OffCpuSample:
         """A thread seen waiting at a tick: it stands for one sampling period of waiting."""
         self._total += 1
-        return OffCpuSample(ts_ns=t.ts_ns, pid=t.pid, tid=t.tid, thread=t.comm,
-                            blocked_ns=self.period_ns, weight_ns=self.period_ns, reason=t.wait,
-                            source=OffCpuSource.SAMPLED_WALL.value,
-                            stack=python or (NO_PYTHON,))
+        return OffCpuSample(
+            ts_ns=t.ts_ns,
+            pid=t.pid,
+            tid=t.tid,
+            thread=t.comm,
+            blocked_ns=self.period_ns,
+            weight_ns=self.period_ns,
+            reason=t.wait,
+            source=OffCpuSource.SAMPLED_WALL.value,
+            stack=python or (NO_PYTHON,),
+        )
 
     def _increments(self) -> dict[str, int]:
         """Counters since the last batch (stores and shippers add them up)."""

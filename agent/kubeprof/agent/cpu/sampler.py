@@ -93,8 +93,25 @@ def decode(buf: Buffer, at: int = 0, size: int | None = None, *, copy: bool = Tr
     size = len(memoryview(buf)) - at if size is None else size
     if size < _STACK_AT:
         raise ValueError(f"ring-buffer record of {size} bytes: the fixed part is {_STACK_AT}")
-    (ts, pid, tid, cpu, ulen, klen, py_len, comm, ip, sp, bp, stack_len, off, blocked, nr,
-     state, _) = _HEAD.unpack_from(buf, at)
+    (
+        ts,
+        pid,
+        tid,
+        cpu,
+        ulen,
+        klen,
+        py_len,
+        comm,
+        ip,
+        sp,
+        bp,
+        stack_len,
+        off,
+        blocked,
+        nr,
+        state,
+        _,
+    ) = _HEAD.unpack_from(buf, at)
     ustack, uerr = _stack(buf, at + _USTACK_AT, ulen)
     kstack, kerr = _stack(buf, at + _KSTACK_AT, klen) if klen else ((), 0)
     py_words = (
@@ -241,8 +258,10 @@ class Sampler:
         if not self.offcpu or self._bpf is None:
             return {}
         stats = self._bpf[b"off_stats"]
-        return {name: int(sum(stats.getvalue(ctypes.c_int(i))))
-                for i, name in enumerate(offcpu_probe.COUNTERS)}
+        return {
+            name: int(sum(stats.getvalue(ctypes.c_int(i))))
+            for i, name in enumerate(offcpu_probe.COUNTERS)
+        }
 
     def close(self) -> None:
         """Detach and free the program; safe to call twice."""

@@ -390,8 +390,10 @@ class GpuReceiver:
         self._syncs(conn, records.get("sync", ()), out, off)
         self._markers(conn, records.get("marker", ()), out, off)
 
-    def _complete(self, records: dict[str, list[tuple[int, ...]]],
-                  ) -> dict[str, list[tuple[int, ...]]]:
+    def _complete(
+        self,
+        records: dict[str, list[tuple[int, ...]]],
+    ) -> dict[str, list[tuple[int, ...]]]:
         """The records minus those CUPTI handed over unfinished (a forced flush while the
         kernel still ran: start 0, or no end), counted as gpu_incomplete_records. Their
         timestamps are not times; one such row would have the whole batch refused."""

@@ -74,9 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--kubeconfig", default=None, help="outside a cluster: kubeconfig to use")
     deep = p.add_argument_group(
-        "deep profiling", "profile the pods of ProfilingSessions on this node when the "
+        "deep profiling",
+        "profile the pods of ProfilingSessions on this node when the "
         "operator hands them over, instead of a per-session DaemonSet pod here (needs the "
-        "capabilities of `kubeprof agent`: BPF, PERFMON, SYS_PTRACE)")
+        "capabilities of `kubeprof agent`: BPF, PERFMON, SYS_PTRACE)",
+    )
     deep.add_argument(
         "--deep",
         action="store_true",
@@ -143,10 +145,16 @@ def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | Non
     from kubeprof.agent.cpu.preflight import check_environment
     from kubeprof.agent.light.deep import DeepConfig, DeepSwitch
 
-    cfg = DeepConfig(args.node_name, args.operator_url, token, spool_dir=args.spool_dir,
-                     proc_root=args.proc_root, heartbeat_s=args.heartbeat_interval,
-                     rescan_interval_s=args.rescan_interval,
-                     drain_timeout_s=args.drain_timeout)
+    cfg = DeepConfig(
+        args.node_name,
+        args.operator_url,
+        token,
+        spool_dir=args.spool_dir,
+        proc_root=args.proc_root,
+        heartbeat_s=args.heartbeat_interval,
+        rescan_interval_s=args.rescan_interval,
+        drain_timeout_s=args.drain_timeout,
+    )
     problem = check_environment()
     if problem:
         log.warning("deep profiling is off on this node: %s", problem)

@@ -12,12 +12,10 @@ if connection is None:  # `alembic` CLI use: build an engine from the configured
 
     engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
     with engine.begin() as conn:
-        context.configure(connection=conn, target_metadata=Base.metadata,
-                          render_as_batch=True)
+        context.configure(connection=conn, target_metadata=Base.metadata, render_as_batch=True)
         with context.begin_transaction():
             context.run_migrations()
 else:
-    context.configure(connection=connection, target_metadata=Base.metadata,
-                      render_as_batch=True)
+    context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
     with context.begin_transaction():
         context.run_migrations()
