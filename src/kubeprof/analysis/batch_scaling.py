@@ -83,7 +83,7 @@ def run_from_records(
     ph = phases.detect(trace, phases.Window(start_ns, end_ns))
     steady = ph.steady
     steps_per_s, basis = None, ""
-    if ph.steps > 0 and ph.step_ns > 0:
+    if ph.loop and ph.steps > 0 and ph.step_ns > 0:  # bursts without a loop are not steps
         steps_per_s = 1e9 / ph.step_ns
         basis = f"kernel rhythm: {ph.steps} steps, median period {ph.step_ns / 1e6:.3g} ms"
     elif n := _positive_int(labels.get(STEPS_LABEL)):

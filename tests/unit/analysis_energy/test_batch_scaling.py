@@ -162,12 +162,6 @@ def test_no_batch_label_or_no_kernels_is_named_and_left_out():
     assert s.verdicts[0].startswith("no verdict: 1 batch size(s)")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (issue 26 follow-up): phases.detect's any-device-work anchor takes "
-    "kernels at irregular gaps (2-51 ms) for a rhythm (median period), so the steps label "
-    "is not used",
-)
 def test_steps_label_when_no_kernel_recurs():
     # kernels of ever-changing names at irregular times: no rhythm of any device work (a
     # regular 10 ms beat of any kernels is a rhythm now that busy means any engine); the
