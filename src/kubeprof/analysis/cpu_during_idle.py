@@ -115,7 +115,7 @@ def during(
         for d, f in enumerate(frames):
             if f not in depth or d < depth[f]:
                 depth[f] = d
-        for f in set(frames):
+        for f in dict.fromkeys(frames):  # unique, in stack order: ties rank the same every run
             inclusive[f] += c
     hot = None
     if n:
@@ -135,12 +135,20 @@ def during(
         hot=hot,
         frames=_top(inclusive, n),
         leaves=_top(leaves, n),
-        stacks=tuple(StackShare(s, c, c / n) for s, c in stacks.most_common(TOP)),
+        stacks=tuple(
+            StackShare(s, c, c / n)
+            for s, c in sorted(stacks.items(), key=lambda sc: (-sc[1], [f.label() for f in sc[0]]))[
+                :TOP
+            ]
+        ),
     )
 
 
 def _top(counter: Counter[Frame], n: int) -> tuple[FrameShare, ...]:
-    return tuple(FrameShare(f, c, c / n) for f, c in counter.most_common(TOP))
+    """The TOP most counted frames; equal counts by label, so the order never depends on
+    hashing (PYTHONHASHSEED)."""
+    ranked = sorted(counter.items(), key=lambda fc: (-fc[1], fc[0].label()))[:TOP]
+    return tuple(FrameShare(f, c, c / n) for f, c in ranked)
 
 
 def _root(stack: Stack) -> tuple[str, str] | None:

@@ -144,3 +144,39 @@ def test_every_finding_names_its_window_and_gains_something_when_loud(mode):
     for f in r.findings:
         if f.kind in (Kind.WAITING_FOR_WORK, Kind.INPUT_STARVED, Kind.COPY_BOUND):
             assert "steady state (" in f.message or "active window after warm-up (" in f.message
+
+
+_RANK_SCRIPT = """
+import sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from test_shapes_vs_truth import run
+for mode in sys.argv[3:]:
+    c = run(mode)[1].cpu_during_idle
+    if c is not None:
+        print(mode, [f.frame.label() for f in c.frames], [f.frame.label() for f in c.leaves],
+              [[fr.label() for fr in s.stack] for s in c.stacks])
+"""
+
+
+def test_cpu_during_idle_ranks_the_same_whatever_the_hash_seed():
+    # equal counts are ranked by name, not by set/dict order: one report, every run
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    modes = ["serve", "copyonly", "loader_starved", "offcpu/serve", "offcpu/loader_starved"]
+    outs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        res = subprocess.run(
+            [sys.executable, "-c", _RANK_SCRIPT, str(here), str(FIXTURES), *modes],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert res.stdout.count("\n") >= 3, res.stdout + res.stderr
+        outs.add(res.stdout)
+    assert len(outs) == 1
