@@ -5,6 +5,7 @@
   receiving samples taken since the last look (nothing is held back for a py-spy segment).
 """
 
+import os
 import re
 import sqlite3
 import subprocess
@@ -20,12 +21,15 @@ pytestmark = [pytest.mark.bpf, pytest.mark.usefixtures("bpf_ready")]
 
 
 def _kubeprof(*args, **kw):
+    # the BPF sampler from the first instant (no quick start: its py-spy part has no
+    # native frames), as these tests check the BPF unwinder's stacks
     return subprocess.run(
         [str(Path(sys.executable).parent / "kubeprof"), *args],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
+        env={**os.environ, "KUBEPROF_CPU_SOURCE": "bpf"},
         **kw,
     )
 

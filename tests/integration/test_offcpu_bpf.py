@@ -4,6 +4,7 @@ that waits in known functions for a share of its wall time it measures itself.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ def _record(tmp_path: Path, *command: str, flags: tuple[str, ...] = ()) -> tuple
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "KUBEPROF_CPU_SOURCE": "bpf"},  # the probe alone, no quick start
     )
     assert done.returncode == 0, done.stderr
     return Store.open(db), done.stderr

@@ -34,6 +34,9 @@ class CollectorOptions:
     # Its mode: 0600 for `kubeprof record` (same user); the node agent's is 0666, since
     # workloads run as any uid (it checks each connecting process's pod instead).
     gpu_socket_mode: int = 0o600
+    # `kubeprof record`: the command starts at once, py-spy sampling it while the BPF
+    # sampler compiles (cpu/handover.py); the node agents compile once and wait.
+    quick_start: bool = False
     # Where one-line notes go (the recorder prints them; the agent logs them).
     note: Callable[[str], None] = field(default=lambda msg: log.warning("%s", msg))
 
@@ -50,11 +53,25 @@ Factory = Callable[[CollectorOptions], Built]
 
 
 def _cpu(opts: CollectorOptions) -> Built:
-    """The BPF sampler where it loads, else the py-spy sampler ($KUBEPROF_CPU_SOURCE forces)."""
+    """The BPF sampler where it loads, else the py-spy sampler ($KUBEPROF_CPU_SOURCE forces);
+    with `quick_start` (and no forced source) py-spy covers the BPF compile."""
+    import os
+
     from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs
-    from kubeprof.agent.cpu.pyspy_collector import open_cpu_collector
+    from kubeprof.agent.cpu.pyspy_collector import (
+        ENV_SOURCE,
+        PyspyCollectorError,
+        open_cpu_collector,
+    )
 
     knobs = OffCpuKnobs(min_us=opts.offcpu_min_us, every=opts.offcpu_every)
+    if opts.quick_start and os.environ.get(ENV_SOURCE, "auto") == "auto":
+        from kubeprof.agent.cpu.handover import open_quick
+
+        try:
+            return Built(open_quick(opts.hz, opts.note, knobs))
+        except PyspyCollectorError:  # no py-spy here: wait for the compile, as before
+            pass
     return Built(open_cpu_collector(opts.hz, opts.note, offcpu=knobs))
 
 

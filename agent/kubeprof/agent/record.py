@@ -112,6 +112,7 @@ def _start_collectors(
             note=opts.log,
             offcpu_min_us=opts.offcpu_min_us,
             offcpu_every=opts.offcpu_every,
+            quick_start=_quick_start(opts),
         ),
     )
     for note in started.notes:
@@ -280,7 +281,11 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
                 f"the store could not be written; data kept in {sink.kept_in} "
                 "(gzip JSON batches in the cluster agent's format)"
             )
-        end_meta = {"exit_code": str(exit_code), **_tracer_status(running.values())}
+        end_meta = {
+            "exit_code": str(exit_code),
+            **_tracer_status(running.values()),
+            **_sampler_meta(running.values()),
+        }
         if end_meta.get("gpu_tracer") == "off":
             warnings.append(f"GPU tracing was off: {end_meta.get('gpu_tracer_reason', '')}")
         try:
@@ -307,6 +312,29 @@ def _tracer_status(collectors: Iterable[Collector]) -> dict[str, str]:
                 out.update({str(k): str(v) for k, v in status().items()})
             except Exception as exc:  # noqa: BLE001 - the recording is saved regardless
                 out.update({"gpu_tracer": "off", "gpu_tracer_reason": f"status unknown: {exc}"})
+    return out
+
+
+def _quick_start(opts: RecordOptions) -> bool:
+    """Start at once with py-spy covering the BPF compile: for Python targets only (py-spy
+    sees nothing else), a command that starts Python or a running Python process."""
+    from kubeprof.agent.cpu.handover import runs_python
+
+    if opts.command:
+        return runs_python(opts.command)
+    from kubeprof.agent.cpu.procfs import exe
+
+    return opts.pid is not None and "python" in os.path.basename(exe(int(opts.pid)))
+
+
+def _sampler_meta(collectors: Iterable[Collector]) -> dict[str, str]:
+    """Which CPU sampler covered the run, read after the drain: the quick start's py-spy
+    then BPF (``cpu_source``, ``cpu_handover_s``; cpu/handover.py)."""
+    out: dict[str, str] = {}
+    for c in collectors:
+        meta = getattr(c, "session_meta", None)
+        if callable(meta):
+            out.update({str(k): str(v) for k, v in meta().items()})
     return out
 
 

@@ -23,6 +23,8 @@ _PHRASED = {
     "gpu_tracer",
     "gpu_tracer_reason",
     "cpu_hz",
+    "cpu_handover_s",
+    "cpu_bpf",
 }
 
 
@@ -34,6 +36,10 @@ def cpu_sampler(prof: Profile) -> str:
         return "off (recorded with --no-cpu)"
     source = meta.get("cpu_source", "bpf" if n else "")
     name = CPU_SOURCES.get(source, source or "none")
+    if meta.get("cpu_handover_s"):  # `record`'s quick start (agent/.../cpu/handover.py)
+        name += f" (py-spy, Python frames only, for the first {meta['cpu_handover_s']} s)"
+    elif source == "py-spy" and meta.get("cpu_bpf") == "compiling":
+        name = "py-spy (Python frames only: the run ended before the BPF sampler compiled)"
     return f"{name} at {prof.hz} Hz, {n:,} samples" if n else f"{name}: no samples"
 
 
