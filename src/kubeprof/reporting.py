@@ -235,8 +235,14 @@ def report_command(
         startup=text.startup,
     )
     if out is None and fmt in ("html", "pprof"):
-        out = f"{profile.session}{FORMATS[fmt].suffix}"
+        out = default_out(profile.session, FORMATS[fmt].suffix)
     return _write(data, out)
+
+
+def default_out(session: str, suffix: str) -> str:
+    """The file a report goes to without --out: the session's name in this folder (a
+    cluster session's "NAMESPACE/NAME" as "NAMESPACE_NAME", not a folder)."""
+    return session.replace("/", "_") + suffix
 
 
 def _write(data: str | bytes, out: str | None) -> int:
@@ -293,7 +299,7 @@ def timeline_command(
         "process_names": names,
         "keep_interpreter": keep_interpreter,
     }
-    out = out if out is not None else f"{info.name}.trace.json"
+    out = out if out is not None else default_out(info.name, ".trace.json")
     if out == "-":
         write_perfetto(sys.stdout, **args)
         return 0
@@ -333,7 +339,7 @@ def diff_command(
     if fmt == "json":
         return _write(render_diff_json(d), out)
     if fmt == "html":
-        name = f"{d.a.session}-vs-{d.b.session}.diff.html".replace("/", "_")
+        name = default_out(f"{d.a.session}-vs-{d.b.session}", ".diff.html")
         return _write(render_diff_html(d, top=top), out if out is not None else name)
     return _write(render_diff_text(d, top=top, width=_text_width(out)), out)
 

@@ -312,3 +312,15 @@ def test_record_on_a_terminal_shows_what_it_is_doing(tmp_path):
     assert any(" 2 s," in part for part in recording), recording  # elapsed time counts up
     assert "samples so far" in recording[-1]
     assert "see `kubeprof report tty`" in shown
+
+
+def test_a_cluster_sessions_default_file_names_are_files_in_this_folder(tmp_path):
+    # a cluster session is named NAMESPACE/NAME: its html, pprof and Perfetto files land
+    # here as NAMESPACE_NAME.*, not in a NAMESPACE/ folder
+    url = f"sqlite:///{tmp_path}/c.db"
+    _store_with(url, ["team-a/train"], samples=True)
+    for fmt, suffix in (("html", ".html"), ("pprof", ".pb.gz"), ("perfetto", ".trace.json")):
+        out = kp("report", "team-a/train", "-f", fmt, "--store", url, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert (tmp_path / f"team-a_train{suffix}").is_file(), sorted(tmp_path.iterdir())
+    assert not (tmp_path / "team-a").exists()
