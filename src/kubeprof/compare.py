@@ -1,5 +1,5 @@
 """`kubeprof compare SESSION...`: runs of one workload side by side, with batch-size guidance
-and energy per sample; and the `--label KEY=VALUE` parsing that tags a run with its batch size.
+and energy per sample (runs tagged by `--label`, kubeprof.labels).
 
 Loads each session through the storage queries (read only), reduces it with the pure
 analyses (`analysis.batch_scaling`, `analysis.energy`) and prints one table and the verdicts.
@@ -7,9 +7,7 @@ analyses (`analysis.batch_scaling`, `analysis.energy`) and prints one table and 
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,52 +15,21 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from kubeprof.analysis import batch_scaling, energy
+from kubeprof.labels import (  # noqa: F401 - compare's label API, re-exported
+    LABEL_KEY,
+    LABEL_PREFIX,
+    MAX_LABEL_VALUE,
+    LabelError,
+    labels_meta,
+    parse_label,
+    session_labels,
+)
 from kubeprof.storage import Store, StoreError
 from kubeprof.storage import compare_queries as cq
 from kubeprof.storage import queries as q
 
-LABEL_PREFIX = "label:"  # labels live in the session's meta as "label:KEY"
-LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
-MAX_LABEL_VALUE = 256
 # Machine size, when the recorder stored it; else read here if the session was recorded here.
 META_VCPUS, META_MEMORY_GB = "host:vcpus", "host:memory_gb"
-
-
-class LabelError(argparse.ArgumentTypeError, ValueError):
-    """A malformed --label; usable as an argparse ``type=`` error and as a ValueError."""
-
-
-def parse_label(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` -> (KEY, VALUE); LabelError saying what is wrong."""
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep:
-        raise LabelError(f"--label {text!r}: expected KEY=VALUE, e.g. --label batch_size=64")
-    if not LABEL_KEY.fullmatch(key):
-        raise LabelError(
-            f"--label {text!r}: KEY must start with a letter or _ and hold only "
-            "letters, digits, _ . - (at most 63)"
-        )
-    if not value or len(value) > MAX_LABEL_VALUE:
-        raise LabelError(f"--label {text!r}: VALUE must be 1 to {MAX_LABEL_VALUE} characters")
-    return key, value
-
-
-def labels_meta(values: Sequence[str]) -> dict[str, str]:
-    """Session meta entries for repeated ``--label KEY=VALUE`` flags (a key given twice is an
-    error, not a silent overwrite)."""
-    out: dict[str, str] = {}
-    for text in values:
-        key, value = parse_label(text)
-        if LABEL_PREFIX + key in out:
-            raise LabelError(f"--label {key} given twice")
-        out[LABEL_PREFIX + key] = value
-    return out
-
-
-def session_labels(meta: Mapping[str, str]) -> dict[str, str]:
-    """A session's labels (meta entries ``label:KEY``), keyed by KEY."""
-    return {k.removeprefix(LABEL_PREFIX): v for k, v in meta.items() if k.startswith(LABEL_PREFIX)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """`kubeprof record`: run the collectors around a command or PID and store what they see.
 
-Collectors are attached *before* the target starts, so its first seconds are not missed.
+Collectors are attached *before* the target starts, so its first seconds are not missed;
+the store opens on a thread while the command starts (its imports alone take ~0.4 s).
 The collector driver polls them into a `StoreSink`; this module adds what is particular
 to a local recording: the session row, the child command, and when to stop. Whatever
 ends the recording (duration, the command exiting, Ctrl-C, a collector failing), every
@@ -9,6 +10,7 @@ batch already collected is written before returning.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -21,16 +23,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubeprof.agent import collectors
 from kubeprof.agent.driver import Collector, Driver
-from kubeprof.agent.sinks import StoreSink
+from kubeprof.model import Batch
 from kubeprof.protocol.settings import (
     DEFAULT_CPU_HZ,
     DEFAULT_OFFCPU_EVERY,
     DEFAULT_OFFCPU_MIN_US,
 )
-from kubeprof.storage import Store, StoreError, sessions
+from kubeprof.store_location import default_url, prepare_sqlite_path
+
+if TYPE_CHECKING:  # imported when the command has started (_StoreOpener): ~0.4 s
+    from kubeprof.agent.sinks import StoreSink
+    from kubeprof.storage import Store
 
 
 class RecordError(RuntimeError):
@@ -200,9 +207,11 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             f"no process with PID {opts.pid}: check the PID with `ps` "
             "(it must run on this machine, in this PID namespace)"
         )
-    store = Store.open(opts.store_url)  # fail on a bad store before anything starts
+    # An SQLite path's mistakes before anything starts; the rest when the store opens.
+    problem = prepare_sqlite_path(opts.store_url or default_url())
+    if problem:
+        raise RecordError(problem)
     name = opts.name or default_name(opts)
-    command = shlex.join(opts.command) if opts.command else f"--pid {opts.pid}"
     tmp = tempfile.mkdtemp(prefix="kubeprof-")
     gpu_socket = os.path.join(tmp, "gpu.sock") if opts.gpu else None
     progress = opts.progress or (lambda *_: None)
@@ -218,14 +227,12 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         source = getattr(c, "cpu_source", "")
         if source:
             meta["cpu_source"] = str(source)
-    session_id = store.create_session(
-        name, command=command, hz=opts.hz, start_ns=start_ns, meta=meta
-    )
-    with store.engine.connect() as conn:  # a taken name was suffixed ("quick" -> "quick-2")
-        name = sessions.name_of(conn, session_id)
-    sink = StoreSink(store, session_id, fallback=Path(tmp) / "unsaved-batches", log=opts.log)
-    driver = Driver(running, sink, interval_s=opts.poll_interval_s)
+    driver = Driver(running, _Unopened(), interval_s=opts.poll_interval_s)
+    opener: _StoreOpener | None = None
     child: subprocess.Popen[bytes] | None = None
+    store: Store | None = None
+    session_id: int | None = None
+    sink: StoreSink | None = None
     exit_code = 0
     status = "completed"
 
@@ -245,18 +252,25 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             target = child.pid
         else:
             target = int(opts.pid or 0)
+        # SQLAlchemy's import and the store's open while the command starts (a store that
+        # does not open stops the command here, with the store's error)
+        opener = _StoreOpener(opts.store_url)
+        refused = driver.attach(target)
+        if refused:
+            raise RecordError(str(next(iter(refused.values()))))
+        store, session_id, name, sink = _open_session(
+            opener, driver, opts, name, start_ns, meta, tmp
+        )
+        written = sink
         until = _Until(
             interrupted,
             child,
             target,
             start_ns + int(opts.duration_s * 1e9) if opts.duration_s else None,
         )
-        refused = driver.attach(target)
-        if refused:
-            raise RecordError(str(next(iter(refused.values()))))
 
         def should_stop() -> bool:
-            progress("recording", (time.monotonic_ns() - start_ns) / 1e9, sink.records)
+            progress("recording", (time.monotonic_ns() - start_ns) / 1e9, written.records)
             return until()
 
         driver.run(should_stop, wait=interrupted.wait, on_stop=stop_child)
@@ -269,14 +283,22 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         opts.log("kubeprof: interrupted again; saving what was collected")
     except RecordError:
         status = "failed"
+        if session_id is None:  # the command did not start: the session says so anyway
+            with contextlib.suppress(Exception):
+                opener = opener or _StoreOpener(opts.store_url)
+                store, session_id, name, sink = _open_session(
+                    opener, driver, opts, name, start_ns, meta, tmp
+                )
         raise
     finally:
         progress("storing")
         stop_child()  # before the drain: a GPU tracer in the command flushes as it exits
         driver.close()  # a no-op when the loop ran; else stops the collectors started
+        if opener is not None:
+            opener.close()  # a store that never got its session (the start failed)
         end_ns = time.monotonic_ns()
         warnings = list(driver.notes)
-        if sink.kept_in is not None:
+        if sink is not None and sink.kept_in is not None:
             warnings.append(
                 f"the store could not be written; data kept in {sink.kept_in} "
                 "(gzip JSON batches in the cluster agent's format)"
@@ -288,17 +310,108 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         }
         if end_meta.get("gpu_tracer") == "off":
             warnings.append(f"GPU tracing was off: {end_meta.get('gpu_tracer_reason', '')}")
-        try:
-            store.finish_session(session_id, status=status, end_ns=end_ns, meta=end_meta)
-        except StoreError as exc:  # pragma: no cover - store vanished at the very end
-            warnings.append(str(exc))
-        store.close()
+        if store is not None and session_id is not None:
+            _finish(store, session_id, status, end_ns, end_meta, warnings)
+    assert sink is not None and session_id is not None  # else the store's error was raised
     if child is not None and sink.records == 0 and child.returncode is not None and not warnings:
         warnings.append(
             f"the command exited (code {child.returncode}) before any sample was "
             "taken; profile a longer-running command or use --pid"
         )
     return RecordResult(session_id, name, sink.rows, sink.records, exit_code, warnings, status)
+
+
+def _open_session(
+    opener: _StoreOpener,
+    driver: Driver,
+    opts: RecordOptions,
+    name: str,
+    start_ns: int,
+    meta: dict[str, str],
+    tmp: str,
+) -> tuple[Store, int, str, StoreSink]:
+    """The store (waited for), the session's row and the sink the driver writes into from
+    now on; returns (store, session id, the name it got, sink)."""
+    from kubeprof.agent.sinks import StoreSink
+    from kubeprof.storage import sessions
+
+    store = opener.result()
+    command = shlex.join(opts.command) if opts.command else f"--pid {opts.pid}"
+    session_id = store.create_session(
+        name, command=command, hz=opts.hz, start_ns=start_ns, meta=meta
+    )
+    with store.engine.connect() as conn:  # a taken name was suffixed ("quick" -> "quick-2")
+        name = sessions.name_of(conn, session_id)
+    sink = StoreSink(store, session_id, fallback=Path(tmp) / "unsaved-batches", log=opts.log)
+    driver.sink = sink
+    return store, session_id, name, sink
+
+
+def _finish(
+    store: Store,
+    session_id: int,
+    status: str,
+    end_ns: int,
+    meta: dict[str, str],
+    warnings: list[str],
+) -> None:
+    """Mark the session ended and close the store; a store gone at the very end is a warning."""
+    from kubeprof.storage import StoreError
+
+    try:
+        store.finish_session(session_id, status=status, end_ns=end_ns, meta=meta)
+    except StoreError as exc:  # pragma: no cover - store vanished at the very end
+        warnings.append(str(exc))
+    store.close()
+
+
+class _Unopened:
+    """The driver's sink until the store is open: nothing is polled before then, and a
+    recording whose store fails to open keeps nothing (its error is what the user gets)."""
+
+    records = rows = 0
+    kept_in = None
+
+    def write(self, batch: Batch) -> None:
+        """Nothing to keep: the store did not open."""
+
+    def close(self) -> None:
+        """Nothing to flush."""
+
+
+class _StoreOpener:
+    """Opens the store on a thread (importing SQLAlchemy and Alembic alone takes ~0.4 s):
+    the command starts meanwhile. `result()` waits and returns the store or raises its
+    error; `close()` closes a store nobody took."""
+
+    def __init__(self, url: str | None) -> None:
+        self._url = url
+        self._store: Store | None = None
+        self._error: BaseException | None = None
+        self._taken = False
+        self._thread = threading.Thread(target=self._open, name="kubeprof-store", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> None:
+        try:
+            from kubeprof.storage import Store
+
+            self._store = Store.open(self._url)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            self._error = exc
+
+    def result(self) -> Store:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._store is not None
+        self._taken = True
+        return self._store
+
+    def close(self) -> None:
+        self._thread.join()
+        if self._store is not None and not self._taken:
+            self._store.close()
 
 
 def _tracer_status(collectors: Iterable[Collector]) -> dict[str, str]:

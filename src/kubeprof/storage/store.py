@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
@@ -24,38 +22,17 @@ from kubeprof.storage.models import (
     SampleRow,
     SessionAggregateRow,
 )
+from kubeprof.store_location import default_url, prepare_sqlite_path
 
 
 class StoreError(RuntimeError):
     """A storage problem, phrased for the user: what failed and how to fix it."""
 
 
-def default_url() -> str:
-    """The embedded default: `$KUBEPROF_STORE`, else an SQLite file in the XDG data dir."""
-    if env := os.environ.get("KUBEPROF_STORE"):
-        return env
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return f"sqlite:///{base / 'kubeprof' / 'kubeprof.db'}"
-
-
 def _prepare_sqlite_path(url: str) -> None:
-    path = url.split("sqlite:///", 1)[1] if "sqlite:///" in url else ""
-    if not path or path == ":memory:":
-        return
-    folder = Path(path).parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(
-            f"cannot create the store folder {folder}: {exc.strerror}; "
-            "pass --store sqlite:////a/writable/path.db or set KUBEPROF_STORE"
-        ) from exc
-    target = Path(path) if Path(path).exists() else folder
-    if not os.access(target, os.W_OK):
-        raise StoreError(
-            f"the store {path} is not writable; "
-            "pass --store sqlite:////a/writable/path.db or set KUBEPROF_STORE"
-        )
+    problem = prepare_sqlite_path(url)
+    if problem:
+        raise StoreError(problem)
 
 
 def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:
