@@ -117,7 +117,9 @@ _RBAC_CHILD = (
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_run_session_tests_once(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems_run_session_tests_once(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
     """Deselect the session tests the chart-RBAC child run runs, when it is selected too
     (after -k/-m), as root (else it skips) and not inside that child run itself."""
     from tests.e2e import operator_helpers as h
