@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import Any
 
 from kubeprof.agent.gpu.cupti_errors import Status, TracerError, cupti_error, one_line
-from kubeprof.agent.gpu.wire import Sender, warn
+from kubeprof.agent.gpu.wire import SCHEMAS, Sender, warn
 
 ACTIVITY_KINDS = ("kernel", "memcpy", "memset", "sync", "nvtx")
 BUFFER_BYTES = 8 << 20  # each buffer CUPTI asks for
@@ -130,36 +130,24 @@ def convert(cupti: Any, sender: Sender, activities: list[Any]) -> None:
             put(kind, rows)
 
 
-# One C-level call reads a record's fields in wire order. Not a copy of wire.SCHEMAS: these
-# are cupti-python's attribute names, listed in the order SCHEMAS gives their wire fields.
-_KERNEL_FIELDS = attrgetter(
-    "start",
-    "end",
-    "device_id",
-    "correlation_id",
-    "stream_id",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "registers_per_thread",
-    "static_shared_memory",
-    "dynamic_shared_memory",
-    "graph_id",
-    "context_id",
-)
-_MEMCPY_FIELDS = attrgetter(
-    "start",
-    "end",
-    "device_id",
-    "correlation_id",
-    "stream_id",
-    "bytes",
-    "copy_kind",
-    "src_kind",
-    "dst_kind",
-)
-_MEMSET_FIELDS = attrgetter("start", "end", "device_id", "correlation_id", "stream_id", "bytes")
-_SYNC_FIELDS = attrgetter("start", "end", "context_id", "correlation_id", "stream_id", "type")
+# wire.SCHEMAS field -> the cupti-python attribute holding it (the others are named alike)
+_CUPTI_ATTRS = {
+    "device": "device_id",
+    "stream": "stream_id",
+    "context": "context_id",
+    "registers": "registers_per_thread",
+    "static_smem": "static_shared_memory",
+    "dynamic_smem": "dynamic_shared_memory",
+}
+
+
+def _fields(kind: str) -> attrgetter[tuple[int, ...]]:
+    """One C-level call that reads a record's fields in wire order (a kernel's name aside:
+    it is interned)."""
+    return attrgetter(*(_CUPTI_ATTRS.get(f, f) for f in SCHEMAS[kind] if f != "name"))
+
+
+_KERNEL_FIELDS = _fields("kernel")
+_MEMCPY_FIELDS = _fields("memcpy")
+_MEMSET_FIELDS = _fields("memset")
+_SYNC_FIELDS = _fields("sync")

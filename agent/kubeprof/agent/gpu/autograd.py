@@ -80,6 +80,7 @@ class AutogradSeq:
 
     def backward(self) -> int:
         """Sequence number of the autograd node running on this thread, if any."""
+        # the lazy resolve is written out as in forward(): both run at every launch
         get = self._node
         if get is None:
             if self._resolved or not self._resolve():

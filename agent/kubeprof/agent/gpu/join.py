@@ -370,21 +370,20 @@ class GpuJoin:
             if not stack:
                 unattributed += 1
             out.append(
-                GpuActivity(
-                    kind="kernel",
-                    name=raw,
-                    start_ns=start + off,
-                    end_ns=end + off,
-                    device=device,
-                    pid=conn.pid,
-                    correlation_id=corr,
-                    stream=stream,
+                _timed(
+                    conn,
+                    "kernel",
+                    raw,
+                    (start, end, off),
+                    device,
+                    corr,
+                    stream,
+                    stack,
                     demangled=self._demangled.get(raw, raw),
                     grid=(gx, gy, gz),
                     block=(bx, by, bz),
                     registers=regs,
                     shared_mem=ssmem + dsmem,
-                    stack=stack,
                 )
             )
         self.count("gpu_kernels", len(rows))
@@ -421,56 +420,20 @@ class GpuJoin:
             "memcpy", ()
         ):
             name = memcpy_name(copy_kind, src, dst)
-            out.append(
-                self._copy(conn, "memcpy", name, start, end, device, corr, stream, nbytes, off)
-            )
+            at, stack = (start, end, off), self._stack(conn, corr)
+            out.append(_timed(conn, "memcpy", name, at, device, corr, stream, stack, bytes=nbytes))
         for start, end, device, corr, stream, nbytes in records.get("memset", ()):
+            at, stack = (start, end, off), self._stack(conn, corr)
             out.append(
-                self._copy(conn, "memset", "memset", start, end, device, corr, stream, nbytes, off)
+                _timed(conn, "memset", "memset", at, device, corr, stream, stack, bytes=nbytes)
             )
-
-    def _copy(
-        self,
-        conn: ConnState,
-        kind: str,
-        name: str,
-        start: int,
-        end: int,
-        device: int,
-        corr: int,
-        stream: int,
-        nbytes: int,
-        off: int,
-    ) -> GpuActivity:
-        """One memcpy or memset record, with the stack of the call that asked for it."""
-        return GpuActivity(
-            kind=kind,
-            name=name,
-            start_ns=start + off,
-            end_ns=end + off,
-            device=device,
-            pid=conn.pid,
-            correlation_id=corr,
-            stream=stream,
-            bytes=nbytes,
-            stack=self._stack(conn, corr),
-        )
 
     def _syncs(self, conn: ConnState, rows: Any, out: list[GpuActivity], off: int) -> None:
         for start, end, ctx, corr, stream, sync_type in rows:
-            out.append(
-                GpuActivity(
-                    kind="sync",
-                    name=_SYNC_TYPES.get(sync_type, f"sync {sync_type}"),
-                    start_ns=start + off,
-                    end_ns=end + off,
-                    device=conn.ctx_device.get(ctx, -1),
-                    pid=conn.pid,
-                    correlation_id=corr,
-                    stream=stream,
-                    stack=self._stack(conn, corr) or self._enclosing_wait(conn, corr),
-                )
-            )
+            name = _SYNC_TYPES.get(sync_type, f"sync {sync_type}")
+            device = conn.ctx_device.get(ctx, -1)
+            stack = self._stack(conn, corr) or self._enclosing_wait(conn, corr)
+            out.append(_timed(conn, "sync", name, (start, end, off), device, corr, stream, stack))
 
     def _enclosing_wait(self, conn: ConnState, corr: int) -> Stack:
         """The stack of the waiting API call a sync record's id is nested in.
@@ -526,3 +489,31 @@ class GpuJoin:
             conn.bwd_seq.clear()
             conn.fwd_peeks.clear()
             conn.fwd_corrs.clear()
+
+
+def _timed(
+    conn: ConnState,
+    kind: str,
+    name: str,
+    times: tuple[int, int, int],
+    device: int,
+    corr: int,
+    stream: int,
+    stack: Stack,
+    **extra: Any,
+) -> GpuActivity:
+    """A record of ``conn``'s process; ``times``: (start, end, clock offset), the CUPTI
+    timestamps moved to the host clock (kernel, memcpy, memset and sync rows all need it)."""
+    start, end, off = times
+    return GpuActivity(
+        kind=kind,
+        name=name,
+        start_ns=start + off,
+        end_ns=end + off,
+        device=device,
+        pid=conn.pid,
+        correlation_id=corr,
+        stream=stream,
+        stack=stack,
+        **extra,
+    )
