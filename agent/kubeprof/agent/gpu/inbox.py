@@ -12,7 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kubeprof.agent.gpu.join import ConnState, Header, Records
+from kubeprof.agent.gpu.join import Header, Records
+from kubeprof.agent.gpu.stack_join import ConnState
 from kubeprof.agent.gpu.wire import FrameDecoder, FrameError
 
 

@@ -1,37 +1,25 @@
 """The join: decoded GPU wire frames -> ``kubeprof.model`` records, with their Python stacks.
 
-Each kernel/memcpy/memset/sync record is joined to the Python stack captured at its launch
-by correlation id (a sync record without one: to the waiting call it is nested in), a
-PyTorch backward kernel to its forward op's launch by autograd sequence number, an XLA
-kernel to its HLO op's Python line (xla_hlo), and NVTX start/end markers to ranges. The
-join keeps per-connection state (interned strings and stacks, launches) and nothing of the
-transport: the socket server and a capture replay feed it the same frames (``convert``).
-Counters in each returned ``Batch`` are increments since the previous one.
+Each frame's header defines the connection's strings and stacks, says hello, bye or an
+error; its rows become kernel, memcpy, memset and sync activities, each with the stack
+``stack_join`` finds for its launch, NVTX ranges from start/end markers, and PM samples.
+The join keeps per-connection state and nothing of the transport: the socket server and a
+capture replay feed it the same frames (``convert``). Counters in each returned ``Batch``
+are increments since the previous one.
 """
 
 from __future__ import annotations
 
-import bisect
-import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubeprof.agent.gpu.demangle import demangle_many
-from kubeprof.agent.gpu.xla_hlo import XlaIndex, XlaOp, is_library_kernel, xla_stack
-from kubeprof.model import Batch, Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
+from kubeprof.agent.gpu.stack_join import ConnState, StackJoin, string
+from kubeprof.agent.gpu.xla_hlo import XlaIndex
+from kubeprof.model import Batch, GpuActivity, GpuMetricSample, Stack
 
 Header = dict[str, Any]
 Records = dict[str, list[tuple[int, ...]]]
-
-MAX_LAUNCHES = 1_000_000  # remembered launches per process; oldest forgotten first
-# A backward node N is charged to the forward launch read with peek N + 1: the op that made
-# N launched it. A node whose op launched nothing (a view: ``unbind``'s backward is a ``cat``)
-# has no such launch; the next one belongs to another op, so it is not guessed: the kernel
-# keeps no Python stack, under NO_FORWARD (on the H200's train_torch: 1.8 % of backward time)
-MAX_SEQ_GAP = 1
-BACKWARD_PREFIX = "backward of "
-NO_FORWARD = "[backward of an autograd node whose forward launch was not recorded]"
 
 _COPY_KINDS = {
     1: "HtoD",
@@ -49,38 +37,10 @@ _COPY_KINDS = {
 _MEMORY_KINDS = {1: "pageable", 2: "pinned", 5: "managed", 7: "managed"}
 _SYNC_TYPES = {1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
 _MARKER_START, _MARKER_END = 2, 4
-# API names that wait for the GPU; a sync record may carry the id of a call nested in one
-_WAITING_APIS = ("Synchronize", "ElapsedTime")
-_NESTED_IDS = 8  # how far back (in correlation ids) the enclosing call is looked for
 
 
 # wire record kinds whose rows start with (start, end) in CUPTI's clock
 TIMED_KINDS = ("kernel", "memcpy", "memset", "sync")
-
-
-@dataclass
-class ConnState:
-    """What one traced process has told us so far (one tracer connection)."""
-
-    pid: int = 0
-    peer_pid: int = 0  # the connecting process in our pid namespace (SO_PEERCRED); 0: replay
-    strings: list[str] = field(default_factory=list)
-    raw_stacks: dict[int, list[list[int]]] = field(default_factory=dict)
-    stacks: dict[int, Stack] = field(default_factory=dict)
-    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
-    ctx_device: dict[int, int] = field(default_factory=dict)
-    open_markers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    # autograd (see autograd.py): per forward thread, the peeks sent (increasing) and the
-    # launches they were read at; per backward launch, its node's sequence number
-    fwd_peeks: dict[int, list[int]] = field(default_factory=dict)
-    fwd_corrs: dict[int, list[int]] = field(default_factory=dict)
-    bwd_seq: dict[int, int] = field(default_factory=dict)
-    bwd_stacks: dict[tuple[int, int], Stack] = field(default_factory=dict)
-    # stream -> where its last XLA kernel stands in its module's schedule (xla_hlo)
-    xla_last: dict[int, tuple[str, int]] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)  # target's cumulative counters
-    said_bye: bool = False
-    closed: bool = False
 
 
 def memcpy_name(copy_kind: int, src_kind: int, dst_kind: int) -> str:
@@ -103,7 +63,7 @@ class GpuJoin:
         self.xla = XlaIndex(xla_dump_dir) if xla_dump_dir else None
         self._demangled: dict[str, str] = {}
         self._counters: dict[str, int] = {}
-        self._xla_stacks: dict[tuple[XlaOp, Frame | None], Stack] = {}
+        self.stacks = StackJoin(self.count, self.xla)
 
     def convert(
         self,
@@ -124,7 +84,7 @@ class GpuJoin:
                     GpuMetricSample(
                         (start + end) // 2 + off,
                         device,
-                        f"pm:{self._string(conn, name)}",
+                        f"pm:{string(conn, name)}",
                         milli / 1000.0,
                         pid=conn.pid,
                     )
@@ -214,12 +174,8 @@ class GpuJoin:
                 self.tracer_errors.setdefault(pid, str(header.get("text", "")))
         elif kind == "bye":
             conn.said_bye = True
-        for rec in records.get("launch", ()):
-            conn.launches[rec[0]] = (rec[1], rec[2])
-        if len(conn.launches) > MAX_LAUNCHES:
-            for key in list(conn.launches)[: len(conn.launches) - MAX_LAUNCHES]:
-                del conn.launches[key]
-        self._autograd(conn, records.get("autograd", ()))
+        self.stacks.launches(conn, records.get("launch", ()))
+        self.stacks.autograd(conn, records.get("autograd", ()))
         off = int(header.get("clock_offset_ns", 0))
         records = self._complete(records)
         self._kernels(conn, records.get("kernel", ()), out, off)
@@ -252,95 +208,6 @@ class GpuJoin:
                 self.count(f"gpu_{key}", new - old)
         conn.counters.update({k: int(v) for k, v in counters.items()})
 
-    def _string(self, conn: ConnState, sid: int) -> str:
-        return conn.strings[sid] if 0 <= sid < len(conn.strings) else f"[string {sid}]"
-
-    def _autograd(self, conn: ConnState, rows: Any) -> None:
-        for corr, seq, tid, backward in rows:
-            if backward:
-                conn.bwd_seq[corr] = seq
-                continue
-            peeks = conn.fwd_peeks.setdefault(tid, [])
-            if peeks and seq <= peeks[-1]:
-                continue  # a thread's counter only grows; keep the index sorted
-            peeks.append(seq)
-            conn.fwd_corrs.setdefault(tid, []).append(corr)
-        if len(conn.bwd_seq) > MAX_LAUNCHES:
-            for key in list(conn.bwd_seq)[: len(conn.bwd_seq) - MAX_LAUNCHES]:
-                del conn.bwd_seq[key]
-        for tid, peeks in conn.fwd_peeks.items():
-            if len(peeks) > MAX_LAUNCHES:
-                del peeks[: len(peeks) - MAX_LAUNCHES]
-                del conn.fwd_corrs[tid][: len(conn.fwd_corrs[tid]) - MAX_LAUNCHES]
-
-    def _forward_launch(self, conn: ConnState, seq: int) -> int:
-        """Correlation id of the forward launch of the op that made autograd node ``seq``.
-
-        Sequence numbers count per thread: of the forward threads with a launch in range,
-        the latest one (a backward pass follows its own forward pass) wins; 0 if none.
-        """
-        best = 0
-        for tid, peeks in conn.fwd_peeks.items():
-            i = bisect.bisect_right(peeks, seq)
-            if i < len(peeks) and peeks[i] - seq <= MAX_SEQ_GAP:
-                best = max(best, conn.fwd_corrs[tid][i])
-        return best
-
-    def _backward_stack(self, conn: ConnState, seq: int, api: int) -> Stack:
-        """``forward op's Python frames | backward of <its leaf> (file:line) | API``."""
-        fwd = conn.launches.get(self._forward_launch(conn, seq))
-        if fwd is None:
-            self.count("gpu_backward_unmatched")
-            return (
-                Frame(NO_FORWARD, FrameKind.NATIVE),
-                Frame(self._string(conn, api), FrameKind.CUDA_API),
-            )
-        key = (fwd[0], api)
-        stack = conn.bwd_stacks.get(key)
-        if stack is None:
-            python = [f for f in self._stack(conn, 0, fwd) if f.kind is FrameKind.PYTHON]
-            if python:
-                leaf = python[-1]
-                label = f"{BACKWARD_PREFIX}{leaf.name} ({os.path.basename(leaf.file)}:{leaf.line})"
-            else:
-                label = f"{BACKWARD_PREFIX}an op launched without a Python stack"
-            stack = conn.bwd_stacks[key] = (
-                *python,
-                Frame(label, FrameKind.NATIVE),
-                Frame(self._string(conn, api), FrameKind.CUDA_API),
-            )
-        return stack
-
-    def _stack(self, conn: ConnState, corr: int, launch: tuple[int, int] | None = None) -> Stack:
-        if launch is None:
-            launch = conn.launches.get(corr)
-        if launch is None:
-            return ()
-        sid, api = launch
-        if not sid:
-            seq = conn.bwd_seq.get(corr)
-            if seq is not None:
-                return self._backward_stack(conn, seq, api)
-        key = sid * 1_000_003 + api
-        stack = conn.stacks.get(key)
-        if stack is None:
-            frames = []
-            for name, file, line, kind in reversed(conn.raw_stacks.get(sid, [])):
-                if kind == 0:
-                    frames.append(
-                        Frame(
-                            self._string(conn, name),
-                            FrameKind.PYTHON,
-                            self._string(conn, file),
-                            line,
-                        )
-                    )
-                else:
-                    frames.append(Frame(self._string(conn, name), FrameKind.NATIVE))
-            frames.append(Frame(self._string(conn, api), FrameKind.CUDA_API))
-            stack = conn.stacks[key] = tuple(frames)
-        return stack
-
     def _kernels(self, conn: ConnState, rows: Any, out: list[GpuActivity], off: int) -> None:
         unattributed = 0
         for (
@@ -363,10 +230,10 @@ class GpuJoin:
             name,
         ) in rows:
             conn.ctx_device[ctx] = device
-            raw = self._string(conn, name)
-            stack = self._stack(conn, corr)
+            raw = string(conn, name)
+            stack = self.stacks.stack(conn, corr)
             if self.xla is not None:
-                stack = self._xla_stack(conn, stream, raw, stack)
+                stack = self.stacks.xla_stack(conn, stream, raw, stack)
             if not stack:
                 unattributed += 1
             out.append(
@@ -389,30 +256,6 @@ class GpuJoin:
         self.count("gpu_kernels", len(rows))
         self.count("gpu_unattributed_kernels", unattributed)
 
-    def _xla_stack(self, conn: ConnState, stream: int, kernel: str, stack: Stack) -> Stack:
-        """An XLA kernel's stack from its HLO op: the step of the stream's module schedule
-        it is by name, or (a library kernel) the custom call after the stream's last step."""
-        assert self.xla is not None
-        last = conn.xla_last.get(stream)
-        pos = self.xla.place(kernel, last)
-        if pos is None and last is not None and is_library_kernel(kernel):
-            pos = self.xla.after(last)
-            if pos is not None:
-                self.count("gpu_xla_library_kernels")
-        if pos is None:
-            return stack
-        conn.xla_last[stream] = pos
-        op = self.xla.op(pos)
-        if op is None or not op.stack:
-            return stack
-        api = stack[-1] if stack and stack[-1].kind is FrameKind.CUDA_API else None
-        key = (op, api)
-        out = self._xla_stacks.get(key)
-        if out is None:
-            out = self._xla_stacks[key] = xla_stack(op, api)
-        self.count("gpu_xla_attributed_kernels")
-        return out
-
     def _copies(
         self, conn: ConnState, records: dict[str, Any], out: list[GpuActivity], off: int
     ) -> None:
@@ -420,10 +263,10 @@ class GpuJoin:
             "memcpy", ()
         ):
             name = memcpy_name(copy_kind, src, dst)
-            at, stack = (start, end, off), self._stack(conn, corr)
+            at, stack = (start, end, off), self.stacks.stack(conn, corr)
             out.append(_timed(conn, "memcpy", name, at, device, corr, stream, stack, bytes=nbytes))
         for start, end, device, corr, stream, nbytes in records.get("memset", ()):
-            at, stack = (start, end, off), self._stack(conn, corr)
+            at, stack = (start, end, off), self.stacks.stack(conn, corr)
             out.append(
                 _timed(conn, "memset", "memset", at, device, corr, stream, stack, bytes=nbytes)
             )
@@ -432,25 +275,8 @@ class GpuJoin:
         for start, end, ctx, corr, stream, sync_type in rows:
             name = _SYNC_TYPES.get(sync_type, f"sync {sync_type}")
             device = conn.ctx_device.get(ctx, -1)
-            stack = self._stack(conn, corr) or self._enclosing_wait(conn, corr)
+            stack = self.stacks.stack(conn, corr) or self.stacks.enclosing_wait(conn, corr)
             out.append(_timed(conn, "sync", name, (start, end, off), device, corr, stream, stack))
-
-    def _enclosing_wait(self, conn: ConnState, corr: int) -> Stack:
-        """The stack of the waiting API call a sync record's id is nested in.
-
-        On the H200, ``cudaEventElapsedTime`` produced event-sync records carrying ids of
-        driver calls made inside it, which have no callback of their own. Ids are handed
-        out in call order, so the enclosing call is the nearest launch record before the
-        id; it is used only when it is itself a waiting API (else: no stack, no guess).
-        """
-        for c in range(corr - 1, max(corr - _NESTED_IDS, 0) - 1, -1):
-            launch = conn.launches.get(c)
-            if launch is not None:
-                if any(w in self._string(conn, launch[1]) for w in _WAITING_APIS):
-                    self.count("gpu_syncs_joined_to_enclosing_call")
-                    return self._stack(conn, c)
-                return ()
-        return ()
 
     def _markers(self, conn: ConnState, rows: Any, out: list[GpuActivity], off: int) -> None:
         for ts, mid, flags, name, tid in rows:
@@ -461,7 +287,7 @@ class GpuJoin:
                 out.append(
                     GpuActivity(
                         kind="nvtx",
-                        name=self._string(conn, name_id),
+                        name=string(conn, name_id),
                         start_ns=start,
                         end_ns=ts + off,
                         device=-1,
