@@ -270,6 +270,7 @@ static int64_t api_id(int domain, uint32_t cbid, const char *name) {
         count_error();
         return 0;
     }
+    /* the call-and-convert of walk(), kept written out: on an error the slot stays unset */
     PyObject *r = PyObject_CallOneArg(g_intern, text);
     Py_DECREF(text);
     if (r == NULL) {
