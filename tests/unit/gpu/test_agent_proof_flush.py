@@ -41,7 +41,7 @@ def test_run1_delivered_nothing_until_off() -> None:
     conns: dict = {}
     arrived = []
     for kind, cid, ts, payload in read_capture(RUN1):
-        conn = conns.get(cid) or conns.setdefault(cid, rx.new_connection(None))
+        conn = conns.get(cid) or conns.setdefault(cid, rx.new_connection())
         if kind == b"D":
             rx.feed(conn, payload)
         n = sum(1 for a in rx.poll().gpu_activities if a.kind == "kernel")

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from kubeprof.agent.gpu.capture import DATA, read_capture, replay
-from kubeprof.agent.gpu.receiver import NO_FORWARD
-from kubeprof.agent.gpu.tracer import FOREIGN_MARKER
+from kubeprof.agent.gpu.launch_stacks import FOREIGN_MARKER
+from kubeprof.agent.gpu.stack_join import NO_FORWARD
 from kubeprof.agent.gpu.wire import FrameDecoder
 from kubeprof.analysis.gpu_attribution import attribution
 from kubeprof.model import FrameKind, GpuActivity

@@ -17,7 +17,8 @@ import pytest
 from fake_cupti import FakeCupti
 
 from kubeprof.agent.gpu import autograd as autograd_mod
-from kubeprof.agent.gpu.tracer import FOREIGN_MARKER, CuptiTracer, TracerConfig
+from kubeprof.agent.gpu.launch_stacks import FOREIGN_MARKER
+from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig
 from kubeprof.analysis.gpu_attribution import attribution
 
 

@@ -10,7 +10,8 @@ from fake_cupti import FakeCupti
 
 from kubeprof.agent.gpu import capture as capture_mod
 from kubeprof.agent.gpu.capture import CaptureError, read_capture, replay
-from kubeprof.agent.gpu.receiver import GpuReceiver, memcpy_name
+from kubeprof.agent.gpu.join import memcpy_name
+from kubeprof.agent.gpu.receiver import GpuReceiver
 from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig
 from kubeprof.agent.gpu.wire import Sender
 from kubeprof.model import FrameKind, GpuActivity

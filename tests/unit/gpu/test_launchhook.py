@@ -25,8 +25,9 @@ import pytest
 from fake_cupti import FakeCupti
 
 from kubeprof.agent.gpu import tracer as tracer_mod
+from kubeprof.agent.gpu.launch_stacks import FOREIGN_MARKER
 from kubeprof.agent.gpu.stacks import StackTable
-from kubeprof.agent.gpu.tracer import FOREIGN_MARKER, CuptiTracer, TracerConfig, TracerError
+from kubeprof.agent.gpu.tracer import CuptiTracer, TracerConfig, TracerError
 
 hook = pytest.importorskip("kubeprof.agent.gpu._launchhook")
 HERE = Path(__file__).resolve().parent

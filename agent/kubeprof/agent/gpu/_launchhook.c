@@ -12,8 +12,8 @@
  * frames (autograd's engine, XLA's runtime threads) call the Python `slow` path, which owns
  * the backward and main-thread fallbacks. Launch, autograd and activity rows are packed as
  * int64 in C, in the wire's layout (wire.SCHEMAS), and the sender takes them as bytes
- * (take()). The semantics are tracer.py's pure-Python callback and converter; those are
- * used whenever this module is absent.
+ * (take()). The semantics are launch_stacks.py's pure-Python callback and activity.py's
+ * converter; those are used whenever this module is absent.
  *
  * libcupti is not linked: its three callback functions are looked up in the copy that
  * cupti-python already loaded (dlopen RTLD_NOLOAD), so one libcupti serves both, and
@@ -270,6 +270,7 @@ static int64_t api_id(int domain, uint32_t cbid, const char *name) {
         count_error();
         return 0;
     }
+    /* the call-and-convert of walk(), kept written out: on an error the slot stays unset */
     PyObject *r = PyObject_CallOneArg(g_intern, text);
     Py_DECREF(text);
     if (r == NULL) {

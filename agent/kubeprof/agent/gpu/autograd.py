@@ -11,8 +11,8 @@ sequence number of the forward op that created it: a per-thread counter
 - at a backward launch we read the node the engine is running on this thread,
   ``torch._C._current_autograd_node()._sequence_nr()``.
 
-The receiver joins the two (``receiver._backward_stack``): a backward kernel is charged to
-the Python stack of the first forward launch with ``peek > N``, as ``backward of
+The receiver joins the two (``stack_join.StackJoin._backward_stack``): a backward kernel is
+charged to the Python stack of the first forward launch with ``peek > N``, as ``backward of
 Linear.forward (linear.py:134)``. Both reads are resolved lazily, once torch is imported,
 and fail closed (-1): nothing here may raise into the workload.
 """
@@ -80,6 +80,7 @@ class AutogradSeq:
 
     def backward(self) -> int:
         """Sequence number of the autograd node running on this thread, if any."""
+        # the lazy resolve is written out as in forward(): both run at every launch
         get = self._node
         if get is None:
             if self._resolved or not self._resolve():

@@ -4,7 +4,7 @@ Fixtures that store the receiver's *output* freeze its stacks at recording time,
 replaying them never notices a broken kernel<->stack join. A capture stores its *input*:
 the byte chunks read from each tracer connection (launch callbacks with their correlation
 ids and stacks, activity records, messages) and when each connection closed. ``replay``
-feeds them through the real decoder and ``GpuReceiver`` conversion, without a socket.
+feeds them through the receiver's own decoding (``inbox``) and ``join``, without a socket.
 
 Set ``KUBEPROF_GPU_CAPTURE=/path/file`` in the recorder's environment (``kubeprof record
 --gpu``, the cluster agent) to write one. The file is gzip'd: a header record (magic,
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubeprof.agent.gpu.inbox import Channel, FrameInbox
+from kubeprof.agent.gpu.join import GpuJoin
 from kubeprof.agent.gpu.wire import SCHEMAS
 from kubeprof.model import Batch
 
@@ -111,30 +113,27 @@ class Replayed:
 
 
 def replay(path: str | Path, *, xla_dump_dir: str | Path | None = None) -> Replayed:
-    """Feed a capture through the real receiver decode and join code (no socket);
-    ``xla_dump_dir``: the HLO modules the traced JAX process dumped while recorded."""
-    from kubeprof.agent.gpu.receiver import GpuReceiver
-
-    rx = GpuReceiver(  # "": never capture the replay itself
-        "", capture_path="", xla_dump_dir=str(xla_dump_dir) if xla_dump_dir else None
-    )
+    """Feed a capture through the real decoding and join code (the receiver's, without its
+    socket); ``xla_dump_dir``: the HLO modules the traced JAX process dumped while recorded."""
+    inbox = FrameInbox()  # no tap: never capture the replay itself
+    join = GpuJoin(str(xla_dump_dir) if xla_dump_dir else None)
     acts: list[Any] = []
     metrics: list[Any] = []
     counters: dict[str, int] = {}
-    conns: dict[int, Any] = {}
+    channels: dict[int, Channel] = {}
     for n, (kind, conn_id, _ts, payload) in enumerate(read_capture(path)):
-        conn = conns.get(conn_id)
-        if conn is None:
-            conn = conns[conn_id] = rx.new_connection(None)
+        channel = channels.get(conn_id)
+        if channel is None:
+            channel = channels[conn_id] = inbox.open()
         if kind == DATA:
-            rx.feed(conn, payload)
+            inbox.feed(channel, payload)
         elif kind == CLOSE:
-            rx.closed(conn)
+            inbox.closed(channel)
         if n % 64 == 63:  # convert as the recorder's polls would, bounding memory
-            _add(rx.poll(), acts, metrics, counters)
-    _add(rx.poll(), acts, metrics, counters)
+            _add(join.convert(*inbox.take()), acts, metrics, counters)
+    _add(join.convert(*inbox.take()), acts, metrics, counters)
     batch = Batch(gpu_activities=tuple(acts), gpu_metrics=tuple(metrics), counters=counters)
-    return Replayed(batch, list(rx.messages), dict(rx.targets))
+    return Replayed(batch, list(join.messages), dict(join.targets))
 
 
 def _add(batch: Batch, acts: list[Any], metrics: list[Any], counters: dict[str, int]) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import math
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from kubeprof.model import Batch, GpuMetricSample
@@ -34,35 +35,27 @@ class NvmlError(RuntimeError):
     """NVML is unusable here; the message is one line for the user."""
 
 
+@dataclass(eq=False)
 class NvmlSampler:
     """``start()``, then ``poll()`` for new samples, ``stop()`` for the rest."""
 
-    def __init__(
-        self,
-        interval_s: float = 0.1,
-        *,
-        process_interval_s: float = 0.5,
-        gpm_interval_s: float = 0.25,
-        energy_interval_s: float = 2.0,
-        gpm: bool = True,
-        devices: list[int] | None = None,
-    ) -> None:
-        self.interval_s = interval_s
-        self.process_interval_s = process_interval_s
-        self.gpm_interval_s = gpm_interval_s
-        self.energy_interval_s = energy_interval_s
-        self.gpm = gpm
-        self.devices = devices
-        self.messages: list[str] = []
-        self._nvml: Any = None
-        self._handles: list[tuple[int, Any]] = []
-        self._gpm_prev: dict[int, Any] = {}
-        self._proc_seen: dict[int, int] = {}
-        self._out: list[GpuMetricSample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.errors = 0
+    interval_s: float = 0.1
+    _: KW_ONLY
+    process_interval_s: float = 0.5
+    gpm_interval_s: float = 0.25
+    energy_interval_s: float = 2.0
+    gpm: bool = True
+    devices: list[int] | None = None
+    messages: list[str] = field(default_factory=list, init=False)
+    errors: int = field(default=0, init=False)
+    _nvml: Any = field(default=None, init=False)
+    _handles: list[tuple[int, Any]] = field(default_factory=list, init=False)
+    _gpm_prev: dict[int, Any] = field(default_factory=dict, init=False)
+    _proc_seen: dict[int, int] = field(default_factory=dict, init=False)
+    _out: list[GpuMetricSample] = field(default_factory=list, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
 
     def start(self) -> None:
         """Initialise NVML; raises NvmlError (one line) when there is no NVML or no GPU."""

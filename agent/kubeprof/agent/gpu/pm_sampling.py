@@ -14,33 +14,25 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_METRIC = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 
 
+@dataclass(eq=False)
 class PmSampler:
     """Samples one metric on one device and queues ("pm") records into a Sender."""
 
-    def __init__(
-        self,
-        sender: Any,
-        *,
-        device: int = 0,
-        metric: str = DEFAULT_METRIC,
-        interval_ns: int = 20_000,
-        buffer_bytes: int = 256 << 20,
-        decode_every_s: float = 1.0,
-    ) -> None:
-        self.sender = sender
-        self.device = device
-        self.metric = metric
-        self.interval_ns = interval_ns
-        self.buffer_bytes = buffer_bytes
-        self.decode_every_s = decode_every_s
-        self._collector: Any = None
-        self._failed = False
-        self._next_decode = 0.0
+    sender: Any
+    device: int = 0
+    metric: str = DEFAULT_METRIC
+    interval_ns: int = 20_000
+    buffer_bytes: int = 256 << 20
+    decode_every_s: float = 1.0
+    _collector: Any = field(default=None, init=False)
+    _failed: bool = field(default=False, init=False)
+    _next_decode: float = field(default=0.0, init=False)
 
     @classmethod
     def from_env(cls, sender: Any) -> PmSampler | None:

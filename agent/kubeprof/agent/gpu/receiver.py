@@ -1,105 +1,30 @@
 """Recorder/agent side of the GPU wire: accept tracers, join launches to GPU records.
 
-A background thread accepts connections on the unix socket (one per traced process) and
-decodes frames; ``poll()`` turns what arrived into ``kubeprof.model`` records, joining each
-kernel/memcpy/memset to the Python stack captured at its launch by correlation id. Counters
-in each returned ``Batch`` are increments since the previous one (sum them for totals).
+Three parts, each its own module: the socket server (``transport``) reads bytes from each
+traced process on a background thread, the ``inbox`` decodes them into frames, and ``poll()``
+hands those to the ``join``, which turns them into ``kubeprof.model`` records (each
+kernel/memcpy/memset joined to the Python stack captured at its launch by correlation id).
+Counters in each returned ``Batch`` are increments since the previous one (sum them for
+totals).
 
 With ``KUBEPROF_GPU_CAPTURE=/path/file`` set, every byte read is also written to a capture
-(see ``capture.py``) that ``capture.replay`` runs through this same code later.
+(see ``capture.py``) that ``capture.replay`` runs through the same inbox and join later.
 """
 
 from __future__ import annotations
 
-import bisect
-import contextlib
 import os
-import select
-import selectors
 import shutil
-import socket
-import stat
-import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubeprof.agent.gpu.capture import ENV_CAPTURE, CaptureWriter
-from kubeprof.agent.gpu.demangle import demangle_many
-from kubeprof.agent.gpu.wire import FrameDecoder, FrameError
-from kubeprof.agent.gpu.xla_hlo import XlaIndex, XlaOp, is_library_kernel, xla_stack
-from kubeprof.model import Batch, Frame, FrameKind, GpuActivity, GpuMetricSample, Stack
-
-MAX_LAUNCHES = 1_000_000  # remembered launches per process; oldest forgotten first
-# A backward node N is charged to the forward launch read with peek N + 1: the op that made
-# N launched it. A node whose op launched nothing (a view: ``unbind``'s backward is a ``cat``)
-# has no such launch; the next one belongs to another op, so it is not guessed: the kernel
-# keeps no Python stack, under NO_FORWARD (on the H200's train_torch: 1.8 % of backward time)
-MAX_SEQ_GAP = 1
-BACKWARD_PREFIX = "backward of "
-NO_FORWARD = "[backward of an autograd node whose forward launch was not recorded]"
-
-_COPY_KINDS = {
-    1: "HtoD",
-    2: "DtoH",
-    3: "HtoA",
-    4: "AtoH",
-    5: "AtoA",
-    6: "AtoD",
-    7: "DtoA",
-    8: "DtoD",
-    9: "HtoH",
-    10: "PtoP",
-}
-# CUPTI memory kinds of a copy's source and destination; a host copy names its host side
-_MEMORY_KINDS = {1: "pageable", 2: "pinned", 5: "managed", 7: "managed"}
-_SYNC_TYPES = {1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
-_MARKER_START, _MARKER_END = 2, 4
-# API names that wait for the GPU; a sync record may carry the id of a call nested in one
-_WAITING_APIS = ("Synchronize", "ElapsedTime")
-_NESTED_IDS = 8  # how far back (in correlation ids) the enclosing call is looked for
-
-
-# wire record kinds whose rows start with (start, end) in CUPTI's clock
-TIMED_KINDS = ("kernel", "memcpy", "memset", "sync")
-
-
-@dataclass
-class _Conn:
-    """What one traced process has told us so far."""
-
-    sock: socket.socket | None  # None when replaying a capture
-    conn_id: int = 0  # order of acceptance, names the connection in a capture
-    decoder: FrameDecoder = field(default_factory=FrameDecoder)
-    pid: int = 0
-    peer_pid: int = 0  # the connecting process in our pid namespace (SO_PEERCRED); 0: replay
-    strings: list[str] = field(default_factory=list)
-    raw_stacks: dict[int, list[list[int]]] = field(default_factory=dict)
-    stacks: dict[int, Stack] = field(default_factory=dict)
-    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
-    ctx_device: dict[int, int] = field(default_factory=dict)
-    open_markers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    # autograd (see autograd.py): per forward thread, the peeks sent (increasing) and the
-    # launches they were read at; per backward launch, its node's sequence number
-    fwd_peeks: dict[int, list[int]] = field(default_factory=dict)
-    fwd_corrs: dict[int, list[int]] = field(default_factory=dict)
-    bwd_seq: dict[int, int] = field(default_factory=dict)
-    bwd_stacks: dict[tuple[int, int], Stack] = field(default_factory=dict)
-    # stream -> where its last XLA kernel stands in its module's schedule (xla_hlo)
-    xla_last: dict[int, tuple[str, int]] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)  # target's cumulative counters
-    said_bye: bool = False
-    closed: bool = False
-
-
-def memcpy_name(copy_kind: int, src_kind: int, dst_kind: int) -> str:
-    """``memcpy HtoD (pageable)``: the direction, and the host memory's kind when one side
-    is host memory (pageable copies are staged through a driver buffer and block the host)."""
-    name = f"memcpy {_COPY_KINDS.get(copy_kind, copy_kind)}"
-    host = _MEMORY_KINDS.get(src_kind) or _MEMORY_KINDS.get(dst_kind)
-    return f"{name} ({host})" if host else name
+from kubeprof.agent.gpu.inbox import Channel, FrameInbox
+from kubeprof.agent.gpu.join import GpuJoin
+from kubeprof.agent.gpu.transport import SocketServer
+from kubeprof.agent.gpu.xla_hlo import XlaIndex
+from kubeprof.model import Batch
 
 
 class GpuReceiver:
@@ -119,567 +44,84 @@ class GpuReceiver:
         (see xla_hlo), so XLA's kernels are charged to the Python line of their op."""
         self.socket_path = socket_path
         self.mode = mode
-        self.messages: list[str] = []  # one-line notes from tracers and about them
-        self.targets: dict[int, dict[str, Any]] = {}  # pid -> its hello (argv, versions, config)
-        self.tracer_errors: dict[int, str] = {}  # pid -> why its tracer did not start / failed
-        # The node agent's filter: may this pid (ours, from SO_PEERCRED) send us records?
-        # None: anyone who can open the socket (kubeprof record: same user, mode 0600).
-        self.accept_peer: Callable[[int], bool] | None = None
-        self._sel = selectors.DefaultSelector()
-        self._listener: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._inbox: list[tuple[_Conn, dict[str, Any], dict[str, list[tuple[int, ...]]]]] = []
-        self._events: list[tuple[_Conn, str]] = []  # (conn, "closed"|"bad_frame")
-        self._demangled: dict[str, str] = {}
-        self._counters: dict[str, int] = {}
-        self._n_conns = 0
         if capture_path is None:
             capture_path = os.environ.get(ENV_CAPTURE) or None
         self.capture = CaptureWriter(capture_path) if capture_path else None
-        self.xla = XlaIndex(xla_dump_dir) if xla_dump_dir else None
+        self.inbox = FrameInbox(self.capture)
+        self.join = GpuJoin(xla_dump_dir)
+        self.server: SocketServer[Channel] = SocketServer(
+            socket_path,
+            mode=mode,
+            on_accept=self._accepted,
+            on_data=self.inbox.feed,
+            on_close=self.inbox.closed,
+        )
         self._remove_xla_dump = remove_xla_dump  # a folder of ours: gone after stop()
-        self._xla_stacks: dict[tuple[XlaOp, Frame | None], Stack] = {}
+
+    @property
+    def messages(self) -> list[str]:
+        """One-line notes from tracers and about them."""
+        return self.join.messages
+
+    @property
+    def targets(self) -> dict[int, dict[str, Any]]:
+        """pid -> its hello (argv, versions, config)."""
+        return self.join.targets
+
+    @property
+    def tracer_errors(self) -> dict[int, str]:
+        """pid -> why its tracer did not start / failed."""
+        return self.join.tracer_errors
+
+    @property
+    def xla(self) -> XlaIndex | None:
+        return self.join.xla
+
+    @property
+    def accept_peer(self) -> Callable[[int], bool] | None:
+        """The node agent's filter: may this pid (ours, from SO_PEERCRED) send us records?
+        None: anyone who can open the socket (kubeprof record: same user, mode 0600)."""
+        return self.server.accept_peer
+
+    @accept_peer.setter
+    def accept_peer(self, accept: Callable[[int], bool] | None) -> None:
+        self.server.accept_peer = accept
 
     def start(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
-                os.unlink(self.socket_path)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.socket_path)
-        os.chmod(self.socket_path, self.mode)
-        listener.listen(64)
-        listener.setblocking(False)
-        self._listener = listener
-        self._sel.register(listener, selectors.EVENT_READ, None)
-        self._thread = threading.Thread(target=self._run, name="kubeprof-gpu-receiver", daemon=True)
-        self._thread.start()
+        self.server.start()
 
-    # ---- I/O thread ----
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for key, _ in self._sel.select(timeout=0.1):
-                if key.data is None:
-                    self._accept()
-                else:
-                    self._read(key.data)
+    def _accepted(self, peer: int) -> Channel:
+        channel = self.inbox.open()
+        channel.state.peer_pid = peer
+        return channel
 
-    def _accept(self) -> None:
-        assert self._listener is not None
-        with contextlib.suppress(BlockingIOError):
-            sock, _ = self._listener.accept()
-            try:
-                raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-                peer = int.from_bytes(raw[:4], sys.byteorder, signed=True)
-            except OSError:
-                peer = 0
-            if self.accept_peer is not None and not self.accept_peer(peer):
-                # Not a process of this session's pods: its records are not ours to store.
-                sock.close()
-                with self._lock:
-                    self._count("gpu_tracer_foreign")
-                return
-            sock.setblocking(False)
-            conn = self.new_connection(sock)
-            conn.peer_pid = peer
-            self._sel.register(sock, selectors.EVENT_READ, conn)
+    def new_connection(self) -> Channel:
+        """A connection fed by hand (``feed``/``closed``) rather than by the socket server."""
+        return self.inbox.open()
 
-    def new_connection(self, sock: socket.socket | None) -> _Conn:
-        """State for one tracer connection (``sock`` None: fed by ``capture.replay``)."""
-        self._n_conns += 1
-        return _Conn(sock, self._n_conns)
-
-    def _read(self, conn: _Conn) -> None:
-        assert conn.sock is not None
-        try:
-            data = conn.sock.recv(1 << 20)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._close(conn)
-            return
-        if not self.feed(conn, data):
-            self._close(conn)
-
-    def feed(self, conn: _Conn, data: bytes) -> bool:
+    def feed(self, conn: Channel, data: bytes) -> bool:
         """Decode bytes read from a connection; False when the stream is corrupt."""
-        if self.capture is not None:
-            self.capture.data(conn.conn_id, data)
-        try:
-            frames = list(conn.decoder.feed(data))
-        except FrameError:
-            with self._lock:
-                self._events.append((conn, "bad_frame"))
-            return False
-        if frames:
-            with self._lock:
-                self._inbox.extend((conn, h, r) for h, r in frames)
-        return True
+        return self.inbox.feed(conn, data)
 
-    def _close(self, conn: _Conn) -> None:
-        if conn.sock is not None:
-            with contextlib.suppress(Exception):
-                self._sel.unregister(conn.sock)
-            conn.sock.close()
-        self.closed(conn)
-
-    def closed(self, conn: _Conn) -> None:
+    def closed(self, conn: Channel) -> None:
         """The tracer's end of a connection is gone (EOF, error or corrupt stream)."""
-        if self.capture is not None:
-            self.capture.close_conn(conn.conn_id)
-        with self._lock:
-            self._events.append((conn, "closed"))
+        self.inbox.closed(conn)
 
-    # ---- public ----
     def poll(self) -> Batch:
         """Everything that arrived since the last call, joined and converted."""
-        with self._lock:
-            inbox, self._inbox = self._inbox, []
-            events, self._events = self._events, []
-        self._demangle([h for _, h, _ in inbox])
-        acts: list[GpuActivity] = []
-        metrics: list[GpuMetricSample] = []
-        for conn, header, records in inbox:
-            self._apply(conn, header, records, acts)
-            off = int(header.get("clock_offset_ns", 0))
-            for start, end, device, milli, name in records.get("pm", ()):
-                metrics.append(
-                    GpuMetricSample(
-                        (start + end) // 2 + off,
-                        device,
-                        f"pm:{self._string(conn, name)}",
-                        milli / 1000.0,
-                        pid=conn.pid,
-                    )
-                )
-        for conn, what in events:
-            self._event(conn, what)
-        counters, self._counters = self._counters, {}
-        return Batch(gpu_activities=tuple(acts), gpu_metrics=tuple(metrics), counters=counters)
+        self.join.count("gpu_tracer_foreign", self.server.take_foreign())
+        frames, events = self.inbox.take()
+        return self.join.convert(frames, events)
 
     def stop(self, timeout_s: float = 5.0) -> Batch:
         """Wait (bounded) for connected tracers to finish, stop, and return the rest."""
-        deadline = time.monotonic() + timeout_s
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-        # finish the I/O here: accept what is still queued, read every connection to EOF
-        while time.monotonic() < deadline:
-            conns = [k.data for k in self._sel.get_map().values() if k.data is not None]
-            if not conns and not self._pending_accept():
-                break
-            for key, _ in self._sel.select(timeout=0.05):
-                if key.data is None:
-                    self._accept()
-                else:
-                    self._read(key.data)
-        for key in list(self._sel.get_map().values()):
-            if key.data is not None:
-                self._close(key.data)
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.socket_path)
-        if self.capture is not None:
-            self.capture.close()
+        self.server.stop(time.monotonic() + timeout_s)
+        self.inbox.close()
         batch = self.poll()
-        if self.xla is not None and self._remove_xla_dump:
-            shutil.rmtree(self.xla.folder, ignore_errors=True)
+        if self.join.xla is not None and self._remove_xla_dump:
+            shutil.rmtree(self.join.xla.folder, ignore_errors=True)
         return batch
 
     def tracer_status(self) -> dict[str, str]:
-        """Session meta on the in-process tracers: ``gpu_tracer`` "on" when one started in
-        some process (its hello carries the CUPTI versions), else "off" with
-        ``gpu_tracer_reason``: the error a tracer sent, or why none was heard from."""
-        if any("versions" in hello for hello in self.targets.values()):
-            return {"gpu_tracer": "on"}
-        if self.tracer_errors:
-            reasons = list(dict.fromkeys(self.tracer_errors.values()))
-            text = "; ".join(reasons)
-            pids = ", ".join(str(p) for p in sorted(self.tracer_errors))
-            return {"gpu_tracer": "off", "gpu_tracer_reason": f"{text} (pid {pids})"}
-        if self.targets:
-            return {
-                "gpu_tracer": "off",
-                "gpu_tracer_reason": ("a tracer connected but did not start and sent no reason"),
-            }
-        return {
-            "gpu_tracer": "off",
-            "gpu_tracer_reason": (
-                "no process loaded the GPU tracer: the command is not a Python program, it "
-                "replaced PYTHONPATH, or kubeprof is not importable there (see the "
-                "kubeprof-gpu: lines it printed)"
-            ),
-        }
-
-    def _pending_accept(self) -> bool:
-        """A tracer that connected (maybe already exited) but is not accepted yet."""
-        if self._listener is None:
-            return False
-        readable, _, _ = select.select([self._listener], [], [], 0)
-        return bool(readable)
-
-    # ---- conversion ----
-    def _count(self, key: str, n: int = 1) -> None:
-        if n:
-            self._counters[key] = self._counters.get(key, 0) + n
-
-    def _demangle(self, headers: list[dict[str, Any]]) -> None:
-        new = [s for h in headers for s in h.get("strings", ()) if s.startswith("_Z")]
-        new = [s for s in new if s not in self._demangled]
-        if new:
-            self._demangled.update(demangle_many(new))
-
-    def _apply(
-        self,
-        conn: _Conn,
-        header: dict[str, Any],
-        records: dict[str, list[tuple[int, ...]]],
-        out: list[GpuActivity],
-    ) -> None:
-        kind = header.get("t")
-        if kind == "hello":
-            # In a pod the tracer's own pid is its container's; the kernel's is the host's,
-            # the one the agent's process records and CPU samples carry.
-            conn.pid = conn.peer_pid or int(header.get("pid", 0))
-            self.targets[conn.pid] = {
-                k: header[k]
-                for k in ("argv", "ppid", "versions", "config", "skipped_cbids")
-                if k in header
-            }
-            conn.strings.clear()
-            conn.raw_stacks.clear()
-            conn.stacks.clear()
-            conn.bwd_stacks.clear()
-            self._count("gpu_processes")
-        base = int(header.get("strings_base", 0))
-        strings = header.get("strings", [])
-        if strings:
-            del conn.strings[base:]
-            conn.strings.extend(strings)
-        sbase = int(header.get("stacks_base", 1))
-        for i, frames in enumerate(header.get("stacks", [])):
-            conn.raw_stacks[sbase + i] = frames
-            conn.stacks.pop(sbase + i, None)
-        self._update_target_counters(conn, header.get("counters", {}))
-        for level, text in header.get("messages", ()):
-            self.messages.append(f"pid {conn.pid}: {level}: {text}")
-        if kind == "message":
-            text = f"pid {header.get('pid', conn.pid)}: {header.get('text', '')}"
-            self.messages.append(text)
-            if header.get("level") == "error":
-                self._count("gpu_tracer_errors")
-                pid = int(header.get("pid", conn.pid) or 0)
-                self.tracer_errors.setdefault(pid, str(header.get("text", "")))
-        elif kind == "bye":
-            conn.said_bye = True
-        for rec in records.get("launch", ()):
-            conn.launches[rec[0]] = (rec[1], rec[2])
-        if len(conn.launches) > MAX_LAUNCHES:
-            for key in list(conn.launches)[: len(conn.launches) - MAX_LAUNCHES]:
-                del conn.launches[key]
-        self._autograd(conn, records.get("autograd", ()))
-        off = int(header.get("clock_offset_ns", 0))
-        records = self._complete(records)
-        self._kernels(conn, records.get("kernel", ()), out, off)
-        self._copies(conn, records, out, off)
-        self._syncs(conn, records.get("sync", ()), out, off)
-        self._markers(conn, records.get("marker", ()), out, off)
-
-    def _complete(
-        self,
-        records: dict[str, list[tuple[int, ...]]],
-    ) -> dict[str, list[tuple[int, ...]]]:
-        """The records minus those CUPTI handed over unfinished (a forced flush while the
-        kernel still ran: start 0, or no end), counted as gpu_incomplete_records. Their
-        timestamps are not times; one such row would have the whole batch refused."""
-        out = dict(records)
-        for kind in TIMED_KINDS:
-            rows = records.get(kind)
-            if rows:
-                good = [r for r in rows if 0 < r[0] <= r[1]]
-                if len(good) < len(rows):
-                    self._count("gpu_incomplete_records", len(rows) - len(good))
-                    out[kind] = good
-        return out
-
-    def _update_target_counters(self, conn: _Conn, counters: dict[str, int]) -> None:
-        for key in ("dropped", "convert_errors", "sender_errors"):
-            new = int(counters.get(key, 0))
-            old = conn.counters.get(key, 0)
-            if new > old:
-                self._count(f"gpu_{key}", new - old)
-        conn.counters.update({k: int(v) for k, v in counters.items()})
-
-    def _string(self, conn: _Conn, sid: int) -> str:
-        return conn.strings[sid] if 0 <= sid < len(conn.strings) else f"[string {sid}]"
-
-    def _autograd(self, conn: _Conn, rows: Any) -> None:
-        for corr, seq, tid, backward in rows:
-            if backward:
-                conn.bwd_seq[corr] = seq
-                continue
-            peeks = conn.fwd_peeks.setdefault(tid, [])
-            if peeks and seq <= peeks[-1]:
-                continue  # a thread's counter only grows; keep the index sorted
-            peeks.append(seq)
-            conn.fwd_corrs.setdefault(tid, []).append(corr)
-        if len(conn.bwd_seq) > MAX_LAUNCHES:
-            for key in list(conn.bwd_seq)[: len(conn.bwd_seq) - MAX_LAUNCHES]:
-                del conn.bwd_seq[key]
-        for tid, peeks in conn.fwd_peeks.items():
-            if len(peeks) > MAX_LAUNCHES:
-                del peeks[: len(peeks) - MAX_LAUNCHES]
-                del conn.fwd_corrs[tid][: len(conn.fwd_corrs[tid]) - MAX_LAUNCHES]
-
-    def _forward_launch(self, conn: _Conn, seq: int) -> int:
-        """Correlation id of the forward launch of the op that made autograd node ``seq``.
-
-        Sequence numbers count per thread: of the forward threads with a launch in range,
-        the latest one (a backward pass follows its own forward pass) wins; 0 if none.
-        """
-        best = 0
-        for tid, peeks in conn.fwd_peeks.items():
-            i = bisect.bisect_right(peeks, seq)
-            if i < len(peeks) and peeks[i] - seq <= MAX_SEQ_GAP:
-                best = max(best, conn.fwd_corrs[tid][i])
-        return best
-
-    def _backward_stack(self, conn: _Conn, seq: int, api: int) -> Stack:
-        """``forward op's Python frames | backward of <its leaf> (file:line) | API``."""
-        fwd = conn.launches.get(self._forward_launch(conn, seq))
-        if fwd is None:
-            self._count("gpu_backward_unmatched")
-            return (
-                Frame(NO_FORWARD, FrameKind.NATIVE),
-                Frame(self._string(conn, api), FrameKind.CUDA_API),
-            )
-        key = (fwd[0], api)
-        stack = conn.bwd_stacks.get(key)
-        if stack is None:
-            python = [f for f in self._stack(conn, 0, fwd) if f.kind is FrameKind.PYTHON]
-            if python:
-                leaf = python[-1]
-                label = f"{BACKWARD_PREFIX}{leaf.name} ({os.path.basename(leaf.file)}:{leaf.line})"
-            else:
-                label = f"{BACKWARD_PREFIX}an op launched without a Python stack"
-            stack = conn.bwd_stacks[key] = (
-                *python,
-                Frame(label, FrameKind.NATIVE),
-                Frame(self._string(conn, api), FrameKind.CUDA_API),
-            )
-        return stack
-
-    def _stack(self, conn: _Conn, corr: int, launch: tuple[int, int] | None = None) -> Stack:
-        if launch is None:
-            launch = conn.launches.get(corr)
-        if launch is None:
-            return ()
-        sid, api = launch
-        if not sid:
-            seq = conn.bwd_seq.get(corr)
-            if seq is not None:
-                return self._backward_stack(conn, seq, api)
-        key = sid * 1_000_003 + api
-        stack = conn.stacks.get(key)
-        if stack is None:
-            frames = []
-            for name, file, line, kind in reversed(conn.raw_stacks.get(sid, [])):
-                if kind == 0:
-                    frames.append(
-                        Frame(
-                            self._string(conn, name),
-                            FrameKind.PYTHON,
-                            self._string(conn, file),
-                            line,
-                        )
-                    )
-                else:
-                    frames.append(Frame(self._string(conn, name), FrameKind.NATIVE))
-            frames.append(Frame(self._string(conn, api), FrameKind.CUDA_API))
-            stack = conn.stacks[key] = tuple(frames)
-        return stack
-
-    def _kernels(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
-        unattributed = 0
-        for (
-            start,
-            end,
-            device,
-            corr,
-            stream,
-            gx,
-            gy,
-            gz,
-            bx,
-            by,
-            bz,
-            regs,
-            ssmem,
-            dsmem,
-            _graph,
-            ctx,
-            name,
-        ) in rows:
-            conn.ctx_device[ctx] = device
-            raw = self._string(conn, name)
-            stack = self._stack(conn, corr)
-            if self.xla is not None:
-                stack = self._xla_stack(conn, stream, raw, stack)
-            if not stack:
-                unattributed += 1
-            out.append(
-                GpuActivity(
-                    kind="kernel",
-                    name=raw,
-                    start_ns=start + off,
-                    end_ns=end + off,
-                    device=device,
-                    pid=conn.pid,
-                    correlation_id=corr,
-                    stream=stream,
-                    demangled=self._demangled.get(raw, raw),
-                    grid=(gx, gy, gz),
-                    block=(bx, by, bz),
-                    registers=regs,
-                    shared_mem=ssmem + dsmem,
-                    stack=stack,
-                )
-            )
-        self._count("gpu_kernels", len(rows))
-        self._count("gpu_unattributed_kernels", unattributed)
-
-    def _xla_stack(self, conn: _Conn, stream: int, kernel: str, stack: Stack) -> Stack:
-        """An XLA kernel's stack from its HLO op: the step of the stream's module schedule
-        it is by name, or (a library kernel) the custom call after the stream's last step."""
-        assert self.xla is not None
-        last = conn.xla_last.get(stream)
-        pos = self.xla.place(kernel, last)
-        if pos is None and last is not None and is_library_kernel(kernel):
-            pos = self.xla.after(last)
-            if pos is not None:
-                self._count("gpu_xla_library_kernels")
-        if pos is None:
-            return stack
-        conn.xla_last[stream] = pos
-        op = self.xla.op(pos)
-        if op is None or not op.stack:
-            return stack
-        api = stack[-1] if stack and stack[-1].kind is FrameKind.CUDA_API else None
-        key = (op, api)
-        out = self._xla_stacks.get(key)
-        if out is None:
-            out = self._xla_stacks[key] = xla_stack(op, api)
-        self._count("gpu_xla_attributed_kernels")
-        return out
-
-    def _copies(
-        self, conn: _Conn, records: dict[str, Any], out: list[GpuActivity], off: int
-    ) -> None:
-        for start, end, device, corr, stream, nbytes, copy_kind, src, dst in records.get(
-            "memcpy", ()
-        ):
-            out.append(
-                GpuActivity(
-                    kind="memcpy",
-                    name=memcpy_name(copy_kind, src, dst),
-                    start_ns=start + off,
-                    end_ns=end + off,
-                    device=device,
-                    pid=conn.pid,
-                    correlation_id=corr,
-                    stream=stream,
-                    bytes=nbytes,
-                    stack=self._stack(conn, corr),
-                )
-            )
-        for start, end, device, corr, stream, nbytes in records.get("memset", ()):
-            out.append(
-                GpuActivity(
-                    kind="memset",
-                    name="memset",
-                    start_ns=start + off,
-                    end_ns=end + off,
-                    device=device,
-                    pid=conn.pid,
-                    correlation_id=corr,
-                    stream=stream,
-                    bytes=nbytes,
-                    stack=self._stack(conn, corr),
-                )
-            )
-
-    def _syncs(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
-        for start, end, ctx, corr, stream, sync_type in rows:
-            out.append(
-                GpuActivity(
-                    kind="sync",
-                    name=_SYNC_TYPES.get(sync_type, f"sync {sync_type}"),
-                    start_ns=start + off,
-                    end_ns=end + off,
-                    device=conn.ctx_device.get(ctx, -1),
-                    pid=conn.pid,
-                    correlation_id=corr,
-                    stream=stream,
-                    stack=self._stack(conn, corr) or self._enclosing_wait(conn, corr),
-                )
-            )
-
-    def _enclosing_wait(self, conn: _Conn, corr: int) -> Stack:
-        """The stack of the waiting API call a sync record's id is nested in.
-
-        On the H200, ``cudaEventElapsedTime`` produced event-sync records carrying ids of
-        driver calls made inside it, which have no callback of their own. Ids are handed
-        out in call order, so the enclosing call is the nearest launch record before the
-        id; it is used only when it is itself a waiting API (else: no stack, no guess).
-        """
-        for c in range(corr - 1, max(corr - _NESTED_IDS, 0) - 1, -1):
-            launch = conn.launches.get(c)
-            if launch is not None:
-                if any(w in self._string(conn, launch[1]) for w in _WAITING_APIS):
-                    self._count("gpu_syncs_joined_to_enclosing_call")
-                    return self._stack(conn, c)
-                return ()
-        return ()
-
-    def _markers(self, conn: _Conn, rows: Any, out: list[GpuActivity], off: int) -> None:
-        for ts, mid, flags, name, tid in rows:
-            if flags & _MARKER_START:
-                conn.open_markers[mid] = (ts + off, name, tid)
-            elif flags & _MARKER_END and mid in conn.open_markers:
-                start, name_id, tid0 = conn.open_markers.pop(mid)
-                out.append(
-                    GpuActivity(
-                        kind="nvtx",
-                        name=self._string(conn, name_id),
-                        start_ns=start,
-                        end_ns=ts + off,
-                        device=-1,
-                        pid=conn.pid,
-                        correlation_id=0,
-                        stream=tid0,
-                    )
-                )
-
-    def _event(self, conn: _Conn, what: str) -> None:
-        if what == "bad_frame":
-            self._count("gpu_bad_frames")
-            self.messages.append(f"pid {conn.pid}: corrupt GPU trace stream; connection dropped")
-        elif what == "closed" and not conn.closed:
-            conn.closed = True
-            if not conn.said_bye and conn.pid:
-                self._count("gpu_target_exited_early")
-                self.messages.append(
-                    f"pid {conn.pid} exited before the GPU tracer's final flush; "
-                    "records after its last flush are lost, the rest is kept"
-                )
-            if conn.decoder.pending_bytes:
-                self._count("gpu_partial_frames")
-            conn.launches.clear()
-            conn.bwd_seq.clear()
-            conn.fwd_peeks.clear()
-            conn.fwd_corrs.clear()
+        """Session meta on the in-process tracers (see ``GpuJoin.tracer_status``)."""
+        return self.join.tracer_status()

@@ -267,7 +267,7 @@ class Sender:
                 self.drain_and_send()
             except Exception as exc:  # never let the thread die silently  # noqa: BLE001 - must never break the workload
                 self.counters["sender_errors"] = self.counters.get("sender_errors", 0) + 1
-                _warn(f"sender error: {exc!r}")
+                warn(f"sender error: {exc!r}")
 
     def drain_and_send(self, *, final: bool = False) -> None:
         """Move queued records into frames and send them (or count them dropped)."""
@@ -383,13 +383,13 @@ class Sender:
                 self._send(encode_frame(self._header("bye"), {}))
             self._drop_connection()
         if self.counters["dropped"] and os.environ.get("KUBEPROF_GPU_QUIET") != "1":
-            _warn(
+            warn(
                 f"{self.counters['dropped']} GPU records dropped "
                 f"(receiver at {self.path or '-'} unreachable or too slow)"
             )
 
 
-def _warn(text: str) -> None:
+def warn(text: str) -> None:
     """One line on stderr, never raising (stderr may be closed)."""
     try:
         sys.stderr.write(f"kubeprof-gpu: {text}\n")
