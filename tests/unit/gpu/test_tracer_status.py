@@ -117,15 +117,21 @@ class SilentGpu:
 
 
 class OneSample:
+    """One sample, handed out at the first poll or, like a real collector's held data, at
+    stop when no poll came (a command that exits before the store has opened)."""
+
+    given = False
+
     def add_target(self, pid: int) -> None:
         pass
 
     def poll(self) -> Batch:
         st = (Frame("main", FrameKind.PYTHON, "/x.py", 1),)
+        self.given = True
         return Batch(samples=(CpuSample(1, 7, 7, "python3", 0, st),))
 
     def stop(self) -> Batch:
-        return Batch()
+        return Batch() if self.given else self.poll()
 
 
 def test_record_stores_the_status_and_the_report_says_tracing_was_off(tmp_path):
