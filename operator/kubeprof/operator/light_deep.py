@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kubeprof.operator.config import DEFAULT_LIGHT_GRACE_S, DEFAULT_LIGHT_STALE_S
 from kubeprof.operator.ingest import IngestApi, RateLimitedLog
 from kubeprof.operator.phases import condition
 from kubeprof.operator.registry import Registry
@@ -110,8 +111,8 @@ class LightAgents:
         self,
         token: str,
         *,
-        stale_s: float = 20.0,
-        grace_s: float = 15.0,
+        stale_s: float = DEFAULT_LIGHT_STALE_S,
+        grace_s: float = DEFAULT_LIGHT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not token:

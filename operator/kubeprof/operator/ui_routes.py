@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from sqlalchemy.engine import Engine
 
+from kubeprof.operator.config import UI_ACCESS
 from kubeprof.operator.ingest import IngestApi
 from kubeprof.ui.routes import HEADERS, Routes
 
 PATHS = ("/api/v1/{tail:.*}", "/sessions", "/sessions/{tail:.*}", "/diff", "/static/{tail:.*}")
-ACCESS = ("port-forward", "any", "off")  # --ui-access values
 
 
 def allowed(remote: str | None, access: str) -> bool:
@@ -84,8 +84,8 @@ def mount(
 ) -> None:
     """Make `server.app()` build its application with the UI routes added (the ingest
     module stays unaware of the UI; one port serves both). ``access="off"``: nothing."""
-    if access not in ACCESS:
-        raise ValueError(f"--ui-access {access!r}: expected one of {', '.join(ACCESS)}")
+    if access not in UI_ACCESS:
+        raise ValueError(f"--ui-access {access!r}: expected one of {', '.join(UI_ACCESS)}")
     if access == "off":
         return
     build = server.app
