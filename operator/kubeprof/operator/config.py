@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from kubeprof.protocol.limits import IngestLimits
+from kubeprof.protocol.settings import DEFAULT_SPOOL_DIR
 
 GROUP = "kubeprof.dev"
 VERSION = "v1alpha1"
@@ -74,6 +75,7 @@ def flag(name: str, env: str, help_text: str, **kw: Any) -> dict[str, Flag]:
 class OperatorConfig:
     """What the operator needs to know about its environment."""
 
+    # The flagged fields share one shape on purpose: each is a row of the flag table.
     # SQLAlchemy URL of the results database (postgresql+psycopg://...; sqlite:/// in tests).
     database_url: str = field(
         metadata=flag(
@@ -148,9 +150,10 @@ class OperatorConfig:
             "memory request and limit of each agent (env {env}, default %(default)s)",
         ),
     )
-    # Host folder where agents spool batches while the ingest API is unreachable.
+    # Host folder where agents spool batches while the ingest API is unreachable (the same
+    # path as the agent's own spool folder, which the DaemonSet mounts it at).
     agent_spool_host_path: str = field(
-        default="/var/lib/kubeprof/spool",
+        default=str(DEFAULT_SPOOL_DIR),
         metadata=flag(
             "--agent-spool-host-path",
             "KUBEPROF_AGENT_SPOOL_HOST_PATH",

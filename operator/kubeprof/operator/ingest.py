@@ -438,7 +438,7 @@ def _first_line(exc: BaseException) -> str:
 async def serve(api: IngestApi, host: str, port: int) -> web.AppRunner:
     """Start listening; the caller keeps the runner and calls cleanup() at shutdown."""
     runner = web.AppRunner(
-        api.app(), access_log=None, auto_decompress=False, **api.timeouts.server_options()
+        api.app(), access_log=None, **SERVER_OPTIONS, **api.timeouts.server_options()
     )
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

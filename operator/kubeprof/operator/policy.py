@@ -173,8 +173,3 @@ def session_body(
         },
         "spec": spec,
     }
-
-
-def idle_by_pod(families: Mapping[tuple[str, str], float], namespace: str) -> dict[str, float]:
-    """pod -> idle ratio for `namespace` from (namespace, pod) -> worst idle of its GPUs."""
-    return {pod: v for (ns, pod), v in families.items() if ns == namespace}
