@@ -44,6 +44,7 @@ MAX_HEARTBEAT_BYTES = 64 << 10  # a heartbeat is a few hundred bytes
 NODES_NAMED = 3  # nodes named in a status message; the rest are counted
 
 
+# Small frozen records; agent/light/readings.py's look alike but hold other data.
 @dataclass(frozen=True, slots=True)
 class Seen:
     """The last heartbeat of one node's light agent and when it came (monotonic s)."""

@@ -96,6 +96,7 @@ class InjectConfig:
     def site_dir(self) -> str:
         return f"{self.mount_path}/lib/kubeprof/agent/gpu/_site"
 
+    # One path each, spelled out: alike in shape only.
     @property
     def rx_dir(self) -> str:
         """Where the node agents' receiver sockets appear in the pod (read-only)."""
