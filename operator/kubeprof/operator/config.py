@@ -49,6 +49,7 @@ DEFAULT_INGEST_WRITERS = 2
 DEFAULT_LIGHT_STALE_S = 20.0  # light agent heartbeat age before its nodes fall back
 DEFAULT_LIGHT_GRACE_S = 15.0  # placement held after a start while light agents call in
 UI_ACCESS = ("port-forward", "any", "off")  # who may read the web UI (ui_routes.py)
+DEFAULT_UI_ACCESS = UI_ACCESS[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +286,7 @@ class OperatorConfig:
     )
     # Who may read the web UI on the ingest port.
     ui_access: str = field(
-        default="port-forward",
+        default=DEFAULT_UI_ACCESS,
         metadata=flag(
             "--ui-access",
             "KUBEPROF_UI_ACCESS",

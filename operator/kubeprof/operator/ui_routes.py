@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from sqlalchemy.engine import Engine
 
-from kubeprof.operator.config import UI_ACCESS
+from kubeprof.operator.config import DEFAULT_UI_ACCESS, UI_ACCESS
 from kubeprof.operator.ingest import IngestApi
 from kubeprof.ui.routes import HEADERS, Routes
 
@@ -43,7 +43,11 @@ def allowed(remote: str | None, access: str) -> bool:
 
 
 def add_routes(
-    app: web.Application, routes: Routes, pool: ThreadPoolExecutor, *, access: str = "port-forward"
+    app: web.Application,
+    routes: Routes,
+    pool: ThreadPoolExecutor,
+    *,
+    access: str = DEFAULT_UI_ACCESS,
 ) -> None:
     """Register the UI's GET routes on `app` (after the ingest routes, which keep theirs)."""
 
@@ -80,7 +84,7 @@ def add_routes(
 
 
 def mount(
-    server: IngestApi, engine: Engine, *, access: str = "port-forward", threads: int = 2
+    server: IngestApi, engine: Engine, *, access: str = DEFAULT_UI_ACCESS, threads: int = 2
 ) -> None:
     """Make `server.app()` build its application with the UI routes added (the ingest
     module stays unaware of the UI; one port serves both). ``access="off"``: nothing."""
