@@ -12,16 +12,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import kopf
-
+from kubeprof.operator import owners
 from kubeprof.operator.config import (
-    GROUP,
     KIND,
     LABEL_COMPONENT,
     LABEL_SESSION,
     LABEL_SHARD,
     TOKEN_KEY,
-    VERSION,
     OperatorConfig,
 )
 from kubeprof.operator.spec import Profilers, SessionSpec
@@ -82,22 +79,9 @@ def child_name(session: str, suffix: str) -> str:
 
 
 def owned(obj: dict[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
-    """`obj` with a controller owner reference to the session, so Kubernetes deletes it too.
-
-    kopf builds the reference. Not `kopf.adopt`: that would also copy the session's labels
-    onto the child, and the children's names and namespace are set here already.
-    """
-    meta = session["metadata"]
-    # apiVersion and kind from the CRD: the reference is valid even for a partial body.
-    owner = kopf.Body(
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": KIND,
-            "metadata": {"name": meta["name"], "uid": meta["uid"]},
-        }
-    )
-    kopf.append_owner_reference(obj, owner=owner, controller=True, block_owner_deletion=True)
-    return obj
+    """`obj` with a controller owner reference to the session, so Kubernetes deletes it too."""
+    ref = owners.reference(KIND, session["metadata"], block_deletion=True)
+    return owners.adopt(obj, ref)
 
 
 def labels(session: Mapping[str, Any], component: str) -> dict[str, str]:

@@ -39,6 +39,7 @@ from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from kubeprof.model import Batch
 from kubeprof.operator import db, metrics, slow_clients, usage
+from kubeprof.operator.config import DEFAULT_DRAIN_S, DEFAULT_INGEST_WRITERS
 from kubeprof.operator.db import BatchWriter, Stored
 from kubeprof.operator.fairpool import FairPool
 from kubeprof.operator.registry import Registry, SessionClosed, SessionEntry
@@ -110,12 +111,12 @@ class IngestApi:
         registry: Registry,
         writer: BatchWriter,
         *,
-        writers: int = 2,
+        writers: int = DEFAULT_INGEST_WRITERS,
         limits: IngestLimits | None = None,
         max_pending: int = 16,
         session_pending: int = 8,
         startup_grace_s: float = 60.0,
-        drain_s: float = 15.0,
+        drain_s: float = DEFAULT_DRAIN_S,
         per_session: int | None = None,
         per_client: int = 8,
         timeouts: slow_clients.ReadTimeouts | None = None,
@@ -437,7 +438,7 @@ def _first_line(exc: BaseException) -> str:
 async def serve(api: IngestApi, host: str, port: int) -> web.AppRunner:
     """Start listening; the caller keeps the runner and calls cleanup() at shutdown."""
     runner = web.AppRunner(
-        api.app(), access_log=None, auto_decompress=False, **api.timeouts.server_options()
+        api.app(), access_log=None, **SERVER_OPTIONS, **api.timeouts.server_options()
     )
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

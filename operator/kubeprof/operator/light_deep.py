@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kubeprof.operator.config import DEFAULT_LIGHT_GRACE_S, DEFAULT_LIGHT_STALE_S
 from kubeprof.operator.ingest import IngestApi, RateLimitedLog
 from kubeprof.operator.phases import condition
 from kubeprof.operator.registry import Registry
@@ -43,6 +44,7 @@ MAX_HEARTBEAT_BYTES = 64 << 10  # a heartbeat is a few hundred bytes
 NODES_NAMED = 3  # nodes named in a status message; the rest are counted
 
 
+# Small frozen records; agent/light/readings.py's look alike but hold other data.
 @dataclass(frozen=True, slots=True)
 class Seen:
     """The last heartbeat of one node's light agent and when it came (monotonic s)."""
@@ -110,8 +112,8 @@ class LightAgents:
         self,
         token: str,
         *,
-        stale_s: float = 20.0,
-        grace_s: float = 15.0,
+        stale_s: float = DEFAULT_LIGHT_STALE_S,
+        grace_s: float = DEFAULT_LIGHT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not token:

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeprof.operator.config import GROUP, VERSION
+from kubeprof.operator import owners
+from kubeprof.operator.config import GROUP, KIND, VERSION
 from kubeprof.operator.spec import parse_duration
 
 POLICY_PLURAL = "profilingpolicies"
@@ -154,27 +155,13 @@ def session_body(
         spec["profilers"] = dict(policy.profilers)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ProfilingSession",
+        "kind": KIND,
         "metadata": {
             "name": f"{base}-{digest}",
             "namespace": meta["namespace"],
             "labels": {POLICY_LABEL: meta["name"], POD_LABEL: pod_label_value(pod_name)},
             "annotations": {POD_ANNOTATION: pod_name},
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "ProfilingPolicy",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [owners.reference("ProfilingPolicy", meta, block_deletion=False)],
         },
         "spec": spec,
     }
-
-
-def idle_by_pod(families: Mapping[tuple[str, str], float], namespace: str) -> dict[str, float]:
-    """pod -> idle ratio for `namespace` from (namespace, pod) -> worst idle of its GPUs."""
-    return {pod: v for (ns, pod), v in families.items() if ns == namespace}

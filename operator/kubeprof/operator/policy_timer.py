@@ -31,6 +31,7 @@ from kubeprof.operator.policy import (
     parse_policy,
     session_body,
 )
+from kubeprof.operator.session import iso
 from kubeprof.protocol.phases import TERMINAL
 
 log = logging.getLogger("kubeprof.operator.policy")
@@ -76,17 +77,13 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def evaluate(kube: Kube, urls: Sequence[str], body: Any, now: float) -> dict[str, Any]:
     """One tick for one policy; returns the new status."""
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
     try:
         policy = parse_policy(body.get("spec") or {})
     except PolicyError as exc:
-        return {"error": str(exc), "lastEvaluated": _iso(now)}
+        return {"error": str(exc), "lastEvaluated": iso(now)}
     selector = ",".join(f"{k}={v}" for k, v in sorted(policy.match_labels.items()))
     pods = {p["metadata"]["name"]: p for p in kube.list_pods(ns, selector)}
     figures = scrape(urls)
@@ -130,9 +127,9 @@ def evaluate(kube: Kube, urls: Sequence[str], body: Any, now: float) -> dict[str
     existing = [m for m in made if m.name not in decision.delete]
     newest = max(existing, key=lambda m: (m.created, m.name), default=None)
     return {  # derived from the API's sessions, never counted up from a (possibly stale) body
-        "aboveSince": {p: _iso(t) for p, t in decision.above_since.items()},
+        "aboveSince": {p: iso(t) for p, t in decision.above_since.items()},
         "held": decision.held,
-        "lastEvaluated": _iso(now),
+        "lastEvaluated": iso(now),
         "lastSession": created[-1] if created else (newest.name if newest else ""),
         "sessions": len(existing) + len(created),
         "podsWithFigures": len(idle),

@@ -82,6 +82,14 @@ def _invalid(path: str, value: Any, problem: str) -> FieldError:
     return FieldError(path, f"Invalid value: {value!r}: {problem}")
 
 
+def _value_invalid(path: str, value: Any, not_text: str) -> list[FieldError]:
+    """The problem of one label value at `path` ([] when it is a valid one)."""
+    if not isinstance(value, str):
+        return [_invalid(path, value, not_text)]
+    problem = value_problem(value)
+    return [_invalid(path, value, problem)] if problem else []
+
+
 def validate_labels(labels: Any, path: str) -> list[FieldError]:
     """Problems of a label map (matchLabels, nodeSelector): keys and string values."""
     if labels is None:
@@ -96,12 +104,7 @@ def validate_labels(labels: Any, path: str) -> list[FieldError]:
         if problem:
             out.append(_invalid(path, key, problem))
             continue
-        if not isinstance(value, str):
-            out.append(
-                _invalid(f"{path}.{key}", value, "label values are strings (quote it in YAML)")
-            )
-        elif p := value_problem(value):
-            out.append(_invalid(f"{path}.{key}", value, p))
+        out += _value_invalid(f"{path}.{key}", value, "label values are strings (quote it in YAML)")
     return out
 
 
@@ -139,10 +142,7 @@ def _validate_requirement(req: Any, path: str) -> list[FieldError]:
             )
         )
     for i, v in enumerate(values or []):
-        if not isinstance(v, str):
-            out.append(_invalid(f"{path}.values[{i}]", v, "label values are strings"))
-        elif p := value_problem(v):
-            out.append(_invalid(f"{path}.values[{i}]", v, p))
+        out += _value_invalid(f"{path}.values[{i}]", v, "label values are strings")
     return out
 
 

@@ -43,8 +43,3 @@ def assign(
             todo = todo[room:]
         idx += 1
     return out
-
-
-def count(nodes: int, size: int) -> int:
-    """DaemonSets a session on `nodes` nodes needs at least (freshly packed)."""
-    return -(-nodes // size)

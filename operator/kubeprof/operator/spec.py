@@ -28,6 +28,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+# analysis/energy.py CarbonError has this shape too: the core may not import the operator.
 class SpecError(ValueError):
     """A spec the operator cannot run; the message names the field and the fix."""
 

@@ -50,10 +50,3 @@ def resolve(
 def nodes_of(targets: Iterable[Target]) -> list[str]:
     """Distinct nodes of the targets, sorted (the DaemonSet's affinity list)."""
     return sorted({t.node for t in targets})
-
-
-def by_node(targets: Iterable[Target]) -> dict[str, list[Target]]:
-    out: dict[str, list[Target]] = {}
-    for t in targets:
-        out.setdefault(t.node, []).append(t)
-    return out

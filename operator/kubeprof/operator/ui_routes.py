@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 from sqlalchemy.engine import Engine
 
+from kubeprof.operator.config import DEFAULT_UI_ACCESS, UI_ACCESS
 from kubeprof.operator.ingest import IngestApi
 from kubeprof.ui.routes import HEADERS, Routes
 
 PATHS = ("/api/v1/{tail:.*}", "/sessions", "/sessions/{tail:.*}", "/diff", "/static/{tail:.*}")
-ACCESS = ("port-forward", "any", "off")  # --ui-access values
 
 
 def allowed(remote: str | None, access: str) -> bool:
@@ -43,7 +43,11 @@ def allowed(remote: str | None, access: str) -> bool:
 
 
 def add_routes(
-    app: web.Application, routes: Routes, pool: ThreadPoolExecutor, *, access: str = "port-forward"
+    app: web.Application,
+    routes: Routes,
+    pool: ThreadPoolExecutor,
+    *,
+    access: str = DEFAULT_UI_ACCESS,
 ) -> None:
     """Register the UI's GET routes on `app` (after the ingest routes, which keep theirs)."""
 
@@ -80,12 +84,12 @@ def add_routes(
 
 
 def mount(
-    server: IngestApi, engine: Engine, *, access: str = "port-forward", threads: int = 2
+    server: IngestApi, engine: Engine, *, access: str = DEFAULT_UI_ACCESS, threads: int = 2
 ) -> None:
     """Make `server.app()` build its application with the UI routes added (the ingest
     module stays unaware of the UI; one port serves both). ``access="off"``: nothing."""
-    if access not in ACCESS:
-        raise ValueError(f"--ui-access {access!r}: expected one of {', '.join(ACCESS)}")
+    if access not in UI_ACCESS:
+        raise ValueError(f"--ui-access {access!r}: expected one of {', '.join(UI_ACCESS)}")
     if access == "off":
         return
     build = server.app

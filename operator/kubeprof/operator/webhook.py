@@ -38,6 +38,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kubeprof.operator.config import DEFAULT_PULL_POLICY, DEFAULT_SOCKET_HOST_PATH
+
 LABEL = "kubeprof.dev/inject"
 ANNOTATION = "kubeprof.dev/injected"
 INIT_NAME = "kubeprof-tracer"
@@ -84,8 +86,8 @@ class InjectConfig:
     """What the patch puts into pods (operator flags / chart values)."""
 
     image: str
-    image_pull_policy: str = "IfNotPresent"
-    socket_host_path: str = "/run/kubeprof"  # folder on the node where the agent listens
+    image_pull_policy: str = DEFAULT_PULL_POLICY
+    socket_host_path: str = DEFAULT_SOCKET_HOST_PATH  # folder on the node where the agent listens
     mount_path: str = "/kubeprof"  # where the tracer appears in the pod's containers
     socket_mount_path: str = POD_SOCKET_DIR
     python: str = "python3"  # the agent image's interpreter (runs COPY_SCRIPT)
@@ -94,6 +96,7 @@ class InjectConfig:
     def site_dir(self) -> str:
         return f"{self.mount_path}/lib/kubeprof/agent/gpu/_site"
 
+    # One path each, spelled out: alike in shape only.
     @property
     def rx_dir(self) -> str:
         """Where the node agents' receiver sockets appear in the pod (read-only)."""
