@@ -1,0 +1,32 @@
+#!/bin/bash
+# One call on the GPU machine: the GPU tests once, then bench/gpu_overhead.py RUNS times
+# (fresh processes each run), for the decode-loss median over runs (issue 29).
+# Usage (repo root): OUT=/tmp/out RUNS=3 MODES=kubeprof,kineto_stack bash tests/gpu/overhead_runs.sh
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/kubeprof-overhead-out}; mkdir -p "$OUT"
+RUNS=${RUNS:-3}; MODES=${MODES:-kubeprof,kineto_stack}; REPS=${REPS:-5}
+BUDGET_S=${BUDGET_S:-560}
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl >"$OUT/pip.txt" 2>&1 || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD/src:$PWD/agent:$PWD/operator${PYTHONPATH:+:$PYTHONPATH}
+log=$OUT/log.txt
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >>"$log" 2>&1
+if [ -z "${SKIP_TESTS:-}" ]; then
+  timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider \
+    -o addopts="" >"$OUT/pytest.txt" 2>&1
+  echo "pytest rc=$? after ${SECONDS}s" >>"$log"
+fi
+for i in $(seq 1 "$RUNS"); do
+  left=$((BUDGET_S - SECONDS))
+  [ "$left" -gt 60 ] || { echo "run $i skipped: ${left}s left" >>"$log"; break; }
+  timeout "$left" python3 bench/gpu_overhead.py --modes "$MODES" --reps "$REPS" \
+    --out "$OUT/bench$i.json" >"$OUT/bench$i.txt" 2>&1
+  echo "bench run $i rc=$? after ${SECONDS}s" >>"$log"
+done
+cat "$log"; tail -5 "$OUT/pytest.txt" 2>/dev/null
+for f in "$OUT"/bench*.txt; do echo "== $f"; tail -12 "$f"; done
