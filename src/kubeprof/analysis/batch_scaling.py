@@ -205,7 +205,7 @@ def _mean_by_batch(runs: Sequence[Run]) -> dict[int, float]:
 def _gain_per_doubling(a: int, ta: float, b: int, tb: float) -> float:
     if ta <= 0:
         return math.inf if tb > 0 else 0.0
-    return (tb / ta) ** (1 / math.log2(b / a)) - 1
+    return float((tb / ta) ** (1 / math.log2(b / a))) - 1
 
 
 def _bound_from(runs: Sequence[Run], batches: list[int]) -> tuple[int | None, str, str]:

@@ -40,7 +40,7 @@ def fold_stack(stack: Stack) -> Stack:
 
 def fold_stacks(stacks: tuple[WeightedStack, ...]) -> tuple[WeightedStack, ...]:
     """Fold each stack; stacks of one thread that become equal are merged, first-seen order."""
-    merged: dict[tuple, WeightedStack] = {}
+    merged: dict[tuple[object, ...], WeightedStack] = {}
     for ws in stacks:
         folded = fold_stack(ws.stack)
         key = (folded, ws.pid, ws.tid, ws.thread, ws.process)
