@@ -226,6 +226,8 @@ def build_daemonset(
         end_time=end_time,
         collectors=tuple(collectors_for(spec.profilers)),
         cpu_hz=cpu.frequency_hz,
+        offcpu_min_us=cpu.offcpu_min_us,
+        offcpu_every=cpu.offcpu_every,
         nvml_interval_s=gpu.metrics_interval_ms / 1000,
         proc_root=Path("/proc"),
         spool_dir=DEFAULT_SPOOL_DIR,

@@ -14,11 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeprof.operator import selector
-from kubeprof.protocol.settings import DEFAULT_CPU_HZ, DEFAULT_NVML_INTERVAL_S
+from kubeprof.protocol.settings import (
+    DEFAULT_CPU_HZ,
+    DEFAULT_NVML_INTERVAL_S,
+    DEFAULT_OFFCPU_EVERY,
+    DEFAULT_OFFCPU_MIN_US,
+)
 
 DEFAULT_NVML_INTERVAL_MS = round(DEFAULT_NVML_INTERVAL_S * 1000)  # the CRD speaks milliseconds
 
 CPU_HZ_RANGE = (1, 1000)
+OFFCPU_MIN_US_RANGE = (0, 10_000_000)  # waits shorter than this get no stack (up to 10 s)
+OFFCPU_EVERY_RANGE = (0, 1_000_000)  # follow 1 in N switch-outs; 0 turns the probe off
 NVML_INTERVAL_MS_RANGE = (10, 60000)
 DURATION_RANGE_S = (1.0, 24 * 3600.0)
 PUE_RANGE = (1.0, 3.0)
@@ -50,6 +57,8 @@ class TargetSpec:
 class CpuProfiler:
     enabled: bool = True
     frequency_hz: int = DEFAULT_CPU_HZ  # samples per second per thread
+    offcpu_min_us: int = DEFAULT_OFFCPU_MIN_US  # the off-CPU probe's knobs (AgentSettings)
+    offcpu_every: int = DEFAULT_OFFCPU_EVERY
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +195,8 @@ def _profilers(spec: Mapping[str, Any]) -> Profilers:
         CpuProfiler(
             _bool(cpu, "enabled", f"{path}.cpu", True),
             _int(cpu, "frequencyHz", f"{path}.cpu", DEFAULT_CPU_HZ, CPU_HZ_RANGE),
+            _int(cpu, "offCpuMinMicros", f"{path}.cpu", DEFAULT_OFFCPU_MIN_US, OFFCPU_MIN_US_RANGE),
+            _int(cpu, "offCpuEvery", f"{path}.cpu", DEFAULT_OFFCPU_EVERY, OFFCPU_EVERY_RANGE),
         ),
         GpuProfiler(
             _bool(gpu, "enabled", f"{path}.gpu", True),

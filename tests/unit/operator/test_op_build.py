@@ -214,3 +214,17 @@ def test_no_tracer_wiring_without_kernel_tracing_or_webhook(kernel_tracing, host
     pod = _gpu_ds(kernel_tracing, host)["spec"]["template"]["spec"]
     assert "gpu-rx" not in {v["name"] for v in pod["volumes"]}
     assert not [e for e in pod["containers"][0]["env"] if "GPU_SOCKET" in e["name"]]
+
+
+def test_the_off_cpu_knobs_reach_the_agent_and_the_agent_reads_them():
+    from kubeprof.protocol.settings import AgentSettings
+
+    spec = {**SESSION["spec"], "profilers": {"cpu": {"offCpuMinMicros": 5000, "offCpuEvery": 4}}}
+    ds = build_daemonset(SESSION, parse(spec), ["n1"], CFG, end_time=1700000000.5)
+    env = {
+        e["name"]: e["value"]
+        for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "value" in e
+    }
+    settings = AgentSettings.from_env({**env, "NODE_NAME": "n1"})
+    assert (settings.offcpu_min_us, settings.offcpu_every) == (5000, 4)

@@ -121,6 +121,8 @@ def _with(path: str, value):
         ("profilers", [], "spec.profilers", "must be an object"),
         ("profilers.cpu.frequencyHz", 100000, "spec.profilers.cpu.frequencyHz", "1 to 1000"),
         ("profilers.cpu.frequencyHz", "99", "spec.profilers.cpu.frequencyHz", "integer"),
+        ("profilers.cpu.offCpuMinMicros", -1, "spec.profilers.cpu.offCpuMinMicros", "0 to"),
+        ("profilers.cpu.offCpuEvery", 2.5, "spec.profilers.cpu.offCpuEvery", "integer"),
         ("profilers.cpu.enabled", "yes", "spec.profilers.cpu.enabled", "true or false"),
         (
             "profilers.gpu.metricsIntervalMs",
