@@ -114,8 +114,6 @@ def _start_collectors(
             offcpu_every=opts.offcpu_every,
         ),
     )
-    for note in started.notes:
-        opts.log(f"kubeprof: {note}")
     for required in ("cpu", "gpu"):
         if required in started.failed:
             started.stop_all()

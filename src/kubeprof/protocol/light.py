@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ, DEFAULT_NVML_INTERVAL_S, AgentSettings
+
 # Bound on what a heartbeat may claim, checked by the operator before it keeps anything.
 MAX_NODE_NAME = 253
 MAX_REASON = 300
@@ -77,9 +79,23 @@ class Assignment:
     uid: str  # the session's UID: a re-created session of the same name is a new one
     token: str = field(repr=False)  # the session's ingest token: kept in memory, never logged
     collectors: tuple[str, ...] = ("cpu",)  # as AgentSettings.collectors
-    cpu_hz: int = 99
-    nvml_interval_s: float = 1.0
+    cpu_hz: int = DEFAULT_CPU_HZ
+    nvml_interval_s: float = DEFAULT_NVML_INTERVAL_S
     end_time: float = 0.0  # Unix seconds; 0: not known (the targets answer tells)
+
+    def settings(self, node: AgentSettings) -> AgentSettings:
+        """The node agent's settings for this session: `node`'s (the light agent's node,
+        ingest, spool and intervals) with the session's own fields from this assignment."""
+        return dataclasses.replace(
+            node,
+            namespace=self.namespace,
+            session=self.session,
+            session_uid=self.uid,
+            collectors=self.collectors,
+            cpu_hz=self.cpu_hz,
+            nvml_interval_s=self.nvml_interval_s,
+            end_time=self.end_time or None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -97,8 +113,8 @@ class Assignment:
                 str(data["uid"]),
                 str(data["token"]),
                 tuple(str(c) for c in data.get("collectors", [])),
-                int(data.get("cpu_hz", 99)),
-                float(data.get("nvml_interval_s", 1.0)),
+                int(data.get("cpu_hz", DEFAULT_CPU_HZ)),
+                float(data.get("nvml_interval_s", DEFAULT_NVML_INTERVAL_S)),
                 float(data.get("end_time", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -19,6 +19,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
+
 # Deterministic constraint names keep Alembic migrations identical on SQLite and Postgres.
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -42,7 +44,7 @@ class SessionRow(Base):
     name: Mapped[str] = mapped_column(String(253), unique=True)
     kind: Mapped[str] = mapped_column(String(16), default="local")  # local | cluster
     command: Mapped[str] = mapped_column(default="")
-    hz: Mapped[int] = mapped_column(Integer, default=99)
+    hz: Mapped[int] = mapped_column(Integer, default=DEFAULT_CPU_HZ)
     host: Mapped[str] = mapped_column(default="")
     status: Mapped[str] = mapped_column(String(32), default="running")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

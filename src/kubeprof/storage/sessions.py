@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.models import SessionRow
 
@@ -52,7 +53,7 @@ def create(
     *,
     kind: str = "local",
     command: str = "",
-    hz: int = 99,
+    hz: int = DEFAULT_CPU_HZ,
     start_ns: int = 0,
     meta: Mapping[str, str] | None = None,
 ) -> int:

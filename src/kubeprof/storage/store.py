@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage import migrate, offcpu, sessions, stack_counts
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
@@ -116,7 +117,7 @@ class Store:
         *,
         kind: str = "local",
         command: str = "",
-        hz: int = 99,
+        hz: int = DEFAULT_CPU_HZ,
         start_ns: int = 0,
         meta: Mapping[str, str] | None = None,
     ) -> int:

@@ -41,6 +41,7 @@ from kubeprof.model import (
     OffCpuSource,
     ProcessInfo,
 )
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 if TYPE_CHECKING:  # the BPF collector imports bcc: only loaded when tried
     from kubeprof.agent.cpu.collector import CpuCollector
@@ -155,7 +156,12 @@ class PyspyCollector:
     cpu_source = "py-spy"
 
     def __init__(
-        self, hz: int = 99, *, segment_s: float = 4.0, proc: str = "/proc", idle: bool = True
+        self,
+        hz: int = DEFAULT_CPU_HZ,
+        *,
+        segment_s: float = 4.0,
+        proc: str = "/proc",
+        idle: bool = True,
     ) -> None:
         if not 1 <= hz <= 1000:
             raise PyspyCollectorError(f"sampling rate {hz} Hz is out of range: use 1..1000")

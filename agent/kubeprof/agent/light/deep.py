@@ -26,10 +26,18 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
+from kubeprof.agent.cluster.agent import NodeAgent
 from kubeprof.protocol import routes
 from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
-from kubeprof.protocol.settings import spool_folder
+from kubeprof.protocol.settings import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_PROC_ROOT,
+    DEFAULT_RESCAN_INTERVAL_S,
+    DEFAULT_SPOOL_DIR,
+    DEFAULT_SPOOL_MAX_MB,
+    AgentSettings,
+)
 
 log = logging.getLogger("kubeprof.agent.light")
 
@@ -41,49 +49,35 @@ class DeepConfig:
     node: str
     operator_url: str  # the operator's ingest API: heartbeats and the sessions' batches
     token: str = field(repr=False)  # the light agents' shared token: heartbeats only
-    spool_dir: Path = Path("/var/lib/kubeprof/spool")
-    proc_root: Path = Path("/proc")
+    spool_dir: Path = DEFAULT_SPOOL_DIR
+    proc_root: Path = DEFAULT_PROC_ROOT
     heartbeat_s: float = 5.0
-    poll_interval_s: float = 1.0
-    rescan_interval_s: float = 5.0
-    drain_timeout_s: float = 60.0
-    spool_max_mb: int = 1024
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    rescan_interval_s: float = DEFAULT_RESCAN_INTERVAL_S
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    spool_max_mb: int = DEFAULT_SPOOL_MAX_MB
+
+    def agent_settings(self) -> AgentSettings:
+        """The node-side settings every session's node agent shares (the assignment
+        adds the session's own: `Assignment.settings`)."""
+        return AgentSettings(
+            node_name=self.node,
+            ingest_url=self.operator_url,
+            spool_dir=self.spool_dir,
+            spool_max_mb=self.spool_max_mb,
+            proc_root=self.proc_root,
+            poll_interval_s=self.poll_interval_s,
+            rescan_interval_s=self.rescan_interval_s,
+            drain_timeout_s=self.drain_timeout_s,
+        )
 
 
 def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> NodeAgent:
     """The node agent of one session, built as `kubeprof agent` builds it for a DaemonSet
     (setting `stop` ends it)."""
-    from kubeprof.agent import collectors
-    from kubeprof.agent.cluster.client import IngestClient
-    from kubeprof.agent.cluster.discovery import Discovery
-    from kubeprof.agent.cluster.main import collectors_failed_batch
-    from kubeprof.agent.cluster.spool import Spool
+    from kubeprof.agent.cluster.assemble import build_node_agent
 
-    config = AgentConfig(
-        node=cfg.node,
-        namespace=a.namespace,
-        session=a.session,
-        poll_interval_s=cfg.poll_interval_s,
-        rescan_interval_s=cfg.rescan_interval_s,
-        end_time=a.end_time or None,
-        drain_timeout_s=cfg.drain_timeout_s,
-    )
-    client = IngestClient(cfg.operator_url, a.namespace, a.session, a.token)
-    # The folder the session's DaemonSet agent on this node would use (keyed by the UID).
-    folder = spool_folder(a.namespace, a.session, a.uid)
-    spool = Spool(cfg.spool_dir / folder, max_bytes=cfg.spool_max_mb << 20)
-    started = collectors.start(
-        list(a.collectors),
-        collectors.CollectorOptions(hz=a.cpu_hz, nvml_interval_s=a.nvml_interval_s),
-    )
-    agent = NodeAgent(
-        config, client, spool, started.running, Discovery(cfg.proc_root), stop_event=stop
-    )
-    for note in started.notes:
-        log.warning("%s/%s: %s", a.namespace, a.session, note)
-    if started.failed:
-        agent.sink.write(collectors_failed_batch(started.failed))
-    return agent
+    return build_node_agent(a.settings(cfg.agent_settings()), a.token, stop_event=stop)
 
 
 @dataclass
