@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kubeprof.agent.cluster.agent import NodeAgent
+from kubeprof.agent.cluster.client import OperatorClient, Outcome
 from kubeprof.protocol import routes
 from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
 from kubeprof.protocol.settings import (
@@ -183,23 +182,18 @@ class DeepSwitch:
 
 def post_heartbeat(cfg: DeepConfig, hb: Heartbeat, timeout_s: float = 10.0) -> Answer | None:
     """The operator's answer, or None (logged) when there is none to act on."""
-    req = urllib.request.Request(
-        cfg.operator_url.rstrip("/") + routes.LIGHT_ASSIGNMENTS,
-        data=json.dumps(hb.to_json()).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {cfg.token}"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return Answer.from_json(json.loads(r.read()))
-    except urllib.error.HTTPError as exc:
-        log.warning(
-            "deep: heartbeat refused (HTTP %d): %s",
-            exc.code,
-            exc.read()[:200].decode(errors="replace"),
-        )
-    except (OSError, ValueError, LightWireError) as exc:
-        log.info("deep: no answer from the operator (%s); keeping what runs", exc)
+    client = OperatorClient(cfg.operator_url, cfg.token, timeout_s=timeout_s)
+    body = json.dumps(hb.to_json()).encode()
+    got = client.call("POST", routes.LIGHT_ASSIGNMENTS, body, {"Content-Type": "application/json"})
+    if got.status == 0:
+        log.info("deep: no answer from the operator (%s); keeping what runs", got.detail)
+    elif got.outcome is not Outcome.STORED:
+        log.warning("deep: heartbeat refused (HTTP %d): %s", got.status, got.detail[:200])
+    else:
+        try:
+            return Answer.from_json(got.data)
+        except LightWireError as exc:
+            log.info("deep: no answer from the operator (%s); keeping what runs", exc)
     return None
 
 
