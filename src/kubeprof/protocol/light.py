@@ -15,9 +15,11 @@ needs Kubernetes API rights for it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+import msgspec
 
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ, DEFAULT_NVML_INTERVAL_S, AgentSettings
 
@@ -26,48 +28,53 @@ MAX_NODE_NAME = 253
 MAX_REASON = 300
 MAX_RUNNING = 256
 
+NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NODE_NAME)]
+SessionUid = Annotated[str, msgspec.Meta(max_length=64)]
+_T = TypeVar("_T")
+_MISSING = re.compile(r"Object missing required field `(\w+)`")
+
 
 class LightWireError(ValueError):
     """A heartbeat or answer that does not have the contract's shape (names the field)."""
+
+
+def _decode(data: Any, kind: type[_T], what: str) -> _T:
+    """`data` (parsed JSON) as `kind`, type-checked by msgspec as `codec` checks a batch;
+    LightWireError names the first bad field."""
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        text, sep, path = str(exc).rpartition(" - at `")
+        if not sep:
+            text, path = str(exc), ""
+        where = path.rstrip("`").removeprefix("$").removeprefix(".")
+        missing = _MISSING.fullmatch(text)
+        if missing:
+            where = f"{where}.{missing[1]}" if where else missing[1]
+        raise LightWireError(f"{where or what}: {text}") from None
 
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """What a light agent tells the operator about itself."""
 
-    node: str  # the node it runs on (downward API spec.nodeName)
+    node: NodeName  # the node it runs on (downward API spec.nodeName)
     deep: bool  # it can profile deeply now (started with --deep and BPF preflight passed)
-    reason: str = ""  # why not, when deep is false: shown in a session's status
-    running: tuple[str, ...] = ()  # session UIDs it profiles deeply now
+    reason: str = ""  # why not, when deep is false: shown in a session's status (cut)
+    # session UIDs it profiles deeply now
+    running: Annotated[tuple[SessionUid, ...], msgspec.Meta(max_length=MAX_RUNNING)] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "deep": self.deep,
-            "reason": self.reason,
-            "running": list(self.running),
-        }
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Heartbeat:
         """The heartbeat in `data`; LightWireError names the first bad field."""
-        if not isinstance(data, Mapping):
-            raise LightWireError("heartbeat: expected a JSON object")
-        node, deep = data.get("node"), data.get("deep")
-        reason, running = data.get("reason", ""), data.get("running", [])
-        if not isinstance(node, str) or not 0 < len(node) <= MAX_NODE_NAME:
-            raise LightWireError(f"node: a node name of 1..{MAX_NODE_NAME} characters")
-        if not isinstance(deep, bool):
-            raise LightWireError("deep: true or false")
-        if not isinstance(reason, str):
-            raise LightWireError("reason: a string")
-        if (
-            not isinstance(running, list)
-            or len(running) > MAX_RUNNING
-            or not all(isinstance(u, str) and len(u) <= 64 for u in running)
-        ):
-            raise LightWireError(f"running: a list of at most {MAX_RUNNING} session UIDs")
-        return cls(node, deep, reason[:MAX_REASON], tuple(running))
+        hb = _decode(data, cls, "heartbeat")
+        if len(hb.reason) > MAX_REASON:
+            hb = dataclasses.replace(hb, reason=hb.reason[:MAX_REASON])
+        return hb
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,27 +105,12 @@ class Assignment:
         )
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["collectors"] = list(self.collectors)
-        return d
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Assignment:
-        if not isinstance(data, Mapping):
-            raise LightWireError("assignments[]: expected a JSON object")
-        try:
-            return cls(
-                str(data["namespace"]),
-                str(data["session"]),
-                str(data["uid"]),
-                str(data["token"]),
-                tuple(str(c) for c in data.get("collectors", [])),
-                int(data.get("cpu_hz", DEFAULT_CPU_HZ)),
-                float(data.get("nvml_interval_s", DEFAULT_NVML_INTERVAL_S)),
-                float(data.get("end_time", 0.0)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LightWireError(f"assignments[]: {exc}") from None
+        return _decode(data, cls, "assignments[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +121,9 @@ class Answer:
     revoked: tuple[str, ...] = ()  # session UIDs to stop here (the DaemonSet took the node)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "assignments": [a.to_json() for a in self.assignments],
-            "revoked": list(self.revoked),
-        }
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> Answer:
-        if not isinstance(data, Mapping):
-            raise LightWireError("answer: expected a JSON object")
-        raw, revoked = data.get("assignments", []), data.get("revoked", [])
-        if not isinstance(raw, list) or not isinstance(revoked, list):
-            raise LightWireError("assignments/revoked: lists")
-        return cls(tuple(Assignment.from_json(a) for a in raw), tuple(str(u) for u in revoked))
+        return _decode(data, cls, "answer")
