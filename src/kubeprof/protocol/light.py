@@ -93,15 +93,10 @@ class Assignment:
     def settings(self, node: AgentSettings) -> AgentSettings:
         """The node agent's settings for this session: `node`'s (the light agent's node,
         ingest, spool and intervals) with the session's own fields from this assignment."""
+        same = ("namespace", "session", "collectors", "cpu_hz", "nvml_interval_s")
+        given = {n: getattr(self, n) for n in same}
         return dataclasses.replace(
-            node,
-            namespace=self.namespace,
-            session=self.session,
-            session_uid=self.uid,
-            collectors=self.collectors,
-            cpu_hz=self.cpu_hz,
-            nvml_interval_s=self.nvml_interval_s,
-            end_time=self.end_time or None,
+            node, **given, session_uid=self.uid, end_time=self.end_time or None
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -131,6 +131,16 @@ class AgentSettings:
                 raise ValueError(f"{name}={raw!r}: {exc}") from exc
         return cls(**kw)
 
+    def with_flags(
+        self, flags: Mapping[str, Any], renamed: Mapping[str, str] | None = None
+    ) -> AgentSettings:
+        """These settings with the fields a command line gives (argparse's `vars(args)`):
+        a flag whose destination, after `renamed`, is a field name replaces that field;
+        other flags are not settings and are left out."""
+        names, renamed = set(_ENV_NAMES), renamed or {}
+        given = {renamed.get(k, k): v for k, v in flags.items()}
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if k in names})
+
     @staticmethod
     def env_name(field_name: str) -> str:
         """The environment variable of one field (for help texts)."""

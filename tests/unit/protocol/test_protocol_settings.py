@@ -88,3 +88,13 @@ def test_agent_flags_default_to_the_environment():
     assert (args.hz, args.node_name, args.end_time) == (49, "n1", 12.5)
     defaults = build_parser({}).parse_args([])
     assert (defaults.hz, defaults.end_time, defaults.collectors) == (DEFAULT_CPU_HZ, None, "cpu")
+
+
+def test_flags_replace_the_fields_they_name_and_nothing_else():
+    from kubeprof.agent.cluster.main import _settings, build_parser
+
+    flags = {"hz": 49, "spool_dir": Path("/s"), "listen": "0.0.0.0:1"}
+    s = AgentSettings().with_flags(flags, {"hz": "cpu_hz"})
+    assert s == AgentSettings(cpu_hz=49, spool_dir=Path("/s"))
+    args = build_parser({}).parse_args(["--hz", "7", "--collectors", "cpu, nvml", "--pod-uid", "u"])
+    assert _settings(args) == AgentSettings(cpu_hz=7, collectors=("cpu", "nvml"))

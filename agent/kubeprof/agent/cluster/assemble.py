@@ -20,6 +20,7 @@ from kubeprof.model import Batch
 from kubeprof.protocol.settings import AgentSettings, spool_folder
 
 log = logging.getLogger("kubeprof.agent")
+_TIMING = ("poll_interval_s", "rescan_interval_s", "end_time", "drain_timeout_s")
 
 
 def build_node_agent(
@@ -33,15 +34,10 @@ def build_node_agent(
     ends it); collectors that cannot start here are told to the operator in a batch."""
     from kubeprof.agent import collectors
 
+    # The run's timing, as the settings give it (AgentConfig names the same fields).
+    timing = {n: getattr(s, n) for n in _TIMING}
     config = AgentConfig(
-        node=s.node_name,
-        namespace=s.namespace,
-        session=s.session,
-        poll_interval_s=s.poll_interval_s,
-        rescan_interval_s=s.rescan_interval_s,
-        end_time=s.end_time,
-        drain_timeout_s=s.drain_timeout_s,
-        static_targets=static_targets,
+        s.node_name, s.namespace, s.session, **timing, static_targets=static_targets
     )
     client = IngestClient(s.ingest_url, s.namespace, s.session, token)
     spool = Spool(

@@ -209,31 +209,20 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
+# Flags whose destination differs from their AgentSettings field (the rest are the same).
+_RENAMED = {
+    "hz": "cpu_hz",
+    "nvml_interval": "nvml_interval_s",
+    "poll_interval": "poll_interval_s",
+    "rescan_interval": "rescan_interval_s",
+    "drain_timeout": "drain_timeout_s",
+}
+
+
 def _settings(args: argparse.Namespace) -> AgentSettings:
     """The settings the flags (each defaulting to its environment variable) spell."""
-    return AgentSettings(
-        node_name=args.node_name,
-        ingest_url=args.ingest_url,
-        namespace=args.namespace,
-        session=args.session,
-        session_uid=args.session_uid,
-        token_file=args.token_file,
-        spool_dir=args.spool_dir,
-        spool_max_mb=args.spool_max_mb,
-        proc_root=args.proc_root,
-        collectors=parse_collectors(args.collectors),
-        cpu_hz=args.hz,
-        offcpu_min_us=args.offcpu_min_us,
-        offcpu_every=args.offcpu_every,
-        nvml_interval_s=args.nvml_interval,
-        poll_interval_s=args.poll_interval,
-        rescan_interval_s=args.rescan_interval,
-        end_time=args.end_time,
-        drain_timeout_s=args.drain_timeout,
-        gpu_socket=args.gpu_socket,
-        gpu_ctl_dir=args.gpu_ctl_dir,
-        log_level=args.log_level,
-    )
+    flags = {**vars(args), "collectors": parse_collectors(args.collectors)}
+    return AgentSettings().with_flags(flags, _RENAMED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

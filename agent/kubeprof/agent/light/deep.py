@@ -14,12 +14,12 @@ come (operator restarting) changes nothing: what runs keeps running.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -28,15 +28,7 @@ from kubeprof.agent.cluster.agent import NodeAgent
 from kubeprof.agent.cluster.client import OperatorClient, Outcome
 from kubeprof.protocol import routes
 from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
-from kubeprof.protocol.settings import (
-    DEFAULT_DRAIN_TIMEOUT_S,
-    DEFAULT_POLL_INTERVAL_S,
-    DEFAULT_PROC_ROOT,
-    DEFAULT_RESCAN_INTERVAL_S,
-    DEFAULT_SPOOL_DIR,
-    DEFAULT_SPOOL_MAX_MB,
-    AgentSettings,
-)
+from kubeprof.protocol.settings import AgentSettings
 
 log = logging.getLogger("kubeprof.agent.light")
 
@@ -48,27 +40,14 @@ class DeepConfig:
     node: str
     operator_url: str  # the operator's ingest API: heartbeats and the sessions' batches
     token: str = field(repr=False)  # the light agents' shared token: heartbeats only
-    spool_dir: Path = DEFAULT_SPOOL_DIR
-    proc_root: Path = DEFAULT_PROC_ROOT
     heartbeat_s: float = 5.0
-    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
-    rescan_interval_s: float = DEFAULT_RESCAN_INTERVAL_S
-    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
-    spool_max_mb: int = DEFAULT_SPOOL_MAX_MB
+    # The node-side settings of the sessions' node agents (spool, /proc, intervals).
+    agent: AgentSettings = field(default_factory=AgentSettings)
 
     def agent_settings(self) -> AgentSettings:
-        """The node-side settings every session's node agent shares (the assignment
-        adds the session's own: `Assignment.settings`)."""
-        return AgentSettings(
-            node_name=self.node,
-            ingest_url=self.operator_url,
-            spool_dir=self.spool_dir,
-            spool_max_mb=self.spool_max_mb,
-            proc_root=self.proc_root,
-            poll_interval_s=self.poll_interval_s,
-            rescan_interval_s=self.rescan_interval_s,
-            drain_timeout_s=self.drain_timeout_s,
-        )
+        """The settings every session's node agent here shares (the assignment adds the
+        session's own: `Assignment.settings`)."""
+        return dataclasses.replace(self.agent, node_name=self.node, ingest_url=self.operator_url)
 
 
 def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> NodeAgent:

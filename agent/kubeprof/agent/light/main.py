@@ -99,6 +99,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     )
     deep.add_argument(
         "--token-file",
+        dest="light_token_file",
         type=Path,
         default=Path(env("KUBEPROF_LIGHT_TOKEN_FILE", "/var/run/kubeprof-light/token")),
         help="the light agents' shared token, mounted from its Secret (env "
@@ -136,6 +137,14 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     return p
 
 
+# Flags that are node-agent settings under another name (operator_url is the ingest's).
+_RENAMED = {
+    "operator_url": "ingest_url",
+    "rescan_interval": "rescan_interval_s",
+    "drain_timeout": "drain_timeout_s",
+}
+
+
 def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | None]:
     """The DeepSwitch for --deep (None without it), or a configuration error."""
     if not args.deep:
@@ -143,24 +152,17 @@ def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | Non
     if not args.operator_url:
         return None, f"--deep needs --operator-url (env {AgentSettings.env_name('ingest_url')})"
     try:
-        token = args.token_file.read_text().strip()
+        token = args.light_token_file.read_text().strip()
     except OSError as exc:
         return None, f"--token-file: {exc} (mount the light agents' token Secret there)"
     if not token:
-        return None, f"--token-file {args.token_file} is empty"
+        return None, f"--token-file {args.light_token_file} is empty"
     from kubeprof.agent.cpu.preflight import check_environment
     from kubeprof.agent.light.deep import DeepConfig, DeepSwitch
 
-    cfg = DeepConfig(
-        args.node_name,
-        args.operator_url,
-        token,
-        spool_dir=args.spool_dir,
-        proc_root=args.proc_root,
-        heartbeat_s=args.heartbeat_interval,
-        rescan_interval_s=args.rescan_interval,
-        drain_timeout_s=args.drain_timeout,
-    )
+    # node_name, spool_dir and proc_root are AgentSettings fields by the same name.
+    agent = AgentSettings().with_flags(vars(args), _RENAMED)
+    cfg = DeepConfig(args.node_name, args.operator_url, token, args.heartbeat_interval, agent)
     problem = check_environment()
     if problem:
         log.warning("deep profiling is off on this node: %s", problem)
