@@ -11,7 +11,7 @@ import json
 import socket
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
@@ -45,6 +45,16 @@ def _row(
         "end_ns": 0,
         "meta": json.dumps(dict(meta or {}), sort_keys=True),
     }
+
+
+class NewSession(TypedDict, total=False):
+    """The optional fields of a new session, as `create` takes them (Store passes them on)."""
+
+    kind: str
+    command: str
+    hz: int
+    start_ns: int
+    meta: Mapping[str, str] | None
 
 
 def create(

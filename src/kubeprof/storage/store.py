@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage import migrate, offcpu, sessions, stack_counts
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
@@ -111,21 +110,11 @@ class Store:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def create_session(
-        self,
-        name: str,
-        *,
-        kind: str = "local",
-        command: str = "",
-        hz: int = DEFAULT_CPU_HZ,
-        start_ns: int = 0,
-        meta: Mapping[str, str] | None = None,
-    ) -> int:
-        """Create a session; a taken name gets a numeric suffix. Returns its id."""
+    def create_session(self, name: str, **fields: Unpack[sessions.NewSession]) -> int:
+        """Create a session (`sessions.create`: its fields and their defaults); a taken
+        name gets a numeric suffix. Returns its id."""
         with self.engine.begin() as conn:
-            return sessions.create(
-                conn, name, kind=kind, command=command, hz=hz, start_ns=start_ns, meta=meta
-            )
+            return sessions.create(conn, name, **fields)
 
     def finish_session(
         self,
