@@ -41,16 +41,11 @@ def _uleb(d: bytes, i: int) -> tuple[int, int]:
 
 
 def _sleb(d: bytes, i: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        b = d[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            if b & 0x40:
-                v -= 1 << shift
-            return v, i
+    v, j = _uleb(d, i)
+    bits = 7 * (j - i)
+    if d[j - 1] & 0x40:  # the last byte's sign bit
+        v -= 1 << bits
+    return v, j
 
 
 # DW_EH_PE value formats of a fixed width: absptr, udata2/4/8, sdata2/4/8 (little-endian).
