@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, Self, TypeVar
 
 import msgspec
 
@@ -54,9 +54,26 @@ def _decode(data: Any, kind: type[_T], what: str) -> _T:
         raise LightWireError(f"{where or what}: {text}") from None
 
 
+class _Wire:
+    """JSON both ways: `to_json` for json.dumps, `from_json` type-checked by `_decode`."""
+
+    __slots__ = ()
+    WHAT: ClassVar[str]  # names the whole object in an error
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        return _decode(data, cls, cls.WHAT)
+
+
 @dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(_Wire):
     """What a light agent tells the operator about itself."""
+
+    WHAT: ClassVar[str] = "heartbeat"
 
     node: NodeName  # the node it runs on (downward API spec.nodeName)
     deep: bool  # it can profile deeply now (started with --deep and BPF preflight passed)
@@ -64,22 +81,20 @@ class Heartbeat:
     # session UIDs it profiles deeply now
     running: Annotated[tuple[SessionUid, ...], msgspec.Meta(max_length=MAX_RUNNING)] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = msgspec.to_builtins(self)
-        return out
-
     @classmethod
-    def from_json(cls, data: Any) -> Heartbeat:
+    def from_json(cls, data: Any) -> Self:
         """The heartbeat in `data`; LightWireError names the first bad field."""
-        hb = _decode(data, cls, "heartbeat")
+        hb = _decode(data, cls, cls.WHAT)  # slots: no zero-argument super()
         if len(hb.reason) > MAX_REASON:
             hb = dataclasses.replace(hb, reason=hb.reason[:MAX_REASON])
         return hb
 
 
 @dataclass(frozen=True, slots=True)
-class Assignment:
+class Assignment(_Wire):
     """One session a light agent profiles on its node, with what its collectors need."""
+
+    WHAT: ClassVar[str] = "assignments[]"
 
     namespace: str  # the ProfilingSession's namespace and name
     session: str
@@ -99,26 +114,12 @@ class Assignment:
             node, **given, session_uid=self.uid, end_time=self.end_time or None
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = msgspec.to_builtins(self)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Any) -> Assignment:
-        return _decode(data, cls, "assignments[]")
-
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(_Wire):
     """The operator's answer to a heartbeat."""
+
+    WHAT: ClassVar[str] = "answer"
 
     assignments: tuple[Assignment, ...] = ()
     revoked: tuple[str, ...] = ()  # session UIDs to stop here (the DaemonSet took the node)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = msgspec.to_builtins(self)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Any) -> Answer:
-        return _decode(data, cls, "answer")
