@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kubeprof.agent.cpu.demangle import demangle
 from kubeprof.agent.cpu.eh_frame import EhFrame, Rule
@@ -306,18 +307,13 @@ class Symbolizer:
         """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
         entry = self._procs.get(pid)
         if entry is not None:
-            if addr in entry.rules:
-                return entry.rules[addr]
-            ranged = entry.rule_ranges.get(addr)
-            if ranged is not _MISSING:
-                entry.rules[addr] = ranged  # type: ignore[assignment]
-                return ranged  # type: ignore[return-value]
+            hit = _cached(entry.rules, entry.rule_ranges, addr)
+            if hit is not _MISSING:
+                return hit
         rule = self._unwind_rule(pid, addr)
         entry = self._procs.get(pid)
         if entry is not None:
-            if len(entry.rules) > _CACHE_MAX:
-                entry.rules.clear()
-            entry.rules[addr] = rule
+            _keep(entry.rules, addr, rule)
         return rule
 
     def _unwind_rule(self, pid: int, addr: int) -> Rule | None:
@@ -367,19 +363,13 @@ class Symbolizer:
         """One user-space address (already adjusted for return addresses) as a frame."""
         entry = self._procs.get(pid)
         if entry is not None:
-            cached = entry.frames.get(addr)
-            if cached is not None:
-                return cached
-            ranged = entry.frame_ranges.get(addr)
-            if ranged is not _MISSING:
-                entry.frames[addr] = ranged  # type: ignore[assignment]
-                return ranged  # type: ignore[return-value]
+            hit = _cached(entry.frames, entry.frame_ranges, addr)
+            if hit is not _MISSING:
+                return hit
         frame = self._user_frame(pid, addr)
         entry = self._procs.get(pid)
         if entry is not None and frame.file:  # unmapped: maybe mapped at the next refresh
-            if len(entry.frames) > _CACHE_MAX:
-                entry.frames.clear()
-            entry.frames[addr] = frame
+            _keep(entry.frames, addr, frame)
         return frame
 
     def _user_frame(self, pid: int, addr: int) -> Frame:
@@ -441,3 +431,21 @@ def _find(entry: _Process, addr: int) -> Mapping | None:
     if i >= 0 and addr < entry.maps[i].end:
         return entry.maps[i]
     return None
+
+
+def _cached(exact: dict[int, Any], ranges: _Ranges, addr: int) -> Any:
+    """`addr`'s value in a per-pid cache: the exact entry, else its range's (then kept as
+    exact); _MISSING when neither knows it (None is a known value: no rule)."""
+    hit = exact.get(addr, _MISSING)
+    if hit is _MISSING:
+        hit = ranges.get(addr)
+        if hit is not _MISSING:
+            exact[addr] = hit
+    return hit
+
+
+def _keep(exact: dict[int, Any], addr: int, value: Any) -> None:
+    """Cache `value` for `addr`, starting over past _CACHE_MAX entries."""
+    if len(exact) > _CACHE_MAX:
+        exact.clear()
+    exact[addr] = value
