@@ -342,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+# Each command's flags handed to its function: alike in shape only (different commands).
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "record":

@@ -33,6 +33,8 @@ example (by hand, outside Kubernetes):
 """
 
 
+# One flag per AgentSettings field, each naming its variable: the repeated add_argument
+# shape is declaration (as in light/main.py), not logic to share.
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """Flags whose defaults are the settings in `environ` (os.environ by default)."""
     s = AgentSettings.from_env(os.environ if environ is None else environ)

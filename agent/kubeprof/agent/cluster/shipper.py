@@ -42,6 +42,7 @@ class Backoff:
         self.attempt = 0
 
 
+# Plain counters: the likeness to other counter dataclasses (analysis's) is only shape.
 @dataclass
 class Stats:
     """What the shipper did, for logs and the agent's exit summary."""

@@ -30,6 +30,8 @@ kubeprof_gpu_unattributable_info instead of a guessed per-pod figure.
 """
 
 
+# The flags are declared one by one as argparse wants them; their repeated shape (flag,
+# type, default, help) is declaration, not logic to share.
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """Flags whose defaults come from `environ` (os.environ by default): the variables the
     node agent shares through `AgentSettings`, and the light agent's own."""
