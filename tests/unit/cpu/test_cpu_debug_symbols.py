@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from kubeprof.agent.cpu.demangle import demangle, demangle_many
+from kubeprof.agent.cpu.demangle import demangle
 from kubeprof.agent.cpu.elf import debug_file, read_symbols
 from kubeprof.agent.cpu.symbolize import Mapping, Symbolizer, _Process
 
@@ -17,11 +17,6 @@ def test_demangle():
     assert demangle("_ZNK6shapes6Circle4areaEi") == METHOD
     assert demangle("PyObject_Call") == "PyObject_Call"
     assert demangle("_Znot-a-valid-name") == "_Znot-a-valid-name"
-
-
-def test_demangle_many_maps_each_mangled_name_once():
-    out = demangle_many(["_ZNK6shapes6Circle4areaEi", "nvjet_x", "_ZNK6shapes6Circle4areaEi"])
-    assert out == {"_ZNK6shapes6Circle4areaEi": METHOD}
 
 
 @pytest.fixture(scope="module")
