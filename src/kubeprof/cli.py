@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kubeprof.progress import TerminalProgress
 from kubeprof.protocol.settings import (
@@ -28,32 +28,24 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _hz(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 10000, got {text}")
-    return value
+def _int_where(name: str, ok: Callable[[int], bool], wording: str) -> Callable[[str], int]:
+    """An argparse type: an int for which `ok` holds, else "must be <wording>, got ..."
+    (named `name`, which argparse prints for text that is not a number)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {text}")
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
-    return value
-
-
-def _columns(text: str) -> int:
-    value = int(text)
-    if value != 0 and value < 40:
-        raise argparse.ArgumentTypeError(f"must be 0 (no cut) or at least 40, got {text}")
-    return value
-
-
-def _nonnegative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+_hz = _int_where("_hz", lambda v: 1 <= v <= 10_000, "between 1 and 10000")
+_count = _int_where("_count", lambda v: v >= 1, "1 or more")
+_columns = _int_where("_columns", lambda v: v == 0 or v >= 40, "0 (no cut) or at least 40")
+_nonnegative = _int_where("_nonnegative", lambda v: v >= 0, "0 or more")
 
 
 def _label(text: str) -> str:
@@ -365,6 +357,7 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+# Each command's flags handed to its function: alike in shape only (different commands).
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "record":  # before the storage imports (~0.4 s): the command starts

@@ -1,9 +1,9 @@
 """Building collectors by name, for `kubeprof record` and the node agent alike.
 
 One options object feeds every factory; `start` builds the named collectors, keeps going
-when one cannot start on this machine (no BPF, no GPU) and says why. A collector that has
-a stand-in for machines where it cannot run names it in `FALLBACKS`: when the first choice
-fails, the stand-in runs under the same name and a note says so.
+when one cannot start on this machine (no BPF, no GPU) and says why. A collector with a
+stand-in for machines where it cannot run chooses it inside its own factory (the CPU
+sampler falls back to py-spy there) and tells through `CollectorOptions.note`.
 """
 
 from __future__ import annotations
@@ -100,10 +100,6 @@ def _nvml(opts: CollectorOptions) -> Built:
 
 FACTORIES: dict[str, Factory] = {"cpu": _cpu, "gpu": _gpu, "nvml": _nvml}
 
-# name -> the factory (a key of FACTORIES) tried when that collector cannot start here.
-# Empty: the CPU sampler's BPF-free stand-in (py-spy) is chosen inside its own factory.
-FALLBACKS: dict[str, str] = {}
-
 
 @dataclass
 class Started:
@@ -112,7 +108,6 @@ class Started:
     running: dict[str, Collector] = field(default_factory=dict)
     failed: dict[str, Exception] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # for a command the collectors profile
-    notes: list[str] = field(default_factory=list)  # stand-ins used instead of first choices
 
     def stop_all(self) -> None:
         """Undo a start that is abandoned (a required collector failed)."""
@@ -127,24 +122,17 @@ def start(
     names: list[str],
     opts: CollectorOptions,
     factories: Mapping[str, Factory] | None = None,
-    fallbacks: Mapping[str, str] | None = None,
 ) -> Started:
     """Start the named collectors in order; one that fails does not stop the others."""
     table = FACTORIES if factories is None else factories
-    stand_ins = FALLBACKS if fallbacks is None else fallbacks
     out = Started()
     for name in names:
         try:
             built = _build(table, name, opts)
         except Exception as exc:  # noqa: BLE001 - one collector must not stop the others
-            alt = _stand_in(table, name, stand_ins.get(name), exc, opts, out.notes)
-            if alt is None:
-                out.failed[name] = exc
-                log.warning(
-                    "collector %s is off on this node: %s: %s", name, type(exc).__name__, exc
-                )
-                continue
-            built = alt
+            out.failed[name] = exc
+            log.warning("collector %s is off on this node: %s: %s", name, type(exc).__name__, exc)
+            continue
         out.running[name] = built.collector
         out.env.update(built.env)
     return out
@@ -155,25 +143,3 @@ def _build(table: Mapping[str, Factory], name: str, opts: CollectorOptions) -> B
     if factory is None:
         raise LookupError(f"unknown collector {name!r}; known: {', '.join(sorted(table))}")
     return factory(opts)
-
-
-def _stand_in(
-    table: Mapping[str, Factory],
-    name: str,
-    stand_in: str | None,
-    why: Exception,
-    opts: CollectorOptions,
-    notes: list[str],
-) -> Built | None:
-    """The fallback for `name` when it has one and that one starts; a note either way."""
-    if stand_in is None:
-        return None
-    try:
-        built = _build(table, stand_in, opts)
-    except Exception as exc:  # noqa: BLE001 - reported next to the first choice's cause
-        notes.append(
-            f"collector {name}: stand-in {stand_in} failed too: {type(exc).__name__}: {exc}"
-        )
-        return None
-    notes.append(f"collector {name}: {why}; using {stand_in} instead")
-    return built

@@ -122,8 +122,6 @@ def _start_collectors(
             quick_start=_quick_start(opts),
         ),
     )
-    for note in started.notes:
-        opts.log(f"kubeprof: {note}")
     for required in ("cpu", "gpu"):
         if required in started.failed:
             started.stop_all()

@@ -23,6 +23,7 @@ from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.driver import is_empty, merge
 from kubeprof.model import Batch
 from kubeprof.protocol import codec
+from kubeprof.protocol.settings import DEFAULT_DRAIN_TIMEOUT_S
 from kubeprof.protocol.split import split
 
 if TYPE_CHECKING:  # the node agent needs no database driver
@@ -104,7 +105,7 @@ class SpoolSink:
         *,
         node: str,
         discovery: Discovery,
-        drain_timeout_s: float = 60.0,
+        drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
     ) -> None:
         self.spool, self.shipper, self.node, self.discovery = spool, shipper, node, discovery
         self.drain_timeout_s = drain_timeout_s

@@ -364,15 +364,6 @@ def _malformed(exc: msgspec.ValidationError, version: object) -> CodecError:
     return _invalid(exc)
 
 
-def from_dict(doc: dict[str, Any], limits: IngestLimits = lim.DEFAULT) -> tuple[str, str, Batch]:
-    """(batch_id, node, batch) from the JSON form; CodecError on anything malformed."""
-    try:
-        typed = msgspec.convert(doc, _doc_type(limits, True))
-    except msgspec.ValidationError as exc:
-        raise _malformed(exc, doc.get("v") if isinstance(doc, dict) else None) from exc
-    return _from_doc(typed, limits)
-
-
 def encode(batch: Batch, *, batch_id: str, node: str) -> bytes:
     """gzip(JSON) body of one batch."""
     raw = msgspec.json.encode(to_dict(batch, batch_id=batch_id, node=node))

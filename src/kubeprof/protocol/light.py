@@ -15,114 +15,111 @@ needs Kubernetes API rights for it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Self, TypeVar
+
+import msgspec
+
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ, DEFAULT_NVML_INTERVAL_S, AgentSettings
 
 # Bound on what a heartbeat may claim, checked by the operator before it keeps anything.
 MAX_NODE_NAME = 253
 MAX_REASON = 300
 MAX_RUNNING = 256
 
+NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NODE_NAME)]
+SessionUid = Annotated[str, msgspec.Meta(max_length=64)]
+_T = TypeVar("_T")
+_MISSING = re.compile(r"Object missing required field `(\w+)`")
+
 
 class LightWireError(ValueError):
     """A heartbeat or answer that does not have the contract's shape (names the field)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """What a light agent tells the operator about itself."""
+def _decode(data: Any, kind: type[_T], what: str) -> _T:
+    """`data` (parsed JSON) as `kind`, type-checked by msgspec as `codec` checks a batch;
+    LightWireError names the first bad field."""
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        text, sep, path = str(exc).rpartition(" - at `")
+        if not sep:
+            text, path = str(exc), ""
+        where = path.rstrip("`").removeprefix("$").removeprefix(".")
+        missing = _MISSING.fullmatch(text)
+        if missing:
+            where = f"{where}.{missing[1]}" if where else missing[1]
+        raise LightWireError(f"{where or what}: {text}") from None
 
-    node: str  # the node it runs on (downward API spec.nodeName)
-    deep: bool  # it can profile deeply now (started with --deep and BPF preflight passed)
-    reason: str = ""  # why not, when deep is false: shown in a session's status
-    running: tuple[str, ...] = ()  # session UIDs it profiles deeply now
+
+class _Wire:
+    """JSON both ways: `to_json` for json.dumps, `from_json` type-checked by `_decode`."""
+
+    __slots__ = ()
+    WHAT: ClassVar[str]  # names the whole object in an error
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "deep": self.deep,
-            "reason": self.reason,
-            "running": list(self.running),
-        }
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
     @classmethod
-    def from_json(cls, data: Any) -> Heartbeat:
-        """The heartbeat in `data`; LightWireError names the first bad field."""
-        if not isinstance(data, Mapping):
-            raise LightWireError("heartbeat: expected a JSON object")
-        node, deep = data.get("node"), data.get("deep")
-        reason, running = data.get("reason", ""), data.get("running", [])
-        if not isinstance(node, str) or not 0 < len(node) <= MAX_NODE_NAME:
-            raise LightWireError(f"node: a node name of 1..{MAX_NODE_NAME} characters")
-        if not isinstance(deep, bool):
-            raise LightWireError("deep: true or false")
-        if not isinstance(reason, str):
-            raise LightWireError("reason: a string")
-        if (
-            not isinstance(running, list)
-            or len(running) > MAX_RUNNING
-            or not all(isinstance(u, str) and len(u) <= 64 for u in running)
-        ):
-            raise LightWireError(f"running: a list of at most {MAX_RUNNING} session UIDs")
-        return cls(node, deep, reason[:MAX_REASON], tuple(running))
+    def from_json(cls, data: Any) -> Self:
+        return _decode(data, cls, cls.WHAT)
 
 
 @dataclass(frozen=True, slots=True)
-class Assignment:
+class Heartbeat(_Wire):
+    """What a light agent tells the operator about itself."""
+
+    WHAT: ClassVar[str] = "heartbeat"
+
+    node: NodeName  # the node it runs on (downward API spec.nodeName)
+    deep: bool  # it can profile deeply now (started with --deep and BPF preflight passed)
+    reason: str = ""  # why not, when deep is false: shown in a session's status (cut)
+    # session UIDs it profiles deeply now
+    running: Annotated[tuple[SessionUid, ...], msgspec.Meta(max_length=MAX_RUNNING)] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        """The heartbeat in `data`; LightWireError names the first bad field."""
+        hb = _decode(data, cls, cls.WHAT)  # slots: no zero-argument super()
+        if len(hb.reason) > MAX_REASON:
+            hb = dataclasses.replace(hb, reason=hb.reason[:MAX_REASON])
+        return hb
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment(_Wire):
     """One session a light agent profiles on its node, with what its collectors need."""
+
+    WHAT: ClassVar[str] = "assignments[]"
 
     namespace: str  # the ProfilingSession's namespace and name
     session: str
     uid: str  # the session's UID: a re-created session of the same name is a new one
     token: str = field(repr=False)  # the session's ingest token: kept in memory, never logged
     collectors: tuple[str, ...] = ("cpu",)  # as AgentSettings.collectors
-    cpu_hz: int = 99
-    nvml_interval_s: float = 1.0
+    cpu_hz: int = DEFAULT_CPU_HZ
+    nvml_interval_s: float = DEFAULT_NVML_INTERVAL_S
     end_time: float = 0.0  # Unix seconds; 0: not known (the targets answer tells)
 
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["collectors"] = list(self.collectors)
-        return d
-
-    @classmethod
-    def from_json(cls, data: Any) -> Assignment:
-        if not isinstance(data, Mapping):
-            raise LightWireError("assignments[]: expected a JSON object")
-        try:
-            return cls(
-                str(data["namespace"]),
-                str(data["session"]),
-                str(data["uid"]),
-                str(data["token"]),
-                tuple(str(c) for c in data.get("collectors", [])),
-                int(data.get("cpu_hz", 99)),
-                float(data.get("nvml_interval_s", 1.0)),
-                float(data.get("end_time", 0.0)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LightWireError(f"assignments[]: {exc}") from None
+    def settings(self, node: AgentSettings) -> AgentSettings:
+        """The node agent's settings for this session: `node`'s (the light agent's node,
+        ingest, spool and intervals) with the session's own fields from this assignment."""
+        same = ("namespace", "session", "collectors", "cpu_hz", "nvml_interval_s")
+        given = {n: getattr(self, n) for n in same}
+        return dataclasses.replace(
+            node, **given, session_uid=self.uid, end_time=self.end_time or None
+        )
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(_Wire):
     """The operator's answer to a heartbeat."""
+
+    WHAT: ClassVar[str] = "answer"
 
     assignments: tuple[Assignment, ...] = ()
     revoked: tuple[str, ...] = ()  # session UIDs to stop here (the DaemonSet took the node)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "assignments": [a.to_json() for a in self.assignments],
-            "revoked": list(self.revoked),
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> Answer:
-        if not isinstance(data, Mapping):
-            raise LightWireError("answer: expected a JSON object")
-        raw, revoked = data.get("assignments", []), data.get("revoked", [])
-        if not isinstance(raw, list) or not isinstance(revoked, list):
-            raise LightWireError("assignments/revoked: lists")
-        return cls(tuple(Assignment.from_json(a) for a in raw), tuple(str(u) for u in revoked))

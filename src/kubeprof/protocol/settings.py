@@ -21,12 +21,20 @@ DEFAULT_OFFCPU_MIN_US = 1000
 DEFAULT_OFFCPU_EVERY = 1  # follow 1 in N switch-outs of target threads; 0 turns the probe off
 DEFAULT_TOKEN_FILE = Path("/var/run/kubeprof/token")
 DEFAULT_SPOOL_DIR = Path("/var/lib/kubeprof/spool")
+DEFAULT_SPOOL_MAX_MB = 1024  # oldest spooled batches are dropped past this size
+DEFAULT_PROC_ROOT = Path("/proc")
+DEFAULT_POLL_INTERVAL_S = 1.0  # seconds between collector polls: the batch cadence
+DEFAULT_RESCAN_INTERVAL_S = 5.0  # seconds between rescans of target pods and processes
+DEFAULT_DRAIN_TIMEOUT_S = 60.0  # seconds to keep sending spooled batches at exit
+DEFAULT_GPU_CTL_DIR = "/run/kubeprof/ctl"  # the tracers' control sockets, inside each pod
 NODE_NAME_ENV = "NODE_NAME"  # set by the downward API from spec.nodeName
 
 
-def _var(name: str) -> dict[str, str]:
-    """Field metadata naming the environment variable the field is read from."""
-    return {"env": name}
+def _var(name: str, *, only_when_set: bool = False) -> dict[str, Any]:
+    """Field metadata naming the environment variable the field is read from;
+    `only_when_set`: to_env() writes it only when it differs from the default (a feature
+    the operator switches on by adding its variable to the DaemonSet)."""
+    return {"env": name, "only_when_set": only_when_set}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,9 +57,9 @@ class AgentSettings:
     # Where batches wait until the ingest stored them (a per-session sub-folder is used).
     spool_dir: Path = field(default=DEFAULT_SPOOL_DIR, metadata=_var("KUBEPROF_SPOOL_DIR"))
     # Oldest spooled batches are dropped (and counted) past this size, in MiB.
-    spool_max_mb: int = field(default=1024, metadata=_var("KUBEPROF_SPOOL_MAX_MB"))
+    spool_max_mb: int = field(default=DEFAULT_SPOOL_MAX_MB, metadata=_var("KUBEPROF_SPOOL_MAX_MB"))
     # The host's /proc (the agent pod runs with hostPID and mounts it elsewhere).
-    proc_root: Path = field(default=Path("/proc"), metadata=_var("KUBEPROF_PROC_ROOT"))
+    proc_root: Path = field(default=DEFAULT_PROC_ROOT, metadata=_var("KUBEPROF_PROC_ROOT"))
     # Collectors to run: "cpu" (eBPF sampler + Python frames), "nvml" (GPU metrics).
     collectors: tuple[str, ...] = field(default=("cpu",), metadata=_var("KUBEPROF_COLLECTORS"))
     # CPU sampling frequency in Hz.
@@ -67,14 +75,28 @@ class AgentSettings:
         default=DEFAULT_NVML_INTERVAL_S, metadata=_var("KUBEPROF_NVML_INTERVAL_S")
     )
     # Seconds between collector polls, i.e. the batch cadence.
-    poll_interval_s: float = field(default=1.0, metadata=_var("KUBEPROF_POLL_INTERVAL_S"))
+    poll_interval_s: float = field(
+        default=DEFAULT_POLL_INTERVAL_S, metadata=_var("KUBEPROF_POLL_INTERVAL_S")
+    )
     # Seconds between rescans of target pods and their processes.
-    rescan_interval_s: float = field(default=5.0, metadata=_var("KUBEPROF_RESCAN_INTERVAL_S"))
+    rescan_interval_s: float = field(
+        default=DEFAULT_RESCAN_INTERVAL_S, metadata=_var("KUBEPROF_RESCAN_INTERVAL_S")
+    )
     # Wall-clock end of the session (Unix seconds, millisecond precision); None: not
     # known yet (the API's answer tells). Written as 0 when None.
     end_time: float | None = field(default=None, metadata=_var("KUBEPROF_SESSION_END"))
     # Seconds to keep sending spooled batches at exit.
-    drain_timeout_s: float = field(default=60.0, metadata=_var("KUBEPROF_DRAIN_TIMEOUT_S"))
+    drain_timeout_s: float = field(
+        default=DEFAULT_DRAIN_TIMEOUT_S, metadata=_var("KUBEPROF_DRAIN_TIMEOUT_S")
+    )
+    # Receive CUDA kernels from the in-pod tracers on this socket ("": off).
+    gpu_socket: str = field(
+        default="", metadata=_var("KUBEPROF_AGENT_GPU_SOCKET", only_when_set=True)
+    )
+    # The target pods' folder of their tracers' control sockets (through /proc/<pid>/root).
+    gpu_ctl_dir: str = field(
+        default=DEFAULT_GPU_CTL_DIR, metadata=_var("KUBEPROF_AGENT_GPU_CTL_DIR", only_when_set=True)
+    )
     # Log level: DEBUG, INFO, WARNING.
     log_level: str = field(default="INFO", metadata=_var("KUBEPROF_LOG_LEVEL"))
 
@@ -82,13 +104,15 @@ class AgentSettings:
         """The container's `env` entries (NODE_NAME from the downward API)."""
         out: list[dict[str, Any]] = []
         for f in dataclasses.fields(self):
-            name = f.metadata["env"]
+            name, value = f.metadata["env"], getattr(self, f.name)
+            if f.metadata["only_when_set"] and value == f.default:
+                continue
             if name == NODE_NAME_ENV:
                 out.append(
                     {"name": name, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
                 )
             else:
-                out.append({"name": name, "value": _FORMAT[str(f.type)](getattr(self, f.name))})
+                out.append({"name": name, "value": _FORMAT[str(f.type)](value)})
         return out
 
     @classmethod
@@ -107,6 +131,16 @@ class AgentSettings:
                 raise ValueError(f"{name}={raw!r}: {exc}") from exc
         return cls(**kw)
 
+    def with_flags(
+        self, flags: Mapping[str, Any], renamed: Mapping[str, str] | None = None
+    ) -> AgentSettings:
+        """These settings with the fields a command line gives (argparse's `vars(args)`):
+        a flag whose destination, after `renamed`, is a field name replaces that field;
+        other flags are not settings and are left out."""
+        names, renamed = set(_ENV_NAMES), renamed or {}
+        given = {renamed.get(k, k): v for k, v in flags.items()}
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if k in names})
+
     @staticmethod
     def env_name(field_name: str) -> str:
         """The environment variable of one field (for help texts)."""
@@ -121,7 +155,7 @@ def _fmt_end(v: float | None) -> str:
     return "0" if v is None else f"{v:.3f}"
 
 
-def _parse_collectors(raw: str) -> tuple[str, ...]:
+def parse_collectors(raw: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in raw.split(",") if n.strip())
 
 
@@ -140,7 +174,7 @@ _PARSE: dict[str, Callable[[str], Any]] = {
     "Path": Path,
     "float": float,
     "float | None": lambda raw: float(raw or 0) or None,
-    "tuple[str, ...]": _parse_collectors,
+    "tuple[str, ...]": parse_collectors,
 }
 _ENV_NAMES = {f.name: f.metadata["env"] for f in dataclasses.fields(AgentSettings)}
 for _f in dataclasses.fields(AgentSettings):

@@ -27,6 +27,7 @@ from kubeprof.report.evidence import (
     targets,
     title,
 )
+from kubeprof.report.units import percent
 
 PHASE_COLOURS = {"startup": "#d6d6d6", "warmup": "#ffe082", "steady": "#90caf9", "tail": "#e1bee7"}
 SVG_W, SVG_H, BAR_H = 1000, 92, 60
@@ -97,7 +98,7 @@ def timeline_svg(a: Analysis) -> str:
         frac = min(1.0, busy / (tl.bucket_ns * tl.devices))
         h = frac * BAR_H
         idle = tl.idle_ratio(i)
-        tip = f"{seconds(i * tl.bucket_ns)}: busy {100 * frac:.0f} %, idle {pct(idle)}"
+        tip = f"{seconds(i * tl.bucket_ns)}: busy {percent(frac, digits=0)}, idle {pct(idle)}"
         w = max(0.6, bw - 0.3)
         parts.append(
             f"<g><title>{escape(tip)}</title>"
@@ -164,7 +165,7 @@ def idle_html(a: Analysis) -> str:
     c = a.cpu_during_idle
     if c is not None and c.frames:
         items = "".join(
-            f"<li>{e(f'{100 * f.share:.1f} %')} {link(Target('cpu', f.frame.label()))}</li>"
+            f"<li>{e(percent(f.share))} {link(Target('cpu', f.frame.label()))}</li>"
             for f in c.frames
         )
         out.append(f'<ol class="kp-idle-frames">{items}</ol>')

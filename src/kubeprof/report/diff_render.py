@@ -6,19 +6,20 @@ show the first `top` rows of each table, JSON every row.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 
 from kubeprof.report.session_diff import Row, SessionDiff, Side, Table
 from kubeprof.report.text import fit
+from kubeprof.report.units import percent
 
 
 def _s(ns: int) -> str:
     return f"{ns / 1e9:.3f}"
 
 
-def _pct(part: int, whole: int) -> str:
-    return f"{100.0 * part / whole:.1f}" if whole else "0.0"
+_pct = functools.partial(percent, sign="")  # inside "(12.5%)"
 
 
 def _signed(value: float, digits: int) -> str:

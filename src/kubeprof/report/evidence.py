@@ -8,11 +8,13 @@ link each finding to its frames.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 from kubeprof.analysis.findings import Finding, Kind
 from kubeprof.analysis.steady_idle import IdleFigure
+from kubeprof.report.units import in_unit, percent
 
 TITLES: dict[str, str] = {
     Kind.GPU_STARVED: "GPU starved by the CPU",
@@ -72,7 +74,7 @@ def targets(f: Finding) -> tuple[Target, ...]:
 def number(key: str, value: float) -> str:
     """An evidence number in words: shares as percentages, counts with separators."""
     if key.endswith(_RATIO_KEYS) or key.startswith("steady_idle"):
-        return f"{100 * value:.1f} %"
+        return percent(value)
     if float(value).is_integer() and abs(value) >= 1:
         return f"{int(value):,}"
     return f"{value:.3g}"
@@ -85,8 +87,8 @@ def number_name(key: str) -> str:
     return key.replace("_", " ")
 
 
-def pct(ratio: float | None) -> str:
-    return "not measured" if ratio is None else f"{100 * ratio:.1f} %"
+# A share of the window, e.g. `12.5 %`; "not measured" when no data backs it.
+pct = functools.partial(percent, missing="not measured")
 
 
 def figure_text(fig: IdleFigure) -> str:
@@ -96,5 +98,4 @@ def figure_text(fig: IdleFigure) -> str:
     return pct(fig.ratio)
 
 
-def seconds(ns: float) -> str:
-    return f"{ns / 1e9:.2f} s"
+seconds = functools.partial(in_unit, unit="s", digits=2)  # a span in seconds: `1.50 s`

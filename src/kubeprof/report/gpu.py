@@ -8,11 +8,13 @@ idle or attribution figure is shown, only why (``off_reason``) and NVML's labell
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from html import escape
 
 from kubeprof.analysis.gpu_idle import NVML, IdleFigure
 from kubeprof.analysis.gpu_summary import GpuSummary
+from kubeprof.report.units import in_unit, percent
 
 _SHOWN_METRICS = (
     "gpu_util_pct",
@@ -26,16 +28,9 @@ _SHOWN_METRICS = (
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f} ms"
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.1f} µs"
-
-
-def _pct(x: float | None) -> str:
-    return f"{100 * x:.1f} %" if x is not None else "-"
+_ms = functools.partial(in_unit, unit="ms", digits=2, grouped=True)
+_us = functools.partial(in_unit, unit="µs", digits=1, grouped=True)
+_pct = percent
 
 
 def _strip(values: tuple[float, ...], width: int = 60) -> str:
@@ -195,7 +190,8 @@ def render_gpu_html(
         act = s.devices_active.get(dev)
         bars = "".join(
             f'<span style="display:inline-block;width:4px;height:16px;background:'
-            f'rgba(118,185,0,{max(0.05, v):.2f})" title="{100 * v:.0f}% busy"></span>'
+            f'rgba(118,185,0,{max(0.05, v):.2f})" '
+            f'title="{percent(v, digits=0, sign="%")} busy"></span>'
             for v in s.timeline.get(dev, ())
         )
         rows.append(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kubeprof.model import FrameKind
 from kubeprof.report.text import function_key, function_label, function_times
+from kubeprof.report.units import in_unit, percent
 from kubeprof.reportdata import Report, WeightedStack
 
 
@@ -136,8 +137,8 @@ def _side(report: Report) -> Side:
         h = a.headline
         if h.ratio is not None:
             idle = (
-                f"GPU idle {100 * h.ratio:.1f} % of the steady state "
-                f"({(h.window.end_ns - h.window.start_ns) / 1e9:.2f} s)"
+                f"GPU idle {percent(h.ratio)} of the steady state "
+                f"({in_unit(h.window.end_ns - h.window.start_ns, 's', 2)})"
             )
         else:
             idle = f"GPU idle: not measured ({h.reason})"

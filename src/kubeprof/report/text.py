@@ -7,10 +7,12 @@ deterministic; lines are cut to ``width`` columns.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from kubeprof.model import Frame, FrameKind
+from kubeprof.report.units import percent
 from kubeprof.report.views import available_views, format_ns, view_info, view_stacks
 from kubeprof.reportdata import Profile, WeightedStack
 
@@ -34,9 +36,8 @@ def fit(text: str, width: int) -> str:
     return text if width <= 0 or len(text) <= width else text[: max(width - 3, 0)] + "..."
 
 
-def pct(part: float, whole: float) -> str:
-    """Fixed-width percentage; 0 of 0 is 0 %."""
-    return f"{(100.0 * part / whole) if whole else 0.0:6.2f}%"
+# A table's fixed-width percentage: ` 12.50%`; 0 of 0 is 0 %.
+pct = functools.partial(percent, digits=2, width=6, sign="%")
 
 
 def function_times(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubeprof.report.units import duration
 from kubeprof.reportdata import Profile, WeightedStack
 
 
@@ -66,12 +67,4 @@ def available_views(profile: Profile) -> list[str]:
     return views or ["cpu"]
 
 
-def format_ns(ns: float) -> str:
-    """Short human duration: 1.23 s, 45.6 ms, 789 us, 12 ns."""
-    if ns >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.0f} us"
-    return f"{ns:.0f} ns"
+format_ns = duration  # short human duration: 1.23 s, 45.6 ms, 789 us, 12 ns

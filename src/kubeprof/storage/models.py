@@ -17,7 +17,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
+
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 # Deterministic constraint names keep Alembic migrations identical on SQLite and Postgres.
 NAMING = {
@@ -27,6 +29,18 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+def _row_id() -> MappedColumn[int]:
+    """A row id: 64-bit on PostgreSQL (these tables outgrow 2**31 rows), SQLite's rowid."""
+    return mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+
+
+def _session_id(*, primary_key: bool = False) -> MappedColumn[int]:
+    """The owning session: its rows go when it is deleted."""
+    return mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=primary_key)
 
 
 class Base(DeclarativeBase):
@@ -42,7 +56,7 @@ class SessionRow(Base):
     name: Mapped[str] = mapped_column(String(253), unique=True)
     kind: Mapped[str] = mapped_column(String(16), default="local")  # local | cluster
     command: Mapped[str] = mapped_column(default="")
-    hz: Mapped[int] = mapped_column(Integer, default=99)
+    hz: Mapped[int] = mapped_column(Integer, default=DEFAULT_CPU_HZ)
     host: Mapped[str] = mapped_column(default="")
     status: Mapped[str] = mapped_column(String(32), default="running")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -57,9 +71,7 @@ class FrameRow(Base):
     """An interned frame; `hash` is the key (long C++ names would not fit a text index)."""
 
     __tablename__ = "frames"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    id: Mapped[int] = _row_id()
     hash: Mapped[int] = mapped_column(unique=True)
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str]
@@ -71,9 +83,7 @@ class StackRow(Base):
     """An interned stack: frame ids root first, as a comma-separated list."""
 
     __tablename__ = "stacks"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    id: Mapped[int] = _row_id()
     hash: Mapped[int] = mapped_column(unique=True)
     frame_ids: Mapped[str]
     depth: Mapped[int] = mapped_column(Integer)
@@ -83,10 +93,8 @@ class SampleRow(Base):
     """One CPU sample (per-sample rows keep timestamps for timelines and GPU correlation)."""
 
     __tablename__ = "samples"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    id: Mapped[int] = _row_id()
+    session_id: Mapped[int] = _session_id()
     node: Mapped[str] = mapped_column(default="")
     ts_ns: Mapped[int]
     pid: Mapped[int] = mapped_column(Integer)
@@ -102,7 +110,7 @@ class ProcessRow(Base):
 
     __tablename__ = "processes"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    session_id: Mapped[int] = _session_id()
     node: Mapped[str] = mapped_column(default="")
     pid: Mapped[int] = mapped_column(Integer)
     ppid: Mapped[int] = mapped_column(Integer, default=0)
@@ -117,10 +125,8 @@ class GpuActivityRow(Base):
     """A kernel, memcpy or memset on a GPU, with its launching stack when known."""
 
     __tablename__ = "gpu_activities"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    id: Mapped[int] = _row_id()
+    session_id: Mapped[int] = _session_id()
     node: Mapped[str] = mapped_column(default="")
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str]
@@ -148,10 +154,8 @@ class GpuMetricRow(Base):
     """A device or per-process GPU metric reading (NVML, GPM, PM sampling)."""
 
     __tablename__ = "gpu_metrics"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    id: Mapped[int] = _row_id()
+    session_id: Mapped[int] = _session_id()
     node: Mapped[str] = mapped_column(default="")
     ts_ns: Mapped[int]
     device: Mapped[int] = mapped_column(Integer)
@@ -166,9 +170,7 @@ class CounterRow(Base):
     """Named counters per session and node (samples lost, GPU records dropped, ...)."""
 
     __tablename__ = "counters"
-    session_id: Mapped[int] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[int] = _session_id(primary_key=True)
     node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[int] = mapped_column(default=0)
@@ -178,9 +180,7 @@ class GpuTracerRow(Base):
     """The latest answer of each injected GPU tracer a session's agent switched (or tried)."""
 
     __tablename__ = "gpu_tracers"
-    session_id: Mapped[int] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[int] = _session_id(primary_key=True)
     node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
     pod_uid: Mapped[str] = mapped_column(String(64), primary_key=True)
     socket: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -193,9 +193,7 @@ class IngestedBatchRow(Base):
     """Ids of batches already stored, so a retried batch is stored once."""
 
     __tablename__ = "ingested_batches"
-    session_id: Mapped[int] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[int] = _session_id(primary_key=True)
     batch_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     agent: Mapped[str] = mapped_column(String(253), default="")
     rows: Mapped[int] = mapped_column(default=0)
@@ -210,9 +208,7 @@ class SessionAggregateRow(Base):
     """
 
     __tablename__ = "session_aggregates"
-    session_id: Mapped[int] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[int] = _session_id(primary_key=True)
     scope: Mapped[str] = mapped_column(String(8), primary_key=True)  # session | node | pod
     key: Mapped[str] = mapped_column(String(253), primary_key=True)  # "" | node | pod uid
     samples: Mapped[int] = mapped_column(default=0)
@@ -231,9 +227,7 @@ class StackCountRow(Base):
     """
 
     __tablename__ = "stack_counts"
-    session_id: Mapped[int] = mapped_column(
-        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
-    )
+    session_id: Mapped[int] = _session_id(primary_key=True)
     bucket: Mapped[int] = mapped_column(primary_key=True)
     node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
     pid: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -251,10 +245,8 @@ class OffCpuSampleRow(Base):
     """
 
     __tablename__ = "offcpu_samples"
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    id: Mapped[int] = _row_id()
+    session_id: Mapped[int] = _session_id()
     node: Mapped[str] = mapped_column(default="")
     ts_ns: Mapped[int]  # CLOCK_MONOTONIC ns when the thread left the CPU
     pid: Mapped[int] = mapped_column(Integer)

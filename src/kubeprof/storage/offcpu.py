@@ -32,6 +32,7 @@ def write(
         return 0
     stacks = [s.stack for s in samples if s.stack]
     ids = interner.stack_ids_for(conn, stacks) if stacks else {}
+    # The off_cpu_samples columns; they start like store's samples rows by schema design.
     rows = [
         {
             "session_id": session_id,

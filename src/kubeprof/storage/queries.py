@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
@@ -32,6 +33,9 @@ from kubeprof.storage.models import (
     SessionRow,
     StackCountRow,
 )
+
+# A gpu_metrics row's columns carry GpuMetricSample's field names: its fields, in order.
+_METRIC_FIELDS = attrgetter(*(f.name for f in fields(GpuMetricSample)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,14 +299,7 @@ def _gpu_metric_rows(
     return [
         (
             r.node,
-            GpuMetricSample(
-                ts_ns=r.ts_ns,
-                device=r.device,
-                metric=r.metric,
-                value=r.value,
-                pid=r.pid,
-                correlation_id=r.correlation_id,
-            ),
+            GpuMetricSample(*_METRIC_FIELDS(r)),
         )
         for r in conn.execute(q)
     ]

@@ -11,11 +11,12 @@ import json
 import socket
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.models import SessionRow
 
@@ -46,13 +47,23 @@ def _row(
     }
 
 
+class NewSession(TypedDict, total=False):
+    """The optional fields of a new session, as `create` takes them (Store passes them on)."""
+
+    kind: str
+    command: str
+    hz: int
+    start_ns: int
+    meta: Mapping[str, str] | None
+
+
 def create(
     conn: Connection,
     name: str,
     *,
     kind: str = "local",
     command: str = "",
-    hz: int = 99,
+    hz: int = DEFAULT_CPU_HZ,
     start_ns: int = 0,
     meta: Mapping[str, str] | None = None,
 ) -> int:

@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import migrate, offcpu, sessions, stack_counts
+from kubeprof.storage import migrate, models, offcpu, sessions, stack_counts
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
-from kubeprof.storage.models import (
-    CounterRow,
-    GpuActivityRow,
-    GpuMetricRow,
-    GpuTracerRow,
-    ProcessRow,
-    SampleRow,
-    SessionAggregateRow,
-)
 from kubeprof.store_location import default_url, prepare_sqlite_path
 
 
@@ -87,21 +78,11 @@ class Store:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def create_session(
-        self,
-        name: str,
-        *,
-        kind: str = "local",
-        command: str = "",
-        hz: int = 99,
-        start_ns: int = 0,
-        meta: Mapping[str, str] | None = None,
-    ) -> int:
-        """Create a session; a taken name gets a numeric suffix. Returns its id."""
+    def create_session(self, name: str, **fields: Unpack[sessions.NewSession]) -> int:
+        """Create a session (`sessions.create`: its fields and their defaults); a taken
+        name gets a numeric suffix. Returns its id."""
         with self.engine.begin() as conn:
-            return sessions.create(
-                conn, name, kind=kind, command=command, hz=hz, start_ns=start_ns, meta=meta
-            )
+            return sessions.create(conn, name, **fields)
 
     def finish_session(
         self,
@@ -142,7 +123,7 @@ def write_batch(
         }
         for s in batch.samples
     ]
-    insert_rows(conn, SampleRow, samples)
+    insert_rows(conn, models.SampleRow, samples)
     stack_counts.add_counts(
         conn,
         stack_counts.count_rows(
@@ -177,7 +158,7 @@ def write_batch(
         }
         for a in batch.gpu_activities
     ]
-    insert_rows(conn, GpuActivityRow, activities)
+    insert_rows(conn, models.GpuActivityRow, activities)
     metrics = [
         {
             "session_id": session_id,
@@ -191,7 +172,7 @@ def write_batch(
         }
         for m in batch.gpu_metrics
     ]
-    insert_rows(conn, GpuMetricRow, metrics)
+    insert_rows(conn, models.GpuMetricRow, metrics)
     _upsert_processes(conn, session_id, node, batch)
     _add_counters(conn, session_id, node, batch.counters)
     _upsert_tracers(conn, session_id, node, batch)
@@ -210,51 +191,47 @@ def _upsert_tracers(conn: Connection, session_id: int, node: str, batch: Batch) 
     """The latest answer per (pod, control socket) wins: the agent re-sends on change."""
     if not batch.gpu_tracers:
         return
+    updated = ("pid", "state", "reason")
     rows = {
         (t.pod_uid, t.socket): {
             "session_id": session_id,
             "node": node,
             "pod_uid": t.pod_uid,
             "socket": t.socket,
-            "pid": t.pid,
-            "state": t.state,
-            "reason": t.reason,
+            **{k: getattr(t, k) for k in updated},
         }
         for t in batch.gpu_tracers
     }
-    stmt = dialect_insert(conn, GpuTracerRow)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["session_id", "node", "pod_uid", "socket"],
-        set_={k: getattr(stmt.excluded, k) for k in ("pid", "state", "reason")},
-    )
-    conn.execute(stmt, list(rows.values()))
+    _upsert(conn, models.GpuTracerRow, list(rows.values()), ("pod_uid", "socket"), updated)
 
 
 def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
     if not batch.processes:
         return
+    updated = ("ppid", "name", "cmdline", "container_id", "pod_uid")
     rows = {
-        p.pid: {
-            "session_id": session_id,
-            "node": node,
-            "pid": p.pid,
-            "ppid": p.ppid,
-            "name": p.name,
-            "cmdline": p.cmdline,
-            "container_id": p.container_id,
-            "pod_uid": p.pod_uid,
-        }
+        p.pid: {"session_id": session_id, "node": node, "pid": p.pid}
+        | {k: getattr(p, k) for k in updated}
         for p in batch.processes
     }
-    stmt = dialect_insert(conn, ProcessRow)
+    _upsert(conn, models.ProcessRow, list(rows.values()), ("pid",), updated)
+
+
+def _upsert(
+    conn: Connection,
+    row: type[models.Base],
+    rows: list[dict[str, Any]],
+    key: tuple[str, ...],
+    updated: tuple[str, ...],
+) -> None:
+    """Insert `rows` of a node's table keyed by (session, node, *key); a row already there
+    takes the `updated` columns of the new one."""
+    stmt = dialect_insert(conn, row)
     stmt = stmt.on_conflict_do_update(
-        index_elements=["session_id", "node", "pid"],
-        set_={
-            k: getattr(stmt.excluded, k)
-            for k in ("ppid", "name", "cmdline", "container_id", "pod_uid")
-        },
+        index_elements=["session_id", "node", *key],
+        set_={k: getattr(stmt.excluded, k) for k in updated},
     )
-    conn.execute(stmt, list(rows.values()))
+    conn.execute(stmt, rows)
 
 
 def _add_counters(
@@ -262,10 +239,10 @@ def _add_counters(
 ) -> None:
     if not counters:
         return
-    stmt = dialect_insert(conn, CounterRow)
+    stmt = dialect_insert(conn, models.CounterRow)
     stmt = stmt.on_conflict_do_update(
         index_elements=["session_id", "node", "name"],
-        set_={"value": CounterRow.__table__.c.value + stmt.excluded.value},
+        set_={"value": models.CounterRow.__table__.c.value + stmt.excluded.value},
     )
     conn.execute(
         stmt,
@@ -281,7 +258,7 @@ def upsert_session_aggregates(conn: Connection, rows: Sequence[Mapping[str, Any]
     key): re-running an aggregation (after an operator restart) changes nothing."""
     if not rows:
         return
-    ins = dialect_insert(conn, SessionAggregateRow)
+    ins = dialect_insert(conn, models.SessionAggregateRow)
     stmt = ins.on_conflict_do_update(
         index_elements=["session_id", "scope", "key"],
         set_={

@@ -131,15 +131,8 @@ def flamegraph(
             max(0.0, (b[0] * BUCKET_NS - info.start_ns) / 1e9),
             ((b[1] + 1) * BUCKET_NS - info.start_ns) / 1e9,
         ]
-    return {
-        "kinds": KINDS,
-        "palette": PALETTE,
-        "initial": view,
-        "views": {view: payload},
-        "range": rng,
-        "stacks": len(stacks),
-        "top": top_functions(stacks),  # of exactly this graph: per pod, GPU and time range
-    }
+    # top: of exactly this graph (per pod, GPU and time range)
+    return _page(view, payload, range=rng, stacks=len(stacks), top=top_functions(stacks))
 
 
 def diff(
@@ -154,11 +147,9 @@ def diff(
     n = view_stacks(conn, new, view)
     bn, nn = "/".join(ref_of(base)), "/".join(ref_of(new))
     payload = diff_payload(b, n, view=view, base_name=bn, new_name=nn)
-    return {
-        "kinds": KINDS,
-        "palette": PALETTE,
-        "initial": view,
-        "views": {view: payload},
-        "base": bn,
-        "new": nn,
-    }
+    return _page(view, payload, base=bn, new=nn)
+
+
+def _page(view: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """What the flame graph page draws: one view's payload, the colours and `extra`."""
+    return {"kinds": KINDS, "palette": PALETTE, "initial": view, "views": {view: payload}, **extra}

@@ -1,4 +1,4 @@
-"""Building collectors by name: failures reported and skipped, stand-ins, the child's env."""
+"""Building collectors by name: failures reported and skipped, the child's env."""
 
 from __future__ import annotations
 
@@ -30,26 +30,12 @@ def _fails(msg: str):
 
 def test_one_failing_collector_does_not_stop_the_others():
     table = {"cpu": _fails("no BPF here"), "nvml": lambda o: Built(Fake(f"nvml@{o.hz}"))}
-    out = start(["cpu", "nvml", "nope"], CollectorOptions(hz=49), factories=table, fallbacks={})
+    out = start(["cpu", "nvml", "nope"], CollectorOptions(hz=49), factories=table)
     assert list(out.running) == ["nvml"] and out.running["nvml"].label == "nvml@49"
     assert str(out.failed["cpu"]) == "no BPF here"
     assert isinstance(out.failed["nope"], LookupError) and "known: cpu, nvml" in str(
         out.failed["nope"]
     )
-
-
-def test_stand_in_runs_under_the_first_choice_name_with_a_note():
-    table = {"cpu": _fails("no BPF here"), "pyspy": lambda _o: Built(Fake("pyspy"))}
-    out = start(["cpu"], CollectorOptions(), factories=table, fallbacks={"cpu": "pyspy"})
-    assert out.running["cpu"].label == "pyspy" and not out.failed
-    assert out.notes == ["collector cpu: no BPF here; using pyspy instead"]
-
-
-def test_failed_stand_in_keeps_the_first_cause():
-    table = {"cpu": _fails("no BPF here"), "pyspy": _fails("no ptrace")}
-    out = start(["cpu"], CollectorOptions(), factories=table, fallbacks={"cpu": "pyspy"})
-    assert str(out.failed["cpu"]) == "no BPF here" and not out.running
-    assert "stand-in pyspy failed too" in out.notes[0] and "no ptrace" in out.notes[0]
 
 
 def test_env_for_the_child_is_collected_and_stop_all_stops():
@@ -65,6 +51,5 @@ def test_env_for_the_child_is_collected_and_stop_all_stops():
 
 def test_real_table_names_and_gpu_needs_a_socket():
     assert {"cpu", "gpu", "nvml"} <= set(collectors.FACTORIES)
-    assert all(v in collectors.FACTORIES for v in collectors.FALLBACKS.values())
     with pytest.raises(ValueError, match="socket"):
         collectors.FACTORIES["gpu"](CollectorOptions())

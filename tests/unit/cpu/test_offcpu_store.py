@@ -3,6 +3,8 @@ waits weighted by their wall time (a thread that only waited included)."""
 
 from __future__ import annotations
 
+import json
+
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, OffCpuSample, OffCpuSource
 from kubeprof.protocol import codec
 from kubeprof.storage import offcpu, queries
@@ -36,7 +38,7 @@ def test_codec_refuses_a_negative_blocked_time_naming_the_field():
     doc = codec.to_dict(Batch(offcpu_samples=(_wait(8, 5),)), batch_id="b", node="")
     doc["offcpu_samples"][0][4] = -1
     try:
-        codec.from_dict(doc)
+        codec.decode(json.dumps(doc).encode())
     except codec.CodecError as exc:
         assert "offcpu_samples[0].blocked_ns" in str(exc)
     else:

@@ -339,4 +339,4 @@ def test_deep_without_its_settings_is_a_clear_error(tmp_path, capsys, monkeypatc
     (tmp_path / "empty").write_text("\n")
     args = [a.format(empty=tmp_path / "empty", missing=tmp_path / "nope") for a in extra]
     rc = main(["--node-name", "a", "--replay", str(replay), "--deep", *args])
-    assert rc == 2 and says in capsys.readouterr().out
+    assert rc == 2 and says in capsys.readouterr().err

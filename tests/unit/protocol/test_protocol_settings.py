@@ -39,6 +39,8 @@ def _as_pod_sees_it(env: list[dict], node: str) -> dict[str, str]:
             rescan_interval_s=0.5,
             end_time=1700000000.5,
             drain_timeout_s=3.0,
+            gpu_socket="/run/kubeprof/rx/u-1.sock",
+            gpu_ctl_dir="/c",
             log_level="DEBUG",
         ),
     ],
@@ -49,9 +51,12 @@ def test_to_env_then_from_env_is_the_same_object(settings):
 
 
 def test_every_field_is_written_once_and_node_name_comes_from_the_downward_api():
-    env = AgentSettings(node_name="ignored").to_env()
+    env = AgentSettings(node_name="ignored", gpu_socket="/s", gpu_ctl_dir="/c").to_env()
     names = [e["name"] for e in env]
     assert len(names) == len(set(names)) == len(AgentSettings.__dataclass_fields__)
+    # The GPU receiver's variables are written only when the operator switches it on.
+    off = {e["name"] for e in AgentSettings().to_env()}
+    assert set(names) - off == {"KUBEPROF_AGENT_GPU_SOCKET", "KUBEPROF_AGENT_GPU_CTL_DIR"}
     node = next(e for e in env if e["name"] == "NODE_NAME")
     assert node == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
@@ -83,3 +88,13 @@ def test_agent_flags_default_to_the_environment():
     assert (args.hz, args.node_name, args.end_time) == (49, "n1", 12.5)
     defaults = build_parser({}).parse_args([])
     assert (defaults.hz, defaults.end_time, defaults.collectors) == (DEFAULT_CPU_HZ, None, "cpu")
+
+
+def test_flags_replace_the_fields_they_name_and_nothing_else():
+    from kubeprof.agent.cluster.main import _settings, build_parser
+
+    flags = {"hz": 49, "spool_dir": Path("/s"), "listen": "0.0.0.0:1"}
+    s = AgentSettings().with_flags(flags, {"hz": "cpu_hz"})
+    assert s == AgentSettings(cpu_hz=49, spool_dir=Path("/s"))
+    args = build_parser({}).parse_args(["--hz", "7", "--collectors", "cpu, nvml", "--pod-uid", "u"])
+    assert _settings(args) == AgentSettings(cpu_hz=7, collectors=("cpu", "nvml"))

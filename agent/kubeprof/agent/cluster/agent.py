@@ -27,6 +27,11 @@ from kubeprof.agent.driver import Collector, Driver
 from kubeprof.agent.sinks import SpoolSink
 from kubeprof.model import Batch, GpuTracerState, ProcessInfo
 from kubeprof.protocol.phases import ACTIVE, Phase
+from kubeprof.protocol.settings import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_RESCAN_INTERVAL_S,
+)
 
 log = logging.getLogger("kubeprof.agent")
 
@@ -38,10 +43,11 @@ class AgentConfig:
     node: str  # this node's name (NODE_NAME, from the downward API)
     namespace: str  # namespace of the ProfilingSession
     session: str  # name of the ProfilingSession
-    poll_interval_s: float = 1.0  # how often collectors are polled and a batch spooled
-    rescan_interval_s: float = 5.0  # how often targets and /proc are re-read
+    # how often collectors are polled and a batch spooled
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    rescan_interval_s: float = DEFAULT_RESCAN_INTERVAL_S  # how often targets, /proc are read
     end_time: float | None = None  # wall-clock (epoch) end of the session, if known
-    drain_timeout_s: float = 60.0  # how long to keep sending at exit
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S  # how long to keep sending at exit
     static_targets: tuple[str, ...] = ()  # pod UIDs to profile without asking the API
 
 

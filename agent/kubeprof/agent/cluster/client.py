@@ -1,4 +1,7 @@
-"""HTTP client of the operator's ingest API (stdlib only: the agent image stays small).
+"""HTTP client of the operator's API (stdlib only: the agent image stays small).
+
+`OperatorClient` is the one way an agent talks to the operator (a session's batches and
+targets through `IngestClient`, the light agent's heartbeats through `call`).
 
 Every answer is sorted into one of four outcomes the shipper acts on: stored, retry later
 (network, 5xx, 429, 503 "database down"), reject this batch (4xx about the body), or the
@@ -50,31 +53,16 @@ def classify(status: int) -> Outcome:
     return Outcome.RETRY
 
 
-class IngestClient:
-    """Talks to one session's ingest endpoints with the session's bearer token."""
+class OperatorClient:
+    """Calls the operator's API with one bearer token; every answer is an `Answer`."""
 
-    def __init__(
-        self, base_url: str, namespace: str, session: str, token: str, *, timeout_s: float = 30.0
-    ) -> None:
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
-        self.namespace, self.session = namespace, session
         self._auth = f"Bearer {token}"
         self.timeout_s = timeout_s
 
-    def post_batch(self, body: bytes, batch_id: str) -> Answer:
-        """POST one gzip-compressed batch."""
-        headers = {
-            "Content-Type": "application/json",
-            "Content-Encoding": "gzip",
-            routes.BATCH_ID_HEADER: batch_id,
-        }
-        return self._call("POST", routes.batches_path(self.namespace, self.session), body, headers)
-
-    def targets(self, node: str) -> Answer:
-        """GET the session's target pods on `node` and its phase and end time."""
-        return self._call("GET", routes.targets_path(self.namespace, self.session, node), None, {})
-
-    def _call(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+    def call(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+        """One request; a network error is an answer with status 0 (RETRY), never raised."""
         req = urllib.request.Request(
             self.base_url + path,
             data=body,
@@ -95,3 +83,26 @@ class IngestClient:
         if not isinstance(data, dict):
             data = {}
         return Answer(classify(status), status, str(data.get("message", "")), data)
+
+
+class IngestClient(OperatorClient):
+    """Talks to one session's ingest endpoints with the session's bearer token."""
+
+    def __init__(
+        self, base_url: str, namespace: str, session: str, token: str, *, timeout_s: float = 30.0
+    ) -> None:
+        super().__init__(base_url, token, timeout_s=timeout_s)
+        self.namespace, self.session = namespace, session
+
+    def post_batch(self, body: bytes, batch_id: str) -> Answer:
+        """POST one gzip-compressed batch."""
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            routes.BATCH_ID_HEADER: batch_id,
+        }
+        return self.call("POST", routes.batches_path(self.namespace, self.session), body, headers)
+
+    def targets(self, node: str) -> Answer:
+        """GET the session's target pods on `node` and its phase and end time."""
+        return self.call("GET", routes.targets_path(self.namespace, self.session, node), None, {})

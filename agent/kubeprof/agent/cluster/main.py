@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kubeprof.protocol.settings import AgentSettings
+from kubeprof.protocol.settings import AgentSettings, parse_collectors
 from kubeprof.safe_text import escape_logs
 
 DESCRIPTION = """\
@@ -33,6 +33,8 @@ example (by hand, outside Kubernetes):
 """
 
 
+# One flag per AgentSettings field, each naming its variable: the repeated add_argument
+# shape is declaration (as in light/main.py), not logic to share.
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """Flags whose defaults are the settings in `environ` (os.environ by default)."""
     s = AgentSettings.from_env(os.environ if environ is None else environ)
@@ -165,20 +167,19 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="profile this pod UID without asking the API for targets "
         "(repeatable; for use outside a session DaemonSet)",
     )
-    env = os.environ if environ is None else environ
     p.add_argument(
         "--gpu-socket",
-        default=env.get("KUBEPROF_AGENT_GPU_SOCKET", ""),
+        default=s.gpu_socket,
         help="receive CUDA kernels from the dormant tracers the injection webhook "
         "put into pods: listen on this socket (its name, the session's uid, is "
         "what `on`/`off` carry) and switch the target pods' tracers on for the "
-        "session (env KUBEPROF_AGENT_GPU_SOCKET; default off)",
+        f"session (env {e('gpu_socket')}; default off)",
     )
     p.add_argument(
         "--gpu-ctl-dir",
-        default=env.get("KUBEPROF_AGENT_GPU_CTL_DIR", "/run/kubeprof/ctl"),
+        default=s.gpu_ctl_dir,
         help="the folder, inside target pods, of their tracers' control sockets; "
-        "reached through /proc/<pid>/root (env KUBEPROF_AGENT_GPU_CTL_DIR, "
+        f"reached through /proc/<pid>/root (env {e('gpu_ctl_dir')}, "
         "default %(default)s)",
     )
     p.add_argument(
@@ -210,6 +211,22 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
+# Flags whose destination differs from their AgentSettings field (the rest are the same).
+_RENAMED = {
+    "hz": "cpu_hz",
+    "nvml_interval": "nvml_interval_s",
+    "poll_interval": "poll_interval_s",
+    "rescan_interval": "rescan_interval_s",
+    "drain_timeout": "drain_timeout_s",
+}
+
+
+def _settings(args: argparse.Namespace) -> AgentSettings:
+    """The settings the flags (each defaulting to its environment variable) spell."""
+    flags = {**vars(args), "collectors": parse_collectors(args.collectors)}
+    return AgentSettings().with_flags(flags, _RENAMED)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -228,58 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kubeprof agent: error: {problem}", file=sys.stderr)
         return 2
 
-    from kubeprof.agent import collectors
-    from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent, read_token
-    from kubeprof.agent.cluster.client import IngestClient
-    from kubeprof.agent.cluster.discovery import Discovery
-    from kubeprof.agent.cluster.spool import Spool
-    from kubeprof.protocol.settings import spool_folder
+    from kubeprof.agent.cluster.agent import read_token
+    from kubeprof.agent.cluster.assemble import build_node_agent
 
-    config = AgentConfig(
-        node=args.node_name,
-        namespace=args.namespace,
-        session=args.session,
-        poll_interval_s=args.poll_interval,
-        rescan_interval_s=args.rescan_interval,
-        end_time=args.end_time,
-        drain_timeout_s=args.drain_timeout,
-        static_targets=tuple(args.pod_uid),
+    agent = build_node_agent(
+        _settings(args), read_token(args.token_file), static_targets=tuple(args.pod_uid)
     )
-    client = IngestClient(
-        args.ingest_url, args.namespace, args.session, read_token(args.token_file)
-    )
-    spool = Spool(
-        args.spool_dir / spool_folder(args.namespace, args.session, args.session_uid),
-        max_bytes=args.spool_max_mb << 20,
-    )
-    names = [n.strip() for n in args.collectors.split(",") if n.strip()]
-    if args.gpu_socket and "gpu" not in names:
-        names.append("gpu")
-    started = collectors.start(
-        names,
-        collectors.CollectorOptions(
-            hz=args.hz,
-            nvml_interval_s=args.nvml_interval,
-            gpu_socket=args.gpu_socket or None,
-            offcpu_min_us=args.offcpu_min_us,
-            offcpu_every=args.offcpu_every,
-        ),
-    )
-    running, failed = started.running, started.failed
-    agent = NodeAgent(config, client, spool, running, Discovery(args.proc_root))
-    if args.gpu_socket and "gpu" in running:
-        from kubeprof.agent.cluster.tracers import TracerSwitchboard
-
-        # `on <name>` sends the tracers to <dir of their KUBEPROF_GPU_SOCKET>/<name>.sock,
-        # the folder this socket is in (build.gpu_receiver: the session's uid).
-        agent.tracers = TracerSwitchboard(
-            Path(args.gpu_socket).stem, args.gpu_ctl_dir, args.proc_root
-        )
-        running["gpu"].accept_peer = agent.is_target_process  # type: ignore[attr-defined]
-    for note in started.notes:
-        logging.getLogger("kubeprof.agent").warning("%s", note)
-    if failed:
-        agent.sink.write(collectors_failed_batch(failed))
 
     def on_signal(signum: int, _frame: object) -> None:
         logging.getLogger("kubeprof.agent").info("signal %d: finishing", signum)
@@ -287,19 +258,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    logging.getLogger("kubeprof.agent").info(
-        "agent for %s/%s on node %s: collectors %s%s",
-        args.namespace,
-        args.session,
-        args.node_name,
-        ",".join(running) or "none",
-        f" (off: {', '.join(failed)})" if failed else "",
-    )
     return agent.run()
-
-
-def collectors_failed_batch(failed: Mapping[str, object]):  # noqa: ANN201 - Batch, lazily imported
-    """A counters-only batch telling the operator which collectors could not start."""
-    from kubeprof.model import Batch
-
-    return Batch(counters={f"collector_off_{name}": 1 for name in failed})

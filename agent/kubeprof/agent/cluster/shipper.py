@@ -42,6 +42,7 @@ class Backoff:
         self.attempt = 0
 
 
+# Plain counters: the likeness to other counter dataclasses (analysis's) is only shape.
 @dataclass
 class Stats:
     """What the shipper did, for logs and the agent's exit summary."""
@@ -102,32 +103,22 @@ class Shipper:
                     dest,
                 )
                 continue
+            # Forbidden, session over or unavailable: stop this pass, the batch stays.
+            why = self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
             if ans.outcome is Outcome.FORBIDDEN:
                 self.forbidden = True
-                self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
-                log.error(
-                    "ingest refused our credentials (HTTP %s: %s); batches stay spooled",
-                    ans.status,
-                    ans.detail,
-                )
-                return False
-            if ans.outcome is Outcome.SESSION_OVER:
+                log.error("ingest refused our credentials (%s); batches stay spooled", why)
+            elif ans.outcome is Outcome.SESSION_OVER:
                 self.session_over = True
-                self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
+                left = len(self.spool.pending())
                 log.warning(
-                    "session no longer accepts data (HTTP %s: %s); %d batch(es) left in the spool",
-                    ans.status,
-                    ans.detail,
-                    len(self.spool.pending()),
+                    "session no longer accepts data (%s); %d batch(es) left in the spool", why, left
                 )
-                return False
-            self.stats.retries += 1
-            self.stats.last_error = f"HTTP {ans.status}: {ans.detail}"
-            log.warning(
-                "ingest unavailable (%s); batch %s stays spooled, retrying",
-                self.stats.last_error,
-                item.batch_id,
-            )
+            else:
+                self.stats.retries += 1
+                log.warning(
+                    "ingest unavailable (%s); batch %s stays spooled, retrying", why, item.batch_id
+                )
             return False
         return True
 

@@ -186,9 +186,6 @@ class Spool:
         finally:
             os.close(fd)
 
-    def total_bytes(self) -> int:
-        return sum(s.size for s in self.pending())
-
     def _enforce_limit(self) -> None:
         """Drop the oldest batches past max_bytes, so a long outage cannot fill the node's disk."""
         items = self.pending()

@@ -26,6 +26,7 @@ from pathlib import Path
 from kubeprof.agent.cluster.cgroups import parse_proc_cgroup
 from kubeprof.agent.gpu import control
 from kubeprof.model import GpuTracerState, ProcessInfo
+from kubeprof.protocol.settings import DEFAULT_GPU_CTL_DIR
 
 log = logging.getLogger("kubeprof.agent")
 
@@ -37,7 +38,7 @@ class TracerSwitchboard:
     """Which control sockets this agent turned on, and why others would not turn on."""
 
     session: str  # this agent's receiver name (the session's uid): sent with on/off
-    ctl_dir: str = "/run/kubeprof/ctl"  # the control-socket folder inside each pod
+    ctl_dir: str = DEFAULT_GPU_CTL_DIR  # the control-socket folder inside each pod
     proc_root: Path = Path("/proc")
     timeout_s: float = 2.0
     # pid (our pid namespace) -> pod uid, "" when not a pod process; default: its cgroup

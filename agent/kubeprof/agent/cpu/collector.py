@@ -20,6 +20,7 @@ from kubeprof.agent.cpu.cpython_code import CodeReader
 from kubeprof.agent.cpu.merge import interleave
 from kubeprof.agent.cpu.native_unwind import Memo, unwind
 from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs, blocked_threads, state_name
+from kubeprof.agent.cpu.records import on_cpu, waiting
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
 from kubeprof.agent.cpu.symbolize import Symbolizer
 from kubeprof.agent.cpu.syscalls import syscall_name
@@ -295,32 +296,16 @@ class CpuCollector:
         """An off-CPU record: the stack it waited in and why (the syscall, else its state)."""
         self._total_waits += 1
         reason = syscall_name(rec.syscall_nr) if rec.syscall_nr >= 0 else state_name(rec.state)
-        every = max(self.offcpu.every, 1)
-        return OffCpuSample(
-            ts_ns=rec.ts_ns,
-            pid=rec.pid,
-            tid=rec.tid,
-            thread=rec.comm,
-            blocked_ns=rec.blocked_ns,
-            weight_ns=rec.blocked_ns * every,
-            reason=reason,
-            source=OffCpuSource.BPF_SCHED.value,
-            stack=self._user_stack(rec),
-        )
+        weight = rec.blocked_ns * max(self.offcpu.every, 1)
+        stack = self._user_stack(rec)
+        return waiting(rec, rec.blocked_ns, weight, reason, OffCpuSource.BPF_SCHED, stack)
 
     def _sample(self, rec: RawRecord) -> CpuSample:
         stack = self._user_stack(rec)
         if rec.kstack:
             stack = (*stack, *self._symbolizer.kernel_stack(rec.kstack))
         self._total += 1
-        return CpuSample(
-            ts_ns=rec.ts_ns,
-            pid=rec.pid,
-            tid=rec.tid,
-            thread=rec.comm,
-            cpu=rec.cpu,
-            stack=stack,
-        )
+        return on_cpu(rec, rec.cpu, stack)
 
     def _user_stack(self, rec: RawRecord) -> Stack:
         """Native frames with the Python frames interleaved, root first (cached)."""

@@ -54,6 +54,8 @@ class Layout:
         return f"{self.version[0]}.{self.version[1]}"
 
 
+# One row per CPython minor version: the rows look alike by design (same fields, other
+# offsets), each checked against its interpreter's headers; not code to share.
 LAYOUTS: dict[tuple[int, int], Layout] = {
     (3, 10): Layout(
         version=(3, 10),

@@ -1,13 +1,16 @@
 """C++ symbol names made readable, through libstdc++'s own `__cxa_demangle`.
 
 The demangler the C++ runtime ships is the reference (it is what `c++filt` and gdb use);
-where libstdc++ is missing the mangled name is kept, which is still a correct name.
+where libstdc++ is missing the mangled name is kept, which is still a correct name. One
+demangler for the agent: CPU frames name by name, GPU kernel names by the batch
+(`demangle_many`), in process and without a `c++filt` child.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import Any
 
@@ -43,3 +46,9 @@ def demangle(name: str) -> str:
         return ctypes.string_at(out).decode(errors="replace")
     finally:
         free(out)
+
+
+def demangle_many(names: Iterable[str]) -> dict[str, str]:
+    """Each distinct mangled name (``_Z...``) of `names` -> its demangled form (or itself);
+    names that are not mangled are left out."""
+    return {n: demangle(n) for n in dict.fromkeys(names) if n.startswith("_Z")}

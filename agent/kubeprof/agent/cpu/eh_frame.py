@@ -41,35 +41,34 @@ def _uleb(d: bytes, i: int) -> tuple[int, int]:
 
 
 def _sleb(d: bytes, i: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        b = d[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            if b & 0x40:
-                v -= 1 << shift
-            return v, i
+    v, j = _uleb(d, i)
+    bits = 7 * (j - i)
+    if d[j - 1] & 0x40:  # the last byte's sign bit
+        v -= 1 << bits
+    return v, j
+
+
+# DW_EH_PE value formats of a fixed width: absptr, udata2/4/8, sdata2/4/8 (little-endian).
+_FIXED_WIDTH = {
+    fmt: struct.Struct(code)
+    for fmt, code in (
+        (0x00, "<Q"),
+        (0x02, "<H"),
+        (0x03, "<I"),
+        (0x04, "<Q"),
+        (0x0A, "<h"),
+        (0x0B, "<i"),
+        (0x0C, "<q"),
+    )
+}
 
 
 def _encoded(d: bytes, i: int, enc: int, base_pc: int) -> tuple[int, int]:
     """A DW_EH_PE-encoded pointer at d[i]; base_pc is the address of d[i] (pcrel)."""
     fmt = enc & 0x0F
-    if fmt == 0x00:
-        (v,), n = struct.unpack_from("<Q", d, i), 8
-    elif fmt == 0x03:
-        (v,), n = struct.unpack_from("<I", d, i), 4
-    elif fmt == 0x0B:
-        (v,), n = struct.unpack_from("<i", d, i), 4
-    elif fmt == 0x04:
-        (v,), n = struct.unpack_from("<Q", d, i), 8
-    elif fmt == 0x0C:
-        (v,), n = struct.unpack_from("<q", d, i), 8
-    elif fmt == 0x02:
-        (v,), n = struct.unpack_from("<H", d, i), 2
-    elif fmt == 0x0A:
-        (v,), n = struct.unpack_from("<h", d, i), 2
+    fixed = _FIXED_WIDTH.get(fmt)
+    if fixed is not None:
+        (v,), n = fixed.unpack_from(d, i), fixed.size
     elif fmt == 0x01:
         v, j = _uleb(d, i)
         n = j - i

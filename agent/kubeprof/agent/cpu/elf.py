@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _SHT_SYMTAB = 2
@@ -18,6 +19,8 @@ _STT_FUNC = 2
 _STT_GNU_IFUNC = 10
 _SHT_NOTE = 7
 _NT_GNU_BUILD_ID = 3
+_SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
+_SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym
 
 
 class ElfError(ValueError):
@@ -97,29 +100,20 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
         if p_type == _PT_LOAD:
             segments.append(Segment(p_offset, p_vaddr, p_filesz))
 
-    sections = [
-        struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)
-    ]
+    sections = _sections(data, e_shoff, e_shentsize, e_shnum)
     syms: dict[int, tuple[int, str]] = {}
     ranks: dict[int, tuple[int, bool, bool]] = {}
-    for _name, sh_type, _fl, _addr, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
-        if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
+    for start, st_info, st_value, st_size in _symbols(data, sections):
+        if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC):
             continue
-        str_off = sections[sh_link][4]
-        for off in range(sh_offset, sh_offset + sh_size, sh_entsize):
-            st_name, st_info, _other, st_shndx, st_value, st_size = struct.unpack_from(
-                "<IBBHQQ", data, off
-            )
-            if st_info & 0xF not in (_STT_FUNC, _STT_GNU_IFUNC) or not st_value or not st_shndx:
-                continue
-            end = data.index(b"\0", str_off + st_name)
-            name = data[str_off + st_name : end].decode(errors="replace")
-            name = name.split("@", 1)[0]
-            # aliases at one address: the larger size, then the exported name, then the
-            # one without a leading underscore (qsort_r over __qsort_r)
-            rank = (st_size, st_info >> 4 != 0, not name.startswith("_"))
-            if st_value not in ranks or ranks[st_value] < rank:
-                syms[st_value], ranks[st_value] = (st_size, name), rank
+        end = data.index(b"\0", start)
+        name = data[start:end].decode(errors="replace")
+        name = name.split("@", 1)[0]
+        # aliases at one address: the larger size, then the exported name, then the
+        # one without a leading underscore (qsort_r over __qsort_r)
+        rank = (st_size, st_info >> 4 != 0, not name.startswith("_"))
+        if st_value not in ranks or ranks[st_value] < rank:
+            syms[st_value], ranks[st_value] = (st_size, name), rank
 
     starts = sorted(syms)
     ends = []
@@ -130,6 +124,24 @@ def _parse(path: str, data: bytes) -> ElfSymbols:
     names = [syms[s][1] for s in starts]
     build_id, debuglink = _debug_refs(data, sections, e_shoff, e_shentsize)
     return ElfSymbols(path, starts, ends, names, segments, e_type == 3, build_id, debuglink)
+
+
+def _sections(data: bytes, shoff: int, shentsize: int, shnum: int) -> list[tuple[int, ...]]:
+    """The section headers (Elf64_Shdr fields, in order)."""
+    return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+
+
+def _symbols(data: bytes, sections: list[tuple[int, ...]]) -> Iterator[tuple[int, int, int, int]]:
+    """(offset of its name in data, st_info, st_value, st_size) of each defined symbol with
+    a value in .symtab and .dynsym."""
+    for _n, sh_type, _f, _a, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
+        if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
+            continue
+        str_off = sections[sh_link][4]
+        for off in range(sh_offset, sh_offset + sh_size, sh_entsize):
+            st_name, st_info, _other, st_shndx, st_value, st_size = _SYM.unpack_from(data, off)
+            if st_value and st_shndx:
+                yield str_off + st_name, st_info, st_value, st_size
 
 
 def _debug_refs(data: bytes, sections: list, shoff: int, shentsize: int) -> tuple[str, str]:
@@ -202,21 +214,11 @@ def find_symbol(path: str, name: str, open_path: str | None = None) -> int | Non
     try:
         (e_shoff,) = struct.unpack_from("<Q", data, 40)
         e_shentsize, e_shnum = struct.unpack_from("<HH", data, 58)
-        sections = [
-            struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
-            for i in range(e_shnum)
-        ]
-        for _n, sh_type, _f, _a, sh_offset, sh_size, sh_link, _i, _al, sh_entsize in sections:
-            if sh_type not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sh_entsize:
-                continue
-            str_off = sections[sh_link][4]
-            for off in range(sh_offset, sh_offset + sh_size, sh_entsize):
-                st_name, _info, _o, st_shndx, st_value, _size = struct.unpack_from(
-                    "<IBBHQQ", data, off
-                )
-                start = str_off + st_name
-                if st_value and st_shndx and data[start : start + len(want) + 1] == want + b"\0":
-                    return int(st_value)
+        for start, _info, st_value, _size in _symbols(
+            data, _sections(data, e_shoff, e_shentsize, e_shnum)
+        ):
+            if data[start : start + len(want) + 1] == want + b"\0":
+                return int(st_value)
     except struct.error:
         return None
     return None

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from kubeprof.agent.cpu import procfs
 from kubeprof.agent.cpu.merge import is_interpreter_path
 from kubeprof.agent.cpu.python_stacks import PythonUnwinder, pyspy_path
+from kubeprof.agent.cpu.records import on_cpu, waiting
 from kubeprof.agent.cpu.syscalls import syscall_name
 from kubeprof.model import (
     Batch,
@@ -41,6 +42,7 @@ from kubeprof.model import (
     OffCpuSource,
     ProcessInfo,
 )
+from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 if TYPE_CHECKING:  # the BPF collector imports bcc: only loaded when tried
     from kubeprof.agent.cpu.collector import CpuCollector
@@ -155,7 +157,12 @@ class PyspyCollector:
     cpu_source = "py-spy"
 
     def __init__(
-        self, hz: int = 99, *, segment_s: float = 4.0, proc: str = "/proc", idle: bool = True
+        self,
+        hz: int = DEFAULT_CPU_HZ,
+        *,
+        segment_s: float = 4.0,
+        proc: str = "/proc",
+        idle: bool = True,
     ) -> None:
         if not 1 <= hz <= 1000:
             raise PyspyCollectorError(f"sampling rate {hz} Hz is out of range: use 1..1000")
@@ -318,17 +325,8 @@ class PyspyCollector:
     def _wait(self, t: Tick, python: tuple[Frame, ...] | None) -> OffCpuSample:
         """A thread seen waiting at a tick: it stands for one sampling period of waiting."""
         self._total += 1
-        return OffCpuSample(
-            ts_ns=t.ts_ns,
-            pid=t.pid,
-            tid=t.tid,
-            thread=t.comm,
-            blocked_ns=self.period_ns,
-            weight_ns=self.period_ns,
-            reason=t.wait,
-            source=OffCpuSource.SAMPLED_WALL.value,
-            stack=python or (NO_PYTHON,),
-        )
+        period, stack = self.period_ns, python or (NO_PYTHON,)
+        return waiting(t, period, period, t.wait, OffCpuSource.SAMPLED_WALL, stack)
 
     def _increments(self) -> dict[str, int]:
         """Counters since the last batch (stores and shippers add them up)."""
@@ -339,14 +337,7 @@ class PyspyCollector:
 
     def _sample(self, t: Tick, python: tuple[Frame, ...] | None) -> CpuSample:
         self._total += 1
-        return CpuSample(
-            ts_ns=t.ts_ns,
-            pid=t.pid,
-            tid=t.tid,
-            thread=t.comm,
-            cpu=t.cpu,
-            stack=python or (NO_PYTHON,),
-        )
+        return on_cpu(t, t.cpu, python or (NO_PYTHON,))
 
 
 def _pid_problem(pid: int, proc: str) -> str | None:

@@ -18,6 +18,8 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from kubeprof.agent.cpu.demangle import demangle
 from kubeprof.agent.cpu.eh_frame import EhFrame, Rule
@@ -116,6 +118,7 @@ _CACHE_MAX = 1 << 16  # address caches are dropped whole past this size
 _USER_LOW, _USER_HIGH = 0x10000, 1 << 47  # vm.mmap_min_addr's default; x86-64 user space
 
 _MISSING = object()
+_V = TypeVar("_V")
 _FileKey = tuple[int, int, float, str]  # device, inode, mtime, path as mapped
 
 
@@ -304,21 +307,7 @@ class Symbolizer:
 
     def unwind_rule(self, pid: int, addr: int) -> Rule | None:
         """The .eh_frame rule for a user address of pid (None: no file, no FDE)."""
-        entry = self._procs.get(pid)
-        if entry is not None:
-            if addr in entry.rules:
-                return entry.rules[addr]
-            ranged = entry.rule_ranges.get(addr)
-            if ranged is not _MISSING:
-                entry.rules[addr] = ranged  # type: ignore[assignment]
-                return ranged  # type: ignore[return-value]
-        rule = self._unwind_rule(pid, addr)
-        entry = self._procs.get(pid)
-        if entry is not None:
-            if len(entry.rules) > _CACHE_MAX:
-                entry.rules.clear()
-            entry.rules[addr] = rule
-        return rule
+        return self._through_cache(pid, addr, _RULES, self._unwind_rule, lambda _r: True)
 
     def _unwind_rule(self, pid: int, addr: int) -> Rule | None:
         m = self._mapping(pid, addr)
@@ -364,23 +353,30 @@ class Symbolizer:
             return elf
 
     def user_frame(self, pid: int, addr: int) -> Frame:
-        """One user-space address (already adjusted for return addresses) as a frame."""
+        """One user-space address (already adjusted for return addresses) as a frame
+        (an unmapped one is not cached: it may be mapped at the next refresh)."""
+        return self._through_cache(pid, addr, _FRAMES, self._user_frame, lambda f: bool(f.file))
+
+    def _through_cache(
+        self,
+        pid: int,
+        addr: int,
+        caches: Callable[[_Process], tuple[dict[int, Any], _Ranges]],
+        compute: Callable[[int, int], _V],
+        keep: Callable[[_V], bool],
+    ) -> _V:
+        """`addr`'s value from pid's `caches` (exact, then ranges), else computed and
+        cached when `keep` says so (computing may load the process: looked up again)."""
         entry = self._procs.get(pid)
         if entry is not None:
-            cached = entry.frames.get(addr)
-            if cached is not None:
-                return cached
-            ranged = entry.frame_ranges.get(addr)
-            if ranged is not _MISSING:
-                entry.frames[addr] = ranged  # type: ignore[assignment]
-                return ranged  # type: ignore[return-value]
-        frame = self._user_frame(pid, addr)
+            hit = _cached(*caches(entry), addr)
+            if hit is not _MISSING:
+                return hit
+        value = compute(pid, addr)
         entry = self._procs.get(pid)
-        if entry is not None and frame.file:  # unmapped: maybe mapped at the next refresh
-            if len(entry.frames) > _CACHE_MAX:
-                entry.frames.clear()
-            entry.frames[addr] = frame
-        return frame
+        if entry is not None and keep(value):
+            _keep(caches(entry)[0], addr, value)
+        return value
 
     def _user_frame(self, pid: int, addr: int) -> Frame:
         m = self._mapping(pid, addr)
@@ -441,3 +437,25 @@ def _find(entry: _Process, addr: int) -> Mapping | None:
     if i >= 0 and addr < entry.maps[i].end:
         return entry.maps[i]
     return None
+
+
+_RULES = attrgetter("rules", "rule_ranges")
+_FRAMES = attrgetter("frames", "frame_ranges")
+
+
+def _cached(exact: dict[int, Any], ranges: _Ranges, addr: int) -> Any:
+    """`addr`'s value in a per-pid cache: the exact entry, else its range's (then kept as
+    exact); _MISSING when neither knows it (None is a known value: no rule)."""
+    hit = exact.get(addr, _MISSING)
+    if hit is _MISSING:
+        hit = ranges.get(addr)
+        if hit is not _MISSING:
+            exact[addr] = hit
+    return hit
+
+
+def _keep(exact: dict[int, Any], addr: int, value: Any) -> None:
+    """Cache `value` for `addr`, starting over past _CACHE_MAX entries."""
+    if len(exact) > _CACHE_MAX:
+        exact.clear()
+    exact[addr] = value

@@ -14,22 +14,21 @@ come (operator restarting) changes nothing: what runs keeps running.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
+from kubeprof.agent.cluster.agent import NodeAgent
+from kubeprof.agent.cluster.client import OperatorClient, Outcome
 from kubeprof.protocol import routes
 from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
-from kubeprof.protocol.settings import spool_folder
+from kubeprof.protocol.settings import AgentSettings
 
 log = logging.getLogger("kubeprof.agent.light")
 
@@ -41,49 +40,22 @@ class DeepConfig:
     node: str
     operator_url: str  # the operator's ingest API: heartbeats and the sessions' batches
     token: str = field(repr=False)  # the light agents' shared token: heartbeats only
-    spool_dir: Path = Path("/var/lib/kubeprof/spool")
-    proc_root: Path = Path("/proc")
     heartbeat_s: float = 5.0
-    poll_interval_s: float = 1.0
-    rescan_interval_s: float = 5.0
-    drain_timeout_s: float = 60.0
-    spool_max_mb: int = 1024
+    # The node-side settings of the sessions' node agents (spool, /proc, intervals).
+    agent: AgentSettings = field(default_factory=AgentSettings)
+
+    def agent_settings(self) -> AgentSettings:
+        """The settings every session's node agent here shares (the assignment adds the
+        session's own: `Assignment.settings`)."""
+        return dataclasses.replace(self.agent, node_name=self.node, ingest_url=self.operator_url)
 
 
 def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> NodeAgent:
     """The node agent of one session, built as `kubeprof agent` builds it for a DaemonSet
     (setting `stop` ends it)."""
-    from kubeprof.agent import collectors
-    from kubeprof.agent.cluster.client import IngestClient
-    from kubeprof.agent.cluster.discovery import Discovery
-    from kubeprof.agent.cluster.main import collectors_failed_batch
-    from kubeprof.agent.cluster.spool import Spool
+    from kubeprof.agent.cluster.assemble import build_node_agent
 
-    config = AgentConfig(
-        node=cfg.node,
-        namespace=a.namespace,
-        session=a.session,
-        poll_interval_s=cfg.poll_interval_s,
-        rescan_interval_s=cfg.rescan_interval_s,
-        end_time=a.end_time or None,
-        drain_timeout_s=cfg.drain_timeout_s,
-    )
-    client = IngestClient(cfg.operator_url, a.namespace, a.session, a.token)
-    # The folder the session's DaemonSet agent on this node would use (keyed by the UID).
-    folder = spool_folder(a.namespace, a.session, a.uid)
-    spool = Spool(cfg.spool_dir / folder, max_bytes=cfg.spool_max_mb << 20)
-    started = collectors.start(
-        list(a.collectors),
-        collectors.CollectorOptions(hz=a.cpu_hz, nvml_interval_s=a.nvml_interval_s),
-    )
-    agent = NodeAgent(
-        config, client, spool, started.running, Discovery(cfg.proc_root), stop_event=stop
-    )
-    for note in started.notes:
-        log.warning("%s/%s: %s", a.namespace, a.session, note)
-    if started.failed:
-        agent.sink.write(collectors_failed_batch(started.failed))
-    return agent
+    return build_node_agent(a.settings(cfg.agent_settings()), a.token, stop_event=stop)
 
 
 @dataclass
@@ -189,23 +161,18 @@ class DeepSwitch:
 
 def post_heartbeat(cfg: DeepConfig, hb: Heartbeat, timeout_s: float = 10.0) -> Answer | None:
     """The operator's answer, or None (logged) when there is none to act on."""
-    req = urllib.request.Request(
-        cfg.operator_url.rstrip("/") + routes.LIGHT_ASSIGNMENTS,
-        data=json.dumps(hb.to_json()).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {cfg.token}"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return Answer.from_json(json.loads(r.read()))
-    except urllib.error.HTTPError as exc:
-        log.warning(
-            "deep: heartbeat refused (HTTP %d): %s",
-            exc.code,
-            exc.read()[:200].decode(errors="replace"),
-        )
-    except (OSError, ValueError, LightWireError) as exc:
-        log.info("deep: no answer from the operator (%s); keeping what runs", exc)
+    client = OperatorClient(cfg.operator_url, cfg.token, timeout_s=timeout_s)
+    body = json.dumps(hb.to_json()).encode()
+    got = client.call("POST", routes.LIGHT_ASSIGNMENTS, body, {"Content-Type": "application/json"})
+    if got.status == 0:
+        log.info("deep: no answer from the operator (%s); keeping what runs", got.detail)
+    elif got.outcome is not Outcome.STORED:
+        log.warning("deep: heartbeat refused (HTTP %d): %s", got.status, got.detail[:200])
+    else:
+        try:
+            return Answer.from_json(got.data)
+        except LightWireError as exc:
+            log.info("deep: no answer from the operator (%s); keeping what runs", exc)
     return None
 
 

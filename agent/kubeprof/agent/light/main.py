@@ -6,11 +6,14 @@ import argparse
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from kubeprof.protocol.settings import AgentSettings
 
 if TYPE_CHECKING:
     from kubeprof.agent.light.deep import DeepSwitch
@@ -27,13 +30,18 @@ kubeprof_gpu_unattributable_info instead of a guessed per-pod figure.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    env = os.environ.get
+# The flags are declared one by one as argparse wants them; their repeated shape (flag,
+# type, default, help) is declaration, not logic to share.
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """Flags whose defaults come from `environ` (os.environ by default): the variables the
+    node agent shares through `AgentSettings`, and the light agent's own."""
+    environ = os.environ if environ is None else environ
+    s, e, env = AgentSettings.from_env(environ), AgentSettings.env_name, environ.get
     p = argparse.ArgumentParser(prog="kubeprof agent --light", description=DESCRIPTION)
     p.add_argument(
         "--node-name",
-        default=env("NODE_NAME", ""),
-        help="this node's name (env NODE_NAME, from spec.nodeName)",
+        default=s.node_name,
+        help=f"this node's name (env {e('node_name')}, from spec.nodeName)",
     )
     p.add_argument(
         "--listen",
@@ -62,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--proc-root",
         type=Path,
-        default=Path(env("KUBEPROF_PROC_ROOT", "/proc")),
+        default=s.proc_root,
         help="the host's /proc (the pod runs with hostPID) (default %(default)s)",
     )
     p.add_argument(
@@ -87,12 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deep.add_argument(
         "--operator-url",
-        default=env("KUBEPROF_INGEST_URL", ""),
+        default=s.ingest_url,
         help="the operator's ingest API, e.g. http://kubeprof.kubeprof:8080 (env "
-        "KUBEPROF_INGEST_URL)",
+        f"{e('ingest_url')})",
     )
     deep.add_argument(
         "--token-file",
+        dest="light_token_file",
         type=Path,
         default=Path(env("KUBEPROF_LIGHT_TOKEN_FILE", "/var/run/kubeprof-light/token")),
         help="the light agents' shared token, mounted from its Secret (env "
@@ -101,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     deep.add_argument(
         "--spool-dir",
         type=Path,
-        default=Path(env("KUBEPROF_SPOOL_DIR", "/var/lib/kubeprof/spool")),
+        default=s.spool_dir,
         help="host folder where sessions' batches wait until stored; the same folder as the "
-        "per-session agents', so either ships what the other left (env KUBEPROF_SPOOL_DIR, "
+        f"per-session agents', so either ships what the other left (env {e('spool_dir')}, "
         "default %(default)s)",
     )
     deep.add_argument(
@@ -116,18 +125,26 @@ def build_parser() -> argparse.ArgumentParser:
     deep.add_argument(
         "--rescan-interval",
         type=float,
-        default=float(env("KUBEPROF_RESCAN_INTERVAL_S", "5")),
+        default=s.rescan_interval_s,
         help="seconds between a session's target/process rescans (env "
-        "KUBEPROF_RESCAN_INTERVAL_S, default %(default)s)",
+        f"{e('rescan_interval_s')}, default %(default)s)",
     )
     deep.add_argument(
         "--drain-timeout",
         type=float,
-        default=float(env("KUBEPROF_DRAIN_TIMEOUT_S", "60")),
+        default=s.drain_timeout_s,
         help="seconds to keep sending a session's spool when it ends (env "
-        "KUBEPROF_DRAIN_TIMEOUT_S, default %(default)s)",
+        f"{e('drain_timeout_s')}, default %(default)s)",
     )
     return p
+
+
+# Flags that are node-agent settings under another name (operator_url is the ingest's).
+_RENAMED = {
+    "operator_url": "ingest_url",
+    "rescan_interval": "rescan_interval_s",
+    "drain_timeout": "drain_timeout_s",
+}
 
 
 def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | None]:
@@ -135,30 +152,29 @@ def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | Non
     if not args.deep:
         return None, None
     if not args.operator_url:
-        return None, "--deep needs --operator-url (env KUBEPROF_INGEST_URL)"
+        return None, f"--deep needs --operator-url (env {AgentSettings.env_name('ingest_url')})"
     try:
-        token = args.token_file.read_text().strip()
+        token = args.light_token_file.read_text().strip()
     except OSError as exc:
         return None, f"--token-file: {exc} (mount the light agents' token Secret there)"
     if not token:
-        return None, f"--token-file {args.token_file} is empty"
+        return None, f"--token-file {args.light_token_file} is empty"
     from kubeprof.agent.cpu.preflight import check_environment
     from kubeprof.agent.light.deep import DeepConfig, DeepSwitch
 
-    cfg = DeepConfig(
-        args.node_name,
-        args.operator_url,
-        token,
-        spool_dir=args.spool_dir,
-        proc_root=args.proc_root,
-        heartbeat_s=args.heartbeat_interval,
-        rescan_interval_s=args.rescan_interval,
-        drain_timeout_s=args.drain_timeout,
-    )
+    # node_name, spool_dir and proc_root are AgentSettings fields by the same name.
+    agent = AgentSettings().with_flags(vars(args), _RENAMED)
+    cfg = DeepConfig(args.node_name, args.operator_url, token, args.heartbeat_interval, agent)
     problem = check_environment()
     if problem:
         log.warning("deep profiling is off on this node: %s", problem)
     return DeepSwitch(cfg, problem=problem), None
+
+
+def _error(problem: str) -> int:
+    """Say `problem` on stderr, as every entry point does; the exit status of bad settings."""
+    print(f"kubeprof agent --light: error: {problem}", file=sys.stderr, flush=True)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,15 +186,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubeprof.agent.light.readings import ReadingError, RecordedSource, Source
     from kubeprof.agent.light.window import Window, attribute
 
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        parser = build_parser()
+    except ValueError as exc:  # an environment variable that does not parse
+        return _error(str(exc))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
     if not args.node_name:
-        print("kubeprof agent --light: error: --node-name (env NODE_NAME) is required", flush=True)
-        return 2
+        return _error(f"--node-name (env {AgentSettings.env_name('node_name')}) is required")
     host, _, port = args.listen.rpartition(":")
     if not port.isdigit():
-        print(f"kubeprof agent --light: error: --listen {args.listen!r}: expected HOST:PORT")
-        return 2
+        return _error(f"--listen {args.listen!r}: expected HOST:PORT")
     try:
         window = Window(args.window)
         source: Source
@@ -189,12 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             source = NvmlSource()
     except (ReadingError, ValueError, RuntimeError) as exc:
-        print(f"kubeprof agent --light: error: {exc}", flush=True)
-        return 2
+        return _error(str(exc))
     switch, problem = _deep_switch(args)
     if problem:
-        print(f"kubeprof agent --light: error: {problem}", flush=True)
-        return 2
+        return _error(problem)
     registry = CollectorRegistry()
     registry.register(WindowCollector(window, args.node_name))
     if switch is not None:
