@@ -66,7 +66,9 @@ def _names(node: ast.AST) -> Iterator[str]:
     elif isinstance(node, ast.Assign):
         yield from (ast.unparse(t) for t in node.targets)
     elif isinstance(node, ast.Call):
-        yield ast.unparse(node.func)
+        # the called name only: `X(a=1).to_env` unparsed would carry X's keywords along
+        func = node.func
+        yield func.attr if isinstance(func, ast.Attribute) else ast.unparse(func)
         if node.args and isinstance(node.args[0], ast.Constant):
             yield str(node.args[0].value)
     elif isinstance(node, ast.Dict):
