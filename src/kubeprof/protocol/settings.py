@@ -144,7 +144,7 @@ class AgentSettings:
     @staticmethod
     def env_name(field_name: str) -> str:
         """The environment variable of one field (for help texts)."""
-        return _ENV_NAMES[field_name]
+        return str(_ENV_NAMES[field_name])
 
 
 def _fmt_float(v: float) -> str:
