@@ -10,6 +10,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
 from kubeprof.analysis import energy
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.cpu_window import samples_in, window_stacks
@@ -20,6 +23,7 @@ from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
+from kubeprof.storage.models import GpuActivityRow, OffCpuSampleRow, SampleRow
 from kubeprof.storage.offcpu import offcpu_samples
 
 # Session meta written by `kubeprof record --gpu` (kubeprof.agent.record): whether the
@@ -265,31 +269,36 @@ def _write(data: str | bytes, out: str | None) -> int:
     return 0
 
 
-def timeline_command(
-    store_url: str | None, ref: str | None, out: str | None, *, keep_interpreter: bool = False
-) -> int:
-    """Session `ref` as Chrome trace-event JSON for Perfetto (report.perfetto), written
-    event by event to `out` (SESSION.trace.json by default; gzip'd when it ends in .gz,
-    which Perfetto and chrome://tracing open too, at about a tenth of the size)."""
-    from kubeprof.analysis import gpu_trace, phases
-    from kubeprof.report.perfetto import write_perfetto
-    from kubeprof.storage.offcpu import offcpu_samples
+TIMELINE_MAX_RECORDS = 2_000_000
+"""The most GPU records and CPU samples (on and off CPU) the web UI turns into a timeline:
+loading them takes about 1 GB at this size; larger sessions are for the CLI."""
 
-    store = Store.open(store_url)
-    try:
-        with store.engine.connect() as conn:
-            info = q.find_session(conn, ref)
-            activities = q.gpu_activities(conn, info.id)
-            cpu = q.sample_columns(conn, info)
-            waits = offcpu_samples(conn, info.id)
-            names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
-    finally:
-        store.close()
+
+def timeline_size(conn: Connection, session_id: int) -> int:
+    """GPU records, CPU samples and off-CPU samples of a session, counted in the database
+    (each table has an index that starts with the session) before any is loaded."""
+    return sum(
+        int(conn.execute(select(func.count()).where(row.session_id == session_id)).scalar_one())
+        for row in (GpuActivityRow, SampleRow, OffCpuSampleRow)
+    )
+
+
+def timeline_inputs(
+    conn: Connection, info: q.SessionInfo, *, keep_interpreter: bool = False
+) -> dict[str, Any]:
+    """The keyword arguments of `write_perfetto` for a stored session: its GPU records,
+    CPU and off-CPU samples, process names and phases (the CLI and the web UI both)."""
+    from kubeprof.analysis import gpu_trace, phases
+
+    activities = q.gpu_activities(conn, info.id)
+    cpu = q.sample_columns(conn, info)
+    waits = offcpu_samples(conn, info.id)
+    names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
     start = info.start_ns or min((a.start_ns for a in activities), default=0)
     end = info.end_ns or max((a.end_ns for a in activities), default=start)
     work = any(a.kind in ("kernel", "memcpy", "memset") for a in activities)
     ph = phases.detect(gpu_trace.build(activities), phases.Window(start, end)) if work else None
-    args: dict[str, Any] = {
+    return {
         "session": info.name,
         "start_ns": start,
         "activities": activities,
@@ -299,6 +308,23 @@ def timeline_command(
         "process_names": names,
         "keep_interpreter": keep_interpreter,
     }
+
+
+def timeline_command(
+    store_url: str | None, ref: str | None, out: str | None, *, keep_interpreter: bool = False
+) -> int:
+    """Session `ref` as Chrome trace-event JSON for Perfetto (report.perfetto), written
+    event by event to `out` (SESSION.trace.json by default; gzip'd when it ends in .gz,
+    which Perfetto and chrome://tracing open too, at about a tenth of the size)."""
+    from kubeprof.report.perfetto import write_perfetto
+
+    store = Store.open(store_url)
+    try:
+        with store.engine.connect() as conn:
+            info = q.find_session(conn, ref)
+            args = timeline_inputs(conn, info, keep_interpreter=keep_interpreter)
+    finally:
+        store.close()
     out = out if out is not None else default_out(info.name, ".trace.json")
     if out == "-":
         write_perfetto(sys.stdout, **args)

@@ -54,6 +54,25 @@ def test_session_page_shows_findings_and_the_hottest_function_widest(browser, ui
     assert browser.wait(first).startswith("copy_batch")  # the table agrees with the graph
     browser.screenshot(shots / "session.png")
 
+    link = browser.eval(
+        "(() => { const a = document.getElementById('kp-perfetto');"
+        " return a && [a.textContent, a.getAttribute('href'), a.hasAttribute('download'),"
+        " a.parentElement.textContent]; })()"
+    )
+    assert link, "no timeline link on the session page"
+    text, href, download, line = link
+    assert text == "Open timeline (Perfetto)" and download
+    assert href == "/api/v1/sessions/local/pageable/timeline"
+    assert "ui.perfetto.dev" in line and "chrome://tracing" in line
+    got = browser.eval(
+        f"fetch({href!r}).then(r => r.arrayBuffer().then(b => [r.status,"
+        " r.headers.get('content-type'), r.headers.get('content-disposition'),"
+        " [...new Uint8Array(b, 0, 2)], b.byteLength]))"
+    )
+    status, ctype, disposition, magic, size = got
+    assert (status, ctype, magic) == (200, "application/gzip", [0x1F, 0x8B]), got
+    assert 'filename="local_pageable.trace.json.gz"' in disposition and size > 1000
+
     x, y = _canvas_point(browser, widest)
     browser.click(x, y)
     browser.wait("window.kubeprofFlamegraph.zoomed().startsWith('copy_batch')")

@@ -4,6 +4,7 @@ operator: `Routes.handle(method, path, query)` -> `Response`, no web framework i
   GET /api/v1/sessions                                   the sessions list
   GET /api/v1/sessions/{ns}/{name}                       summary: header, findings, tops
   GET /api/v1/sessions/{ns}/{name}/flamegraph?view=cpu|gpu&from=S&to=S&pod=P&gpu=G
+  GET /api/v1/sessions/{ns}/{name}/timeline             the Perfetto trace, .trace.json.gz
   GET /api/v1/diff?base={ns}/{name}&new={ns}/{name}&view=cpu|gpu
   GET /sessions, /sessions/{ns}/{name}, /diff            the pages (one HTML shell)
   GET /static/{file}                                     the pages' JS and CSS
@@ -21,10 +22,13 @@ from importlib import resources
 from typing import Any
 from urllib.parse import unquote
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from kubeprof.reporting import TIMELINE_MAX_RECORDS
+from kubeprof.storage import queries as q
 from kubeprof.ui import api
+from kubeprof.ui.timeline import filename, timeline_gz
 
 API = "/api/v1"
 STATIC = {  # file name -> (package, resource, content type)
@@ -86,9 +90,16 @@ def _ref(text: str, key: str) -> tuple[str, str]:
 class Routes:
     """The UI's routes over one database (read-only; a cache of finished summaries)."""
 
-    def __init__(self, engine: Engine, cache: api.Cache | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        cache: api.Cache | None = None,
+        *,
+        timeline_limit: int = TIMELINE_MAX_RECORDS,
+    ) -> None:
         self.engine = engine
         self.cache = cache or api.Cache.new()
+        self.timeline_limit = timeline_limit  # records; above it the CLI writes the timeline
 
     def handle(self, method: str, path: str, query: Mapping[str, str]) -> Response:
         """Answer one request; errors are JSON with a message saying what to change."""
@@ -97,7 +108,8 @@ class Routes:
         parts = [unquote(p) for p in path.split("/") if p]
         try:
             if parts[:2] == ["api", "v1"]:
-                return json_response(200, self._api(parts[2:], query))
+                data = self._api(parts[2:], query)
+                return data if isinstance(data, Response) else json_response(200, data)
             return self._page(parts)
         except api.ApiError as exc:
             return _error(exc.status, str(exc))
@@ -123,11 +135,23 @@ class Routes:
                         pod=query.get("pod", ""),
                         gpu=query.get("gpu", ""),
                     )
+                if parts[3] == "timeline":
+                    return self._timeline(conn, info)
             if parts == ["diff"]:
                 base = api.find(conn, *_ref(query.get("base", ""), "base"))
                 new = api.find(conn, *_ref(query.get("new", ""), "new"))
                 return api.diff(conn, base, new, view=query.get("view", "cpu"))
         raise api.ApiError(404, "no such API path; see the README's Web UI part")
+
+    def _timeline(self, conn: Connection, info: q.SessionInfo) -> Response:
+        """The session's Perfetto trace as a gzip'd file to save (not a Content-Encoding:
+        the file stays .json.gz, which ui.perfetto.dev and chrome://tracing open)."""
+        body = timeline_gz(conn, info, limit=self.timeline_limit)
+        headers = {
+            **HEADERS,
+            "Content-Disposition": f'attachment; filename="{filename(info)}"',
+        }
+        return Response(200, "application/gzip", body, headers)
 
     def _page(self, parts: list[str]) -> Response:
         if parts[:1] == ["static"] and len(parts) == 2 and parts[1] in STATIC:

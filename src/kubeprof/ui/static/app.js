@@ -156,6 +156,10 @@
       app.textContent = "";
       app.appendChild(el("h1", {}, [el("span", { "class": "kp-ns", text: ns + " / " }), name, " ", el("span", { "class": "kp-phase kp-phase-" + s.phase, text: s.phase })]));
       app.appendChild(el("dl", { "class": "kp-facts" }, [].concat.apply([], s.header.map(function (kv) { return [el("dt", { text: kv[0] }), el("dd", { text: kv[1] })]; }))));
+      // The Perfetto trace `kubeprof report -f perfetto` writes, saved as a .json.gz file.
+      app.appendChild(el("p", { "class": "kp-timeline-link" }, [
+        el("a", { id: "kp-perfetto", href: base + "/timeline", download: "", text: "Open timeline (Perfetto)" }),
+        el("span", { "class": "kp-note", text: " \u2014 downloads a .trace.json.gz file: open it at ui.perfetto.dev (\u201cOpen trace file\u201d) or in chrome://tracing." })]));
       app.appendChild(el("section", { "class": "kp-top", id: "kp-findings" }, [el("h2", { text: "Findings" }), el("div", { html: s.html.findings || "<p>No GPU or CPU data to analyse.</p>" })]));
 
       var viewBtns = el("span", { "class": "kp-views" }, ["cpu", "gpu", "off-cpu", "wall"].map(function (v) {
