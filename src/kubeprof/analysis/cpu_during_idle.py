@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.analysis.gpu_timeline import Interval, total
@@ -92,14 +91,7 @@ def during(
     stretches: Sequence[Interval],
 ) -> CpuDuringIdle:
     """Aggregate ``thread``'s samples falling in the (sorted) idle ``stretches``."""
-    ranges = []
-    lo = 0
-    for s, e in stretches:
-        i, lo = thread.span(s, e, lo)
-        if lo > i:
-            ranges.append((i, lo))
-    ids = thread.stack_ids
-    counts = Counter(chain.from_iterable(ids[i:j] for i, j in ranges))
+    counts = thread.counts_in(stretches)
     n = sum(counts.values())
     idle = total(stretches)
     period = columns.period_ns

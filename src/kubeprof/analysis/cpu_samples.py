@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from kubeprof.model import CpuSample, Stack
 
@@ -31,6 +32,18 @@ class ThreadSamples:
         """Index range [i, j) of the samples with start_ns <= ts < end_ns (search from ``lo``)."""
         i = bisect_left(self.ts_ns, start_ns, lo)
         return i, bisect_left(self.ts_ns, end_ns, i)
+
+    def counts_in(self, stretches: Sequence[tuple[int, int]]) -> Counter[int]:
+        """Samples per stack id inside the (sorted, disjoint) ``stretches`` (C-level
+        counting over index ranges)."""
+        ranges = []
+        lo = 0
+        for s, e in stretches:
+            i, lo = self.span(s, e, lo)
+            if lo > i:
+                ranges.append((i, lo))
+        ids = self.stack_ids
+        return Counter(chain.from_iterable(ids[i:j] for i, j in ranges))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
 from kubeprof.analysis.gpu_timeline import Interval, total
@@ -126,7 +125,7 @@ def analyse(
     pipe_calls: Counter[Frame] = Counter()
     pipe_samples = 0
     if cpu is not None and launcher is not None and wait:
-        counts = _counts(launcher, stretches)
+        counts = launcher.counts_in(stretches)
         for sid, c in counts.items():
             st = cpu.stacks[sid]
             if _in(st, DATALOADER_FILES):
@@ -203,7 +202,7 @@ def _workers(
         if t.pid == launcher.pid or not _any_worker_stack(cpu, t, worker):
             continue
         mine = 0
-        for sid, c in _counts(t, stretches).items():
+        for sid, c in t.counts_in(stretches).items():
             if sid not in worker:
                 st = cpu.stacks[sid]
                 worker[sid] = (_in(st, WORKER_FILES), user_frame(st))
@@ -232,18 +231,6 @@ def _any_worker_stack(
         if cache[sid][0]:
             return True
     return False
-
-
-def _counts(t: ThreadSamples, stretches: Sequence[Interval]) -> Counter[int]:
-    """Samples per stack id of thread ``t`` inside the (sorted) stretches (C-level counting)."""
-    ranges = []
-    lo = 0
-    for s, e in stretches:
-        i, lo = t.span(s, e, lo)
-        if lo > i:
-            ranges.append((i, lo))
-    ids = t.stack_ids
-    return Counter(chain.from_iterable(ids[i:j] for i, j in ranges))
 
 
 def _resume_site(trace: GpuTrace, stretches: Sequence[Interval]) -> Site | None:

@@ -103,17 +103,7 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
             f"{steps} whole steps of the main loop, marked by the program's step range "
             f"`{name}` (NVTX / record_function; median period {period / 1e6:.3g} ms)"
         )
-        return Phases(
-            Window(s0, s1),
-            Window(s0, first),
-            Window(first, a),
-            Window(a, b),
-            Window(b, s1),
-            method,
-            name,
-            steps,
-            period,
-        )
+        return _loop(Window(s0, s1), first, Window(a, b), method, name, steps)
     # Kernels first: a kernel rhythm is the loop's own; copies and memsets (evaluation,
     # logging, checkpoints) may recur at a coarser period. Without a kernel rhythm, any
     # device work (a loop whose GPU work is one copy a step) anchors the steady state.
@@ -134,18 +124,27 @@ def detect(trace: GpuTrace, session: Window) -> Phases:
                 f"{steps} whole steps of the main loop, anchored on {kind} launched once per "
                 f"step (median period {period / 1e6:.3g} ms)"
             )
-            return Phases(
-                Window(s0, s1),
-                Window(s0, first),
-                Window(first, a),
-                Window(a, b),
-                Window(b, s1),
-                method,
-                best.name,
-                steps,
-                period,
-            )
+            return _loop(Window(s0, s1), first, Window(a, b), method, best.name, steps)
     return _no_loop(trace, Window(s0, s1), first, last, best is not None)
+
+
+def _loop(
+    session: Window, first: int, steady: Window, method: str, anchor: str, steps: int
+) -> Phases:
+    """Phases around a steady loop of ``steps`` whole steps in ``steady`` (first device
+    work at ``first``)."""
+    s0, s1 = session.start_ns, session.end_ns
+    return Phases(
+        session,
+        Window(s0, first),
+        Window(first, steady.start_ns),
+        steady,
+        Window(steady.end_ns, s1),
+        method,
+        anchor,
+        steps,
+        steady.duration_ns / steps,
+    )
 
 
 def _marker_steps(trace: GpuTrace, first: int, last: int) -> tuple[int, int, int, str] | None:

@@ -8,8 +8,13 @@ pipeline behind it (``waiting_for_work``).
 from __future__ import annotations
 
 from kubeprof.analysis.findings.context import Context, pct, window_words
-from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.waiting import long_wait, wait_numbers, where_blocked
+from kubeprof.analysis.findings.model import Evidence, Finding, Kind
+from kubeprof.analysis.findings.waiting import (
+    long_wait,
+    wait_finding,
+    wait_numbers,
+    where_blocked,
+)
 
 
 def find(ctx: Context) -> Finding | None:
@@ -47,15 +52,12 @@ def find(ctx: Context) -> Finding | None:
         "prefetch_factor, set persistent_workers=True, or make __getitem__ cheaper "
         "(decode/augment on the GPU, pre-process offline)."
     )
-    return Finding(
+    return wait_finding(
         Kind.INPUT_STARVED,
-        Severity.CRITICAL if wait_ns >= 0.5 * window else Severity.WARNING,
         message,
         Evidence(numbers=numbers, frames=tuple(frames), lines=tuple(lines)),
-        Gain(
-            wait_ns,
-            wait_ns / window,
-            "upper bound: batches ready whenever the loop asks, so each step loses its long "
-            "waits (the step cannot get shorter than its GPU or its own host work)",
-        ),
+        wait_ns,
+        window,
+        "upper bound: batches ready whenever the loop asks, so each step loses its long "
+        "waits (the step cannot get shorter than its GPU or its own host work)",
     )

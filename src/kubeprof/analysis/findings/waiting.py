@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kubeprof.analysis.findings.context import Context, pct
+from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
 from kubeprof.analysis.host_waits import HostWaits
 
 MIN_IDLE = 0.25  # analysed-window idle share from which waiting is worth a finding
@@ -47,3 +48,12 @@ def where_blocked(w: HostWaits) -> str:
         "session has no off-CPU samples; record with the BPF sampler or py-spy idle "
         "sampling to see where it blocked)"
     )
+
+
+def wait_finding(
+    kind: Kind, message: str, evidence: Evidence, wait_ns: int, window: int, gain_words: str
+) -> Finding:
+    """The finding on a launcher that waits: CRITICAL when the waits hold half the analysed
+    window or more, else WARNING; what is at stake is the time spent waiting."""
+    severity = Severity.CRITICAL if wait_ns >= 0.5 * window else Severity.WARNING
+    return Finding(kind, severity, message, evidence, Gain(wait_ns, wait_ns / window, gain_words))

@@ -8,8 +8,13 @@ pipeline (``input_starved``), or a window without long waits.
 from __future__ import annotations
 
 from kubeprof.analysis.findings.context import Context, pct, window_words
-from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
-from kubeprof.analysis.findings.waiting import long_wait, wait_numbers, where_blocked
+from kubeprof.analysis.findings.model import Evidence, Finding, Kind
+from kubeprof.analysis.findings.waiting import (
+    long_wait,
+    wait_finding,
+    wait_numbers,
+    where_blocked,
+)
 
 
 def find(ctx: Context) -> Finding | None:
@@ -36,15 +41,12 @@ def find(ctx: Context) -> Finding | None:
         "time-slicing, MIG) or move to a smaller GPU; CUDA graphs or faster kernels "
         "will not help."
     )
-    return Finding(
+    return wait_finding(
         Kind.WAITING_FOR_WORK,
-        Severity.CRITICAL if wait_ns >= 0.5 * window else Severity.WARNING,
         message,
         Evidence(numbers=numbers, lines=tuple(lines)),
-        Gain(
-            wait_ns,
-            wait_ns / window,
-            "GPU time left idle while the process waited: reclaimable by giving the GPU other "
-            "work (batching, sharing) or a smaller GPU; the workload itself gets no faster",
-        ),
+        wait_ns,
+        window,
+        "GPU time left idle while the process waited: reclaimable by giving the GPU other "
+        "work (batching, sharing) or a smaller GPU; the workload itself gets no faster",
     )
