@@ -185,3 +185,16 @@ class Batch:
     counters: dict[str, int] = field(default_factory=dict)  # e.g. {"gpu_dropped": 3}
     gpu_tracers: tuple[GpuTracerState, ...] = ()  # injected tracers' answers (node agent)
     offcpu_samples: tuple[OffCpuSample, ...] = ()  # waits of target threads (off-CPU view)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedStack:
+    """One distinct stack of one thread, with how often / how long it was seen."""
+
+    stack: Stack  # root first, leaf last
+    pid: int
+    tid: int
+    thread: str  # thread name
+    process: str  # process name (comm) or command line
+    samples: int  # number of samples (CPU) or kernel launches (GPU)
+    value_ns: int  # CPU: samples * sampling period; GPU: device time in ns

@@ -10,25 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kubeprof.model import Stack
+from kubeprof.model import WeightedStack  # defined with the records: analysis builds them
 
 if TYPE_CHECKING:  # types only: the analysis builds these from WeightedStack values
     from kubeprof.analysis.energy import EnergyEstimate
     from kubeprof.analysis.findings import Analysis
     from kubeprof.analysis.gpu_summary import GpuSummary
-
-
-@dataclass(frozen=True, slots=True)
-class WeightedStack:
-    """One distinct stack of one thread, with how often / how long it was seen."""
-
-    stack: Stack  # root first, leaf last
-    pid: int
-    tid: int
-    thread: str  # thread name
-    process: str  # process name (comm) or command line
-    samples: int  # number of samples (CPU) or kernel launches (GPU)
-    value_ns: int  # CPU: samples * sampling period; GPU: device time in ns
 
 
 @dataclass(frozen=True, slots=True)

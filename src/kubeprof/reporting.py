@@ -18,7 +18,7 @@ from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.cpu_window import samples_in, window_stacks
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
-from kubeprof.analysis.interpreter_frames import fold_profile
+from kubeprof.analysis.interpreter_frames import fold_stacks
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
@@ -31,6 +31,12 @@ from kubeprof.storage.offcpu import offcpu_samples
 GPU_TRACER = "gpu_tracer"
 GPU_TRACER_REASON = "gpu_tracer_reason"
 CPU_WINDOW = "cpu_window"  # report-time meta: the window the CPU view shows
+
+
+def fold_profile(profile: Profile) -> Profile:
+    """The profile with CPU and GPU stacks folded (GPU stacks carry their CPU callers;
+    analysis.interpreter_frames says which frames fold)."""
+    return replace(profile, cpu=fold_stacks(profile.cpu), gpu=fold_stacks(profile.gpu))
 
 
 def gpu_tracing(meta: Mapping[str, str], activities: Sequence[GpuActivity]) -> tuple[bool, str]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.phases import Window
-from kubeprof.reportdata import WeightedStack
+from kubeprof.model import WeightedStack
 
 
 def window_stacks(

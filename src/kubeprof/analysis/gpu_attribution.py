@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kubeprof.analysis.kernel_names import short_name
-from kubeprof.model import Frame, FrameKind, GpuActivity, Stack
-from kubeprof.reportdata import WeightedStack
+from kubeprof.model import Frame, FrameKind, GpuActivity, Stack, WeightedStack
 
 GPU_WORK = frozenset({"kernel", "memcpy", "memset"})
 UNATTRIBUTED = Frame("[unattributed: no launch stack]", FrameKind.NATIVE)

@@ -15,8 +15,7 @@ from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
 from kubeprof.analysis.gpu_idle import IdleFigure, IdleRatio
 from kubeprof.analysis.gpu_timeline import buckets, busy_by_device
 from kubeprof.analysis.top_kernels import KernelStat, top_kernels
-from kubeprof.model import GpuActivity, GpuMetricSample
-from kubeprof.reportdata import WeightedStack
+from kubeprof.model import GpuActivity, GpuMetricSample, WeightedStack
 
 TIMELINE_BUCKETS = 120
 

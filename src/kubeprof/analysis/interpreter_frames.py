@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from kubeprof.model import Frame, FrameKind, Stack
-from kubeprof.reportdata import Profile, WeightedStack
+from kubeprof.model import Frame, FrameKind, Stack, WeightedStack
 
 _INTERPRETER = re.compile(r"^(python[\d.]*[dmu]*|libpython[\d.]+[dmu]*\.so.*)$")
 
@@ -52,8 +51,3 @@ def fold_stacks(stacks: tuple[WeightedStack, ...]) -> tuple[WeightedStack, ...]:
                 prev, samples=prev.samples + ws.samples, value_ns=prev.value_ns + ws.value_ns
             )
     return tuple(merged.values())
-
-
-def fold_profile(profile: Profile) -> Profile:
-    """The profile with CPU and GPU stacks folded (GPU stacks carry their CPU callers)."""
-    return replace(profile, cpu=fold_stacks(profile.cpu), gpu=fold_stacks(profile.gpu))

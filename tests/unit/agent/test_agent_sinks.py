@@ -8,7 +8,8 @@ from kubeprof.agent.cluster.client import Answer, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
-from kubeprof.agent.sinks import SpoolSink, StoreSink
+from kubeprof.agent.cluster.spool_sink import SpoolSink
+from kubeprof.agent.sinks import StoreSink
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuActivity, ProcessInfo
 from kubeprof.protocol import codec
 

@@ -1,8 +1,9 @@
 """Folding CPython's own frames: self time moves to Python functions, C extensions stay."""
 
-from kubeprof.analysis.interpreter_frames import fold_profile, fold_stack, is_interpreter_path
+from kubeprof.analysis.interpreter_frames import fold_stack, is_interpreter_path
 from kubeprof.model import Frame, FrameKind
 from kubeprof.reportdata import Profile, WeightedStack
+from kubeprof.reporting import fold_profile
 
 LIBPY = "/usr/lib/libpython3.11.so.1.0"
 START = Frame("_start", FrameKind.NATIVE, "/usr/bin/python3.11")

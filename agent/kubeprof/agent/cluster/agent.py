@@ -22,9 +22,9 @@ from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
 from kubeprof.agent.cluster.shipper import Shipper
 from kubeprof.agent.cluster.spool import Spool
+from kubeprof.agent.cluster.spool_sink import SpoolSink
 from kubeprof.agent.cluster.tracers import TracerSwitchboard
 from kubeprof.agent.driver import Collector, Driver
-from kubeprof.agent.sinks import SpoolSink
 from kubeprof.model import Batch, GpuTracerState, ProcessInfo
 from kubeprof.protocol.phases import ACTIVE, Phase
 from kubeprof.protocol.settings import (
