@@ -179,10 +179,11 @@ def gpu_tracer_wiring(
     host = config.agent_gpu_socket_host_path.rstrip("/")
     if not (host and gpu.enabled and gpu.kernel_tracing):
         return None
+    # AgentSettings names the variables (it parses them in the agent); the pods'
+    # control-socket folder is reached through /proc/<pid>/root (hostPID)
     env = [
-        {"name": "KUBEPROF_AGENT_GPU_SOCKET", "value": gpu_receiver(session)},
-        # the pods' control-socket folder, reached through /proc/<pid>/root (hostPID)
-        {"name": "KUBEPROF_AGENT_GPU_CTL_DIR", "value": f"{POD_SOCKET_DIR}/{CTL_SUBDIR}"},
+        {"name": AgentSettings.env_name("gpu_socket"), "value": gpu_receiver(session)},
+        {"name": AgentSettings.env_name("gpu_ctl_dir"), "value": f"{POD_SOCKET_DIR}/{CTL_SUBDIR}"},
     ]
     mount = {"name": "gpu-rx", "mountPath": f"{POD_SOCKET_DIR}/{RX_SUBDIR}"}
     return env, mount, _host("gpu-rx", f"{host}/{RX_SUBDIR}", "DirectoryOrCreate")
