@@ -40,30 +40,33 @@ class Attribution:
     via_backward_ns: int = 0  # of attributed_ns: backward kernels, their forward op's stack
     via_xla_ns: int = 0  # of attributed_ns: XLA kernels, their HLO op's tracing stack
 
+    def _of_total(self, ns: int, empty: float) -> float:
+        return ns / self.total_ns if self.total_ns else empty
+
     @property
     def share(self) -> float:
-        return self.attributed_ns / self.total_ns if self.total_ns else 1.0
+        return self._of_total(self.attributed_ns, 1.0)
 
     @property
     def via_main_share(self) -> float:
         """Share of GPU time shown under the main thread's stack (the approximate fallback)."""
-        return self.via_main_ns / self.total_ns if self.total_ns else 0.0
+        return self._of_total(self.via_main_ns, 0.0)
 
     @property
     def via_backward_share(self) -> float:
         """Share of GPU time of backward kernels charged to their forward op's line."""
-        return self.via_backward_ns / self.total_ns if self.total_ns else 0.0
+        return self._of_total(self.via_backward_ns, 0.0)
 
     @property
     def via_xla_share(self) -> float:
         """Share of GPU time of XLA kernels charged to the Python line of their HLO op."""
-        return self.via_xla_ns / self.total_ns if self.total_ns else 0.0
+        return self._of_total(self.via_xla_ns, 0.0)
 
     @property
     def own_line_share(self) -> float:
         """Share charged to the line that launched it or, for backward, its forward op:
         attributed and not through the main-thread fallback."""
-        return (self.attributed_ns - self.via_main_ns) / self.total_ns if self.total_ns else 1.0
+        return self._of_total(self.attributed_ns - self.via_main_ns, 1.0)
 
 
 def has_python_stack(stack: Stack) -> bool:
