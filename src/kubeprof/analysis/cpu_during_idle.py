@@ -23,6 +23,7 @@ HOT_SHARE = 0.5  # the hot frame is the deepest one present in at least this sha
 TOP = 8
 
 
+# Plain result records (like gpu_summary's MetricSummary in shape only).
 @dataclass(frozen=True, slots=True)
 class FrameShare:
     """A frame and the share of the samples it is in (inclusive) or at the leaf of (self)."""

@@ -240,6 +240,7 @@ class CpuEnergy:
         return self.watts * self.wall_s
 
 
+# watts/joules per part (CPU, memory), each by its own CCF formula: alike in shape only.
 @dataclass(frozen=True, slots=True)
 class MemoryEnergy:
     """CCF memory energy: GB x hours x kWh per GB-hour."""

@@ -25,6 +25,7 @@ ELEMENTWISE = re.compile(
 )
 
 
+# Plain counters: like other counter records (the shipper's) in shape only.
 @dataclass
 class _Runs:
     runs: int = 0
@@ -73,6 +74,7 @@ def find(ctx: Context) -> Finding | None:
         f"{us(top.kernel_ns / max(1, top.kernels))}); fusing them (torch.compile, a Triton "
         f"kernel) would save ~{pct(saved / ctx.steady_ns)} of {window_words(ctx)}."
     )
+    # The Finding record, field by field (alike in shape with the other findings).
     return Finding(
         Kind.FUSION,
         Severity.WARNING if saved >= 0.1 * ctx.steady_ns else Severity.INFO,

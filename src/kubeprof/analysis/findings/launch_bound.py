@@ -49,6 +49,8 @@ def find(ctx: Context) -> Finding | None:
         f"{us(med_g)}. Capture the step in a CUDA graph (torch.cuda.graphs, "
         "torch.compile(mode='reduce-overhead')) or fuse the small ops."
     )
+    # The Finding record, field by field: alike in shape with the other findings' returns,
+    # each with its own severity rule and evidence (not logic to share).
     return Finding(
         Kind.LAUNCH_BOUND,
         Severity.CRITICAL if short_ns >= 0.5 * ctx.steady_ns else Severity.WARNING,
