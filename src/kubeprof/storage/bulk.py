@@ -26,13 +26,15 @@ def insert_rows(conn: Connection, table: type[DeclarativeBase], rows: Sequence[d
     if not rows:
         return
     if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
-        _copy(conn, table.__tablename__, list(rows[0]), rows)
+        copy_rows(conn, table.__tablename__, list(rows[0]), rows)
     else:
         conn.execute(insert(table), list(rows))
 
 
-def _copy(conn: Connection, tablename: str, columns: list[str], rows: Sequence[dict]) -> None:
-    # Column names come from our own models, never from input; values travel as COPY data.
+def copy_rows(conn: Connection, tablename: str, columns: list[str], rows: Sequence[dict]) -> None:
+    """COPY `rows` (dicts with at least `columns`) into `tablename` (PostgreSQL, psycopg).
+    Table and column names come from our own models, never from input; values travel as
+    COPY data."""
     cols = ", ".join(f'"{c}"' for c in columns)
     raw = conn.connection.driver_connection
     assert raw is not None, "a live psycopg connection is needed for COPY"

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
-from kubeprof.storage.bulk import dialect_insert
+from kubeprof.storage.bulk import copy_rows, dialect_insert
 from kubeprof.storage.models import StackCountRow
 
 TOTAL_BUCKET = -1  # the whole-session row of a (thread, stack)
@@ -58,9 +58,16 @@ def count_rows(
     ]
 
 
+_KEY = ("session_id", "bucket", "node", "pid", "tid", "stack_id")
+_COLUMNS = (*_KEY, "thread", "samples")
+
+
 def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
     """Add `rows` (from `count_rows`) to the stored counts."""
     if not rows:
+        return
+    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
+        _add_counts_copy(conn, rows)
         return
     ins = dialect_insert(conn, StackCountRow)
     stmt = ins.on_conflict_do_update(
@@ -72,6 +79,28 @@ def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
     )
     for i in range(0, len(rows), 2000):
         conn.execute(stmt, rows[i : i + 2000])
+
+
+def _add_counts_copy(conn: Connection, rows: list[dict[str, object]]) -> None:
+    """PostgreSQL: COPY the rows into a per-connection temporary table, then one upsert from
+    it in key order. An upsert per row (executemany, even pipelined) was half of a batch's
+    ingest time: 1.8 of 3.4 s for 40,000 samples."""
+    conn.exec_driver_sql(
+        f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (LIKE {StackCountRow.__tablename__} "
+        "INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+    )
+    copy_rows(conn, _STAGE, list(_COLUMNS), rows)
+    cols = ", ".join(_COLUMNS)
+    key = ", ".join(_KEY)
+    conn.exec_driver_sql(
+        f"INSERT INTO {StackCountRow.__tablename__} ({cols}) SELECT {cols} FROM {_STAGE} "
+        f"ORDER BY {key} ON CONFLICT ({key}) DO UPDATE SET "
+        f"samples = {StackCountRow.__tablename__}.samples + EXCLUDED.samples, "
+        "thread = EXCLUDED.thread"
+    )
+
+
+_STAGE = "stack_counts_in"  # the temporary table of _add_counts_copy (names are ours)
 
 
 def stack_counts(

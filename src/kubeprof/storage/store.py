@@ -108,8 +108,13 @@ def write_batch(
     conn: Connection, interner: Interner, session_id: int, batch: Batch, *, node: str = ""
 ) -> int:
     """Write `batch` on an open transaction (the ingest API adds its idempotency row to it)."""
-    stacks = [s.stack for s in batch.samples] + [a.stack for a in batch.gpu_activities if a.stack]
-    ids = interner.stack_ids_for(conn, stacks) if stacks else {}
+    # A decoded batch's samples share one tuple per distinct stack: hash each tuple once
+    # (hashing a 24-frame stack hashes 24 frames; per sample, three times, it was a fifth
+    # of ingest), the batch holding the tuples alive while their ids key this map.
+    distinct = {id(s.stack): s.stack for s in batch.samples}
+    distinct.update((id(a.stack), a.stack) for a in batch.gpu_activities if a.stack)
+    ids = interner.stack_ids_for(conn, distinct.values()) if distinct else {}
+    sid = {k: ids[stack_hash(stack)] for k, stack in distinct.items()}
     samples = [
         {
             "session_id": session_id,
@@ -119,7 +124,7 @@ def write_batch(
             "tid": s.tid,
             "cpu": s.cpu,
             "thread": s.thread,
-            "stack_id": ids[stack_hash(s.stack)],
+            "stack_id": sid[id(s.stack)],
         }
         for s in batch.samples
     ]
@@ -129,7 +134,7 @@ def write_batch(
         stack_counts.count_rows(
             session_id,
             node,
-            ((s.ts_ns, s.pid, s.tid, s.thread, ids[stack_hash(s.stack)]) for s in batch.samples),
+            ((s.ts_ns, s.pid, s.tid, s.thread, sid[id(s.stack)]) for s in batch.samples),
         ),
     )
     activities = [
@@ -154,7 +159,7 @@ def write_batch(
             "registers": a.registers,
             "shared_mem": a.shared_mem,
             "bytes": a.bytes,
-            "stack_id": ids[stack_hash(a.stack)] if a.stack else None,
+            "stack_id": sid[id(a.stack)] if a.stack else None,
         }
         for a in batch.gpu_activities
     ]
