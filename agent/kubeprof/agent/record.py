@@ -256,6 +256,7 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         refused = driver.attach(target)
         if refused:
             raise RecordError(str(next(iter(refused.values()))))
+        opener.wait(lambda: progress("recording", (time.monotonic_ns() - start_ns) / 1e9, 0))
         store, session_id, name, sink = _open_session(
             opener, driver, opts, name, start_ns, meta, tmp
         )
@@ -397,6 +398,13 @@ class _StoreOpener:
             self._store = Store.open(self._url)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             self._error = exc
+
+    def wait(self, tick: Callable[[], None], every_s: float = 0.5) -> None:
+        """Wait for the open, calling `tick` every `every_s` meanwhile (the progress line
+        keeps counting while a loaded machine imports SQLAlchemy)."""
+        while self._thread.is_alive():
+            tick()
+            self._thread.join(every_s)
 
     def result(self) -> Store:
         self._thread.join()

@@ -64,8 +64,12 @@ def render(
     a = report.analysis
     off = gpu_off_reason(report)
     names = process_names(profile)
+    cpu_only = is_cpu_only(report)
     if fmt == "text":
-        pre = [*findings_text(a), *idle_text(a)] if a is not None else []
+        if cpu_only:  # no GPU sections: one line in their place
+            pre = [f"GPU: not recorded ({gpu_tracing(report)[1]})", ""]
+        else:
+            pre = [*findings_text(a), *idle_text(a)] if a is not None else []
         pre += energy_text(report)
         text = render_text(profile, view=view, preamble=pre, top=top, width=width, startup=startup)
         if report.gpu is not None:
@@ -82,7 +86,7 @@ def render(
             if report.gpu is not None
             else []
         )
-        first = [("Findings", findings_html(a))] if a is not None else []
+        first = [("Findings", findings_html(a))] if a is not None and not cpu_only else []
         return render_html(
             profile,
             view=view,
@@ -96,6 +100,18 @@ def render(
     if fmt == "pprof":
         return render_pprof(profile, view=single)
     return render_speedscope(profile, view=single)
+
+
+def is_cpu_only(report: Report) -> bool:
+    """A session recorded without --gpu and holding no GPU data: its report has no GPU
+    sections (findings and idle are GPU analyses), only the header's word on it."""
+    a = report.analysis
+    return (
+        report.gpu is None
+        and not report.profile.gpu
+        and (a is None or a.headline.ratio is None)
+        and gpu_tracing(report)[0] is None
+    )
 
 
 def gpu_off_reason(report: Report) -> str:

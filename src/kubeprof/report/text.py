@@ -251,8 +251,12 @@ def render_text(
     head = [
         fit(f"kubeprof report: {profile.session}", width),
         fit(
-            f"duration {profile.duration_s:.1f} s, {profile.hz} Hz, {cpu_n} CPU samples, "
-            f"{sum(ws.samples for ws in profile.gpu)} GPU launches"
+            f"duration {profile.duration_s:.1f} s, {profile.hz} Hz, {cpu_n} CPU samples"
+            + (
+                f", {sum(ws.samples for ws in profile.gpu)} GPU launches"
+                if profile.gpu or profile.meta.get("gpu") == "True"
+                else ""
+            )
             + (
                 f", {sum(ws.samples for ws in profile.offcpu)} off-CPU waits"
                 if profile.offcpu
