@@ -56,7 +56,7 @@ RUN --mount=type=secret,id=ca { [ ! -s /run/secrets/ca ] || export PIP_CERT=/run
         "cupti-python==$CUPTI_PYTHON" "cuda-bindings>=13.0.2" "numpy>=1.23" || exit 1; \
     done
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY src ./src
 COPY agent ./agent
 COPY operator ./operator

@@ -19,7 +19,7 @@ FROM runtime AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY src ./src
 COPY agent ./agent
 COPY operator ./operator

@@ -67,7 +67,7 @@ fi
 # builds anyway.
 inputs() {
     { printf '%s\n' "$BASE_TAG"
-      find "docker/$1.Dockerfile" scripts/build_launchhook.sh pyproject.toml README.md \
+      find "docker/$1.Dockerfile" scripts/build_launchhook.sh pyproject.toml README.md hatch_build.py \
           src agent operator -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
           ! -name '_launchhook*.so' -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-16

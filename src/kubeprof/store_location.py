@@ -32,7 +32,10 @@ def prepare_sqlite_path(url: str) -> str:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return f"cannot create the store folder {folder}: {exc.strerror}; {FIX}"
-    target = Path(path) if Path(path).exists() else folder
+    try:  # a folder this user may not search (/root) refuses even the look
+        target = Path(path) if Path(path).exists() else folder
+    except OSError as exc:
+        return f"cannot read the store {path}: {exc.strerror}; {FIX}"
     if not os.access(target, os.W_OK):
         return f"the store {path} is not writable; {FIX}"
     return ""

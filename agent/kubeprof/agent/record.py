@@ -309,6 +309,8 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
         }
         if end_meta.get("gpu_tracer") == "off":
             warnings.append(f"GPU tracing was off: {end_meta.get('gpu_tracer_reason', '')}")
+        if end_meta.get("gpu_launch_hook"):  # stored too: the report's header shows it
+            warnings.append(f"GPU launches traced by the {end_meta['gpu_launch_hook']}")
         if store is not None and session_id is not None:
             _finish(store, session_id, status, end_ns, end_meta, warnings)
     assert sink is not None and session_id is not None  # else the store's error was raised

@@ -84,7 +84,9 @@ def test_receiver_status_on_when_a_tracer_started(fake, tmp_path):  # fake: conf
     tx.start()
     tr.stop()
     rx.stop(2.0)
-    assert rx.tracer_status() == {"gpu_tracer": "on"}
+    # `fake` runs the Python launch callback (as an install without the C hook would)
+    assert rx.tracer_status().keys() == {"gpu_tracer", "gpu_launch_hook"}
+    assert rx.tracer_status()["gpu_tracer"] == "on"
 
 
 def test_receiver_status_when_no_tracer_connected(tmp_path):
@@ -162,3 +164,66 @@ def test_record_stores_the_status_and_the_report_says_tracing_was_off(tmp_path):
         "dependency 'elftools' is missing" in " ".join(text.split())
     )
     assert " 0.0 %" not in text and "100.0 %" not in text.split("== CPU time")[0]
+
+
+def _status_of_a_started_tracer(tmp_path, config: TracerConfig) -> dict[str, str]:
+    path = str(tmp_path / "gpu.sock")
+    rx = GpuReceiver(path)
+    rx.start()
+    tx = Sender(path, interval_s=0.02)
+    tr = CuptiTracer(tx, config)
+    tr.start()
+    tx.start()
+    tr.stop()
+    rx.stop(2.0)
+    return rx.tracer_status()
+
+
+def test_status_says_when_the_python_launch_callback_ran_because_the_c_hook_is_not_built(
+    fake, tmp_path, monkeypatch
+):
+    """An install without _launchhook.so (a pip install with no C compiler) still traces,
+    with the slower Python callback: the session's meta says so and how to build the hook."""
+    monkeypatch.setattr(tracer_mod, "load_hook", lambda mode: None)
+    status = _status_of_a_started_tracer(tmp_path, TracerConfig(kinds=("kernel",)))
+    assert status["gpu_tracer"] == "on"
+    hook = status["gpu_launch_hook"]
+    assert hook.startswith("Python callback, slower per launch, in pid ")
+    assert "not built" in hook and "scripts/build_launchhook.sh" in hook
+
+
+def test_status_names_kubeprof_gpu_hook_python_when_asked_for(fake, tmp_path):
+    status = _status_of_a_started_tracer(tmp_path, TracerConfig(kinds=("kernel",), hook="python"))
+    assert "as KUBEPROF_GPU_HOOK=python asked" in status["gpu_launch_hook"]
+    assert "not built" not in status["gpu_launch_hook"]
+
+
+class PythonHookGpu(SilentGpu):
+    """A GPU receiver stand-in whose tracer ran the Python launch callback."""
+
+    def tracer_status(self) -> dict[str, str]:
+        return {
+            "gpu_tracer": "on",
+            "gpu_launch_hook": "Python callback, slower per launch, in pid 7: the C launch "
+            "hook (_launchhook) is not built",
+        }
+
+
+def test_record_warns_and_the_report_header_names_the_python_launch_callback(tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db"
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "pass"],
+            store_url=url,
+            sources=[OneSample(), PythonHookGpu()],
+            poll_interval_s=0.05,
+            name="pyhook",
+            gpu=True,
+        )
+    )
+    assert any("Python callback, slower per launch" in w for w in res.warnings)
+    from kubeprof import reporting
+    from kubeprof.report.formats import render
+
+    text = " ".join(render(reporting.load(url, "pyhook"), "text").split())
+    assert "gpu launch hook: Python callback, slower per launch, in pid 7" in text

@@ -131,3 +131,20 @@ def test_unresolved_native_frames_name_their_library():
     frame = Frame("[unknown]", FrameKind.NATIVE, "/usr/lib/x86_64-linux-gnu/libcrypto.so.3")
     assert frame.label() == "[unknown] (libcrypto.so.3)"
     assert Frame("[unknown]", FrameKind.NATIVE).label() == "[unknown]"
+
+
+def test_a_store_in_a_folder_this_user_may_not_search_is_one_line(tmp_path, monkeypatch):
+    """`--store sqlite:////root/x.db` as a user: stat() itself is refused (EACCES)."""
+    from pathlib import Path
+
+    from kubeprof.store_location import prepare_sqlite_path
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "exists", refused)
+    said = prepare_sqlite_path(f"sqlite:///{tmp_path}/x.db")
+    assert said == (
+        f"cannot read the store {tmp_path}/x.db: Permission denied; pass --store "
+        "sqlite:////a/writable/path.db or set KUBEPROF_STORE"
+    )

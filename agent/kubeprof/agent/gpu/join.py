@@ -99,7 +99,7 @@ class GpuJoin:
         some process (its hello carries the CUPTI versions), else "off" with
         ``gpu_tracer_reason``: the error a tracer sent, or why none was heard from."""
         if any("versions" in hello for hello in self.targets.values()):
-            return {"gpu_tracer": "on"}
+            return {"gpu_tracer": "on", **self._hook_status()}
         if self.tracer_errors:
             reasons = list(dict.fromkeys(self.tracer_errors.values()))
             text = "; ".join(reasons)
@@ -118,6 +118,27 @@ class GpuJoin:
                 "kubeprof-gpu: lines it printed)"
             ),
         }
+
+    def _hook_status(self) -> dict[str, str]:
+        """``gpu_launch_hook``, only where some tracer ran the slower Python launch callback
+        (the report shows it): why, and how to get the C hook (agent/gpu/tracer.py)."""
+        python = {
+            pid: h
+            for pid, h in self.targets.items()
+            if "versions" in h and h.get("hook") == "python"
+        }
+        if not python:
+            return {}
+        asked = all(h.get("config", {}).get("hook") == "python" for h in python.values())
+        why = (
+            "as KUBEPROF_GPU_HOOK=python asked"
+            if asked
+            else "the C launch hook (_launchhook) is not built: run scripts/build_launchhook.sh "
+            "in a checkout, or pip install kubeprof again where a C compiler and the Python "
+            "headers (python3-dev) exist"
+        )
+        pids = ", ".join(str(p) for p in sorted(python))
+        return {"gpu_launch_hook": f"Python callback, slower per launch, in pid {pids}: {why}"}
 
     # ---- conversion ----
     def count(self, key: str, n: int = 1) -> None:
@@ -145,7 +166,7 @@ class GpuJoin:
             conn.pid = conn.peer_pid or int(header.get("pid", 0))
             self.targets[conn.pid] = {
                 k: header[k]
-                for k in ("argv", "ppid", "versions", "config", "skipped_cbids")
+                for k in ("argv", "ppid", "versions", "config", "skipped_cbids", "hook")
                 if k in header
             }
             conn.strings.clear()
