@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from kubeprof.storage import Store
+from kubeprof.storage import Store, shared_gc
 from kubeprof.storage import queries as q
 from kubeprof.storage import sessions as rows
 
@@ -71,6 +71,8 @@ def rm_command(
             )
             if not dry_run:
                 rows.remove(conn, [s.id for s in doomed])
+        # Committed first: the stacks and frames only those sessions used are now unused.
+        freed = shared_gc.collect(store.engine) if doomed and not dry_run else None
     finally:
         store.close()
     verb = "would remove" if dry_run else "removed"
@@ -79,4 +81,10 @@ def rm_command(
         f"kubeprof: {verb} {len(doomed)} session{'s' * (len(doomed) != 1)}: {names}",
         file=sys.stderr,
     )
+    if freed is not None:
+        print(
+            f"kubeprof: deleted {freed.stacks} stacks and {freed.frames} frames "
+            "no remaining session uses",
+            file=sys.stderr,
+        )
     return 0

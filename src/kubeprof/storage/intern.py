@@ -2,6 +2,12 @@
 
 Concurrent writers (several agents ingesting into one Postgres) may intern the same stack
 at once; inserts use ON CONFLICT DO NOTHING and then read the winner's id.
+
+Rows no session uses any more are deleted by `shared_gc`. The two agree through a lock and
+an epoch: a transaction that interns holds the lock shared until it ends (PostgreSQL: an
+advisory lock; SQLite: its one write lock), a collection holds it exclusively while it
+deletes and raises `intern_epochs.epoch` when it did, and an Interner that sees the epoch
+changed forgets its cached ids before it uses any.
 """
 
 from __future__ import annotations
@@ -9,12 +15,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
 
 from kubeprof.model import Frame, FrameKind, Stack, stack_hash
 from kubeprof.storage.bulk import dialect_insert
-from kubeprof.storage.models import FrameRow, StackRow
+from kubeprof.storage.models import FrameRow, InternEpochRow, StackRow
+
+# Any constant works; the same for every kubeprof process on one database (not migrate's).
+_PG_INTERN_LOCK = 0x6B7570_6763_6C6B & 0x7FFFFFFFFFFFFFFF
 
 
 def frame_hash(frame: Frame) -> int:
@@ -33,21 +42,54 @@ def _insert(conn: Connection, table: Interned, rows: Sequence[Mapping[str, objec
     )
 
 
+def _hold(conn: Connection, *, shared: bool) -> None:
+    if conn.dialect.name == "postgresql":
+        fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_INTERN_LOCK})
+    else:  # SQLite: a no-op write takes its one write lock now, not at the first insert
+        conn.execute(update(InternEpochRow).values(epoch=InternEpochRow.epoch))
+
+
+def hold_interning(conn: Connection) -> int:
+    """Take the interning lock shared until `conn`'s transaction ends, so no collection
+    deletes rows meanwhile; the current epoch."""
+    _hold(conn, shared=True)
+    return int(conn.scalar(select(InternEpochRow.epoch)) or 0)
+
+
+def hold_collecting(conn: Connection) -> None:
+    """Take the interning lock exclusively until `conn`'s transaction ends: no transaction
+    that interns is in flight, none starts."""
+    _hold(conn, shared=False)
+
+
+def raise_epoch(conn: Connection) -> None:
+    """Tell every Interner its cached ids may name deleted rows (in the deleting transaction)."""
+    conn.execute(update(InternEpochRow).values(epoch=InternEpochRow.epoch + 1))
+
+
 def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
 
 class Interner:
-    """Caches hash -> id for frames and stacks of one store (ids never change once given)."""
+    """Caches hash -> id for frames and stacks of one store, valid while the epoch holds."""
 
     def __init__(self) -> None:
         self.frame_ids: dict[int, int] = {}
         self.stack_ids: dict[int, int] = {}
-        self._frames_by_id: dict[int, Frame] = {}
+        self.epoch: int | None = None
 
     def stack_ids_for(self, conn: Connection, stacks: Iterable[Stack]) -> dict[int, int]:
-        """Intern `stacks`; returns stack hash -> stack id for all of them."""
+        """Intern `stacks`; returns stack hash -> stack id for all of them. Holds the
+        interning lock until the transaction ends (the ids must not be collected before
+        the rows that use them are committed)."""
+        epoch = hold_interning(conn)
+        if epoch != self.epoch:
+            self.frame_ids.clear()
+            self.stack_ids.clear()
+            self.epoch = epoch
         by_hash: dict[int, Stack] = {}
         for stack in stacks:
             h = stack_hash(stack)

@@ -89,6 +89,15 @@ class StackRow(Base):
     depth: Mapped[int] = mapped_column(Integer)
 
 
+class InternEpochRow(Base):
+    """One row: raised by each garbage collection that deleted stacks or frames, so an
+    Interner drops its cached ids when it changed (`kubeprof.storage.shared_gc`)."""
+
+    __tablename__ = "intern_epochs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    epoch: Mapped[int] = mapped_column(default=0)
+
+
 class SampleRow(Base):
     """One CPU sample (per-sample rows keep timestamps for timelines and GPU correlation)."""
 
@@ -102,7 +111,10 @@ class SampleRow(Base):
     cpu: Mapped[int] = mapped_column(Integer)
     thread: Mapped[str]
     stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"))
-    __table_args__ = (Index("ix_samples_session_stack", "session_id", "stack_id"),)
+    __table_args__ = (
+        Index("ix_samples_session_stack", "session_id", "stack_id"),
+        Index("ix_samples_stack_id", "stack_id"),  # "still used?" of the shared-rows GC
+    )
 
 
 class ProcessRow(Base):
@@ -147,7 +159,10 @@ class GpuActivityRow(Base):
     shared_mem: Mapped[int] = mapped_column(default=0)
     bytes: Mapped[int] = mapped_column(default=0)
     stack_id: Mapped[int | None] = mapped_column(ForeignKey("stacks.id"), nullable=True)
-    __table_args__ = (Index("ix_gpu_activities_session_start", "session_id", "start_ns"),)
+    __table_args__ = (
+        Index("ix_gpu_activities_session_start", "session_id", "start_ns"),
+        Index("ix_gpu_activities_stack_id", "stack_id"),
+    )
 
 
 class GpuMetricRow(Base):
@@ -235,6 +250,7 @@ class StackCountRow(Base):
     stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"), primary_key=True)
     thread: Mapped[str] = mapped_column(default="")
     samples: Mapped[int] = mapped_column(default=0)
+    __table_args__ = (Index("ix_stack_counts_stack_id", "stack_id"),)
 
 
 class OffCpuSampleRow(Base):
@@ -257,4 +273,7 @@ class OffCpuSampleRow(Base):
     reason: Mapped[str] = mapped_column(default="")
     source: Mapped[str] = mapped_column(String(16))  # bpf-sched | sampled-wall
     stack_id: Mapped[int | None] = mapped_column(ForeignKey("stacks.id"), nullable=True)
-    __table_args__ = (Index("ix_offcpu_samples_session_stack", "session_id", "stack_id"),)
+    __table_args__ = (
+        Index("ix_offcpu_samples_session_stack", "session_id", "stack_id"),
+        Index("ix_offcpu_samples_stack_id", "stack_id"),
+    )
