@@ -122,7 +122,10 @@ def test_short_waits_are_counted_not_lost(tmp_path):
         tmp_path,
         sys.executable,
         "-c",
-        "import time\nfor _ in range(300): time.sleep(0.0002)",
+        # 0.2 s on CPU first, so the recording has CPU samples whatever the timing (a run
+        # of naps alone may get none: exit 3, "no CPU samples"); then 300 naps of 0.2 ms
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n"
+        "for _ in range(300): time.sleep(0.0002)",
         flags=("--offcpu-min-us", "5000"),
     )
     with store.engine.connect() as conn:

@@ -250,12 +250,12 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             target = child.pid
         else:
             target = int(opts.pid or 0)
-        # SQLAlchemy's import and the store's open while the command starts (a store that
-        # does not open stops the command here, with the store's error)
-        opener = _StoreOpener(opts.store_url)
-        refused = driver.attach(target)
+        refused = driver.attach(target)  # first: the import below would slow it (GIL)
         if refused:
             raise RecordError(str(next(iter(refused.values()))))
+        # SQLAlchemy's import and the store's open while the command runs (a store that
+        # does not open stops the command here, with the store's error)
+        opener = _StoreOpener(opts.store_url)
         opener.wait(lambda: progress("recording", (time.monotonic_ns() - start_ns) / 1e9, 0))
         store, session_id, name, sink = _open_session(
             opener, driver, opts, name, start_ns, meta, tmp
