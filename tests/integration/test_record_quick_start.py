@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeprof.agent.cpu.pyspy_collector import NO_PYTHON
 from kubeprof.model import FrameKind
 from kubeprof.storage import queries
 from kubeprof.storage.store import Store
@@ -66,7 +67,11 @@ def test_python_starts_at_once_and_bpf_takes_over_without_a_hole(tmp_path):
     assert ts[0] - start_ns < 500_000_000, (ts[0] - start_ns) / 1e9
     # py-spy's samples (Python frames only) before the handover, BPF's (native frames too,
     # where the user stack was copied: not always on a loaded machine) after it
-    native = [any(f.kind is not FrameKind.PYTHON for f in cols.stacks[s]) for s in main.stack_ids]
+    # (py-spy's "[no Python frames]" marker, for a tick before its first stack, is not BPF's)
+    native = [
+        any(f.kind is not FrameKind.PYTHON and f != NO_PYTHON for f in cols.stacks[s])
+        for s in main.stack_ids
+    ]
     handover_ns = info.start_ns + handover_s * 1e9  # the collector started just before
     before = [n for t, n in zip(ts, native, strict=True) if t < handover_ns - 0.5e9]
     after = [n for t, n in zip(ts, native, strict=True) if t > handover_ns + 0.5e9]
