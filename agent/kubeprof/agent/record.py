@@ -439,13 +439,11 @@ def _tracer_status(collectors: Iterable[Collector]) -> dict[str, str]:
 def _quick_start(opts: RecordOptions) -> bool:
     """Start at once with py-spy covering the BPF compile: for Python targets only (py-spy
     sees nothing else), a command that starts Python or a running Python process."""
-    from kubeprof.agent.cpu.handover import runs_python
+    from kubeprof.agent.cpu.handover import pid_runs_python, runs_python
 
     if opts.command:
         return runs_python(opts.command)
-    from kubeprof.agent.cpu.procfs import exe
-
-    return opts.pid is not None and "python" in os.path.basename(exe(int(opts.pid)))
+    return opts.pid is not None and pid_runs_python(int(opts.pid))
 
 
 def _sampler_meta(collectors: Iterable[Collector]) -> dict[str, str]:

@@ -60,6 +60,7 @@ def count_rows(
 
 _KEY = ("session_id", "bucket", "node", "pid", "tid", "stack_id")
 _COLUMNS = (*_KEY, "thread", "samples")
+_STAGE = "stack_counts_in"  # the temporary table of _add_counts_copy (names are ours)
 
 
 def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
@@ -98,9 +99,6 @@ def _add_counts_copy(conn: Connection, rows: list[dict[str, object]]) -> None:
         f"samples = {StackCountRow.__tablename__}.samples + EXCLUDED.samples, "
         "thread = EXCLUDED.thread"
     )
-
-
-_STAGE = "stack_counts_in"  # the temporary table of _add_counts_copy (names are ours)
 
 
 def stack_counts(

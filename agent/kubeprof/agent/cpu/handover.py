@@ -168,13 +168,23 @@ def _until(batch: Batch, end_ns: int) -> Batch:
     )
 
 
+_INTERPRETER = re.compile(r"python[\d.]*")  # python, python3, python3.11: a file's base name
+
+
+def pid_runs_python(pid: int) -> bool:
+    """True when process `pid`'s executable is a Python interpreter (`record --pid`)."""
+    from kubeprof.agent.cpu.procfs import exe
+
+    return bool(_INTERPRETER.fullmatch(os.path.basename(exe(pid))))
+
+
 def runs_python(command: Sequence[str]) -> bool:
     """True when `command` starts a Python interpreter: `python3 ...`, or a script whose
     `#!` line names one (torchrun, a console script). py-spy only sees Python, so other
     commands wait for the BPF sampler instead of a quick start."""
     if not command:
         return False
-    if re.fullmatch(r"python[\d.]*", os.path.basename(command[0])):
+    if _INTERPRETER.fullmatch(os.path.basename(command[0])):
         return True
     path = shutil.which(command[0])
     if path is None:
