@@ -8,8 +8,8 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
+from kubeprof.agent.setting_flags import add_setting_flags
 from kubeprof.protocol.settings import AgentSettings, parse_collectors
 from kubeprof.safe_text import escape_logs
 
@@ -33,159 +33,128 @@ example (by hand, outside Kubernetes):
 """
 
 
-# One flag per AgentSettings field, each naming its variable: the repeated add_argument
-# shape is declaration (as in light/main.py), not logic to share.
+# (flag, AgentSettings field, help): each flag's default and type are the field's.
+_SETTING_FLAGS = (
+    (
+        "--node-name",
+        "node_name",
+        "this node's name; only pods on it are profiled (env {env}, "
+        "set from spec.nodeName by the downward API)",
+    ),
+    (
+        "--ingest-url",
+        "ingest_url",
+        "base URL of the operator's ingest API, e.g. "
+        "http://kubeprof-operator.kubeprof:8080 (env {env})",
+    ),
+    ("--namespace", "namespace", "namespace of the ProfilingSession (env {env})"),
+    ("--session", "session", "name of the ProfilingSession (env {env})"),
+    (
+        "--session-uid",
+        "session_uid",
+        "UID of the ProfilingSession; the spool folder is keyed by it (env {env})",
+    ),
+    (
+        "--token-file",
+        "token_file",
+        "file holding the session's ingest token, mounted from the "
+        "session's Secret (env {env}, default %(default)s)",
+    ),
+    (
+        "--spool-dir",
+        "spool_dir",
+        "where batches wait until the ingest stored them; a per-session "
+        "sub-folder is used (env {env}, default %(default)s)",
+    ),
+    (
+        "--spool-max-mb",
+        "spool_max_mb",
+        "oldest batches are dropped (and counted) past this spool size "
+        "(env {env}, default %(default)s)",
+    ),
+    (
+        "--proc-root",
+        "proc_root",
+        "the host's /proc (the pod runs with hostPID) (env {env}, default %(default)s)",
+    ),
+    (
+        "--collectors",
+        "collectors",
+        "comma-separated collectors to run: cpu (eBPF sampler + Python "
+        "frames), nvml (GPU metrics) (env {env}, default %(default)s)",
+    ),
+    ("--hz", "cpu_hz", "CPU sampling frequency (env {env}, default %(default)s)"),
+    (
+        "--offcpu-min-us",
+        "offcpu_min_us",
+        "off-CPU waits shorter than this get no stack, only counted "
+        "(env {env}, default %(default)s)",
+    ),
+    (
+        "--offcpu-every",
+        "offcpu_every",
+        "follow 1 in N switch-outs for off-CPU waits; 0 turns the probe off "
+        "(env {env}, default %(default)s)",
+    ),
+    (
+        "--nvml-interval",
+        "nvml_interval_s",
+        "seconds between NVML readings (env {env}, default %(default)s)",
+    ),
+    (
+        "--poll-interval",
+        "poll_interval_s",
+        "seconds between collector polls, i.e. batch cadence (env {env}, default %(default)s)",
+    ),
+    (
+        "--rescan-interval",
+        "rescan_interval_s",
+        "seconds between target/process rescans (env {env}, default %(default)s)",
+    ),
+    (
+        "--end-time",
+        "end_time",
+        "wall-clock end of the session as Unix seconds; the API's answer overrides it (env {env})",
+    ),
+    (
+        "--drain-timeout",
+        "drain_timeout_s",
+        "seconds to keep sending spooled batches at exit (env {env}, default %(default)s)",
+    ),
+    (
+        "--gpu-socket",
+        "gpu_socket",
+        "receive CUDA kernels from the dormant tracers the injection webhook "
+        "put into pods: listen on this socket (its name, the session's uid, is "
+        "what `on`/`off` carry) and switch the target pods' tracers on for the "
+        "session (env {env}; default off)",
+    ),
+    (
+        "--gpu-ctl-dir",
+        "gpu_ctl_dir",
+        "the folder, inside target pods, of their tracers' control sockets; "
+        "reached through /proc/<pid>/root (env {env}, default %(default)s)",
+    ),
+    ("--log-level", "log_level", "DEBUG, INFO, WARNING (env {env}, default %(default)s)"),
+)
+
+
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """Flags whose defaults are the settings in `environ` (os.environ by default)."""
-    s = AgentSettings.from_env(os.environ if environ is None else environ)
-    e = AgentSettings.env_name
     p = argparse.ArgumentParser(
         prog="kubeprof agent",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--node-name",
-        default=s.node_name,
-        help=f"this node's name; only pods on it are profiled (env {e('node_name')}, "
-        "set from spec.nodeName by the downward API)",
-    )
-    p.add_argument(
-        "--ingest-url",
-        default=s.ingest_url,
-        help="base URL of the operator's ingest API, e.g. "
-        f"http://kubeprof-operator.kubeprof:8080 (env {e('ingest_url')})",
-    )
-    p.add_argument(
-        "--namespace",
-        default=s.namespace,
-        help=f"namespace of the ProfilingSession (env {e('namespace')})",
-    )
-    p.add_argument(
-        "--session", default=s.session, help=f"name of the ProfilingSession (env {e('session')})"
-    )
-    p.add_argument(
-        "--session-uid",
-        default=s.session_uid,
-        help="UID of the ProfilingSession; the spool folder is keyed by it "
-        f"(env {e('session_uid')})",
-    )
-    p.add_argument(
-        "--token-file",
-        type=Path,
-        default=s.token_file,
-        help="file holding the session's ingest token, mounted from the "
-        f"session's Secret (env {e('token_file')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--spool-dir",
-        type=Path,
-        default=s.spool_dir,
-        help="where batches wait until the ingest stored them; a per-session "
-        f"sub-folder is used (env {e('spool_dir')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--spool-max-mb",
-        type=int,
-        default=s.spool_max_mb,
-        help="oldest batches are dropped (and counted) past this spool size "
-        f"(env {e('spool_max_mb')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--proc-root",
-        type=Path,
-        default=s.proc_root,
-        help=f"the host's /proc (the pod runs with hostPID) (env {e('proc_root')}, "
-        "default %(default)s)",
-    )
-    p.add_argument(
-        "--collectors",
-        default=",".join(s.collectors),
-        help="comma-separated collectors to run: cpu (eBPF sampler + Python "
-        f"frames), nvml (GPU metrics) (env {e('collectors')}, default "
-        "%(default)s)",
-    )
-    p.add_argument(
-        "--hz",
-        type=int,
-        default=s.cpu_hz,
-        help=f"CPU sampling frequency (env {e('cpu_hz')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--offcpu-min-us",
-        type=int,
-        default=s.offcpu_min_us,
-        help="off-CPU waits shorter than this get no stack, only counted (env "
-        f"{e('offcpu_min_us')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--offcpu-every",
-        type=int,
-        default=s.offcpu_every,
-        help="follow 1 in N switch-outs for off-CPU waits; 0 turns the probe off "
-        f"(env {e('offcpu_every')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--nvml-interval",
-        type=float,
-        default=s.nvml_interval_s,
-        help=f"seconds between NVML readings (env {e('nvml_interval_s')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--poll-interval",
-        type=float,
-        default=s.poll_interval_s,
-        help="seconds between collector polls, i.e. batch cadence (env "
-        f"{e('poll_interval_s')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--rescan-interval",
-        type=float,
-        default=s.rescan_interval_s,
-        help="seconds between target/process rescans (env "
-        f"{e('rescan_interval_s')}, default %(default)s)",
-    )
-    p.add_argument(
-        "--end-time",
-        type=float,
-        default=s.end_time,
-        help="wall-clock end of the session as Unix seconds; the API's answer "
-        f"overrides it (env {e('end_time')})",
-    )
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=s.drain_timeout_s,
-        help="seconds to keep sending spooled batches at exit (env "
-        f"{e('drain_timeout_s')}, default %(default)s)",
-    )
+    settings = AgentSettings.from_env(os.environ if environ is None else environ)
+    add_setting_flags(p, settings, _SETTING_FLAGS)
     p.add_argument(
         "--pod-uid",
         action="append",
         default=[],
         help="profile this pod UID without asking the API for targets "
         "(repeatable; for use outside a session DaemonSet)",
-    )
-    p.add_argument(
-        "--gpu-socket",
-        default=s.gpu_socket,
-        help="receive CUDA kernels from the dormant tracers the injection webhook "
-        "put into pods: listen on this socket (its name, the session's uid, is "
-        "what `on`/`off` carry) and switch the target pods' tracers on for the "
-        f"session (env {e('gpu_socket')}; default off)",
-    )
-    p.add_argument(
-        "--gpu-ctl-dir",
-        default=s.gpu_ctl_dir,
-        help="the folder, inside target pods, of their tracers' control sockets; "
-        f"reached through /proc/<pid>/root (env {e('gpu_ctl_dir')}, "
-        "default %(default)s)",
-    )
-    p.add_argument(
-        "--log-level",
-        default=s.log_level,
-        help=f"DEBUG, INFO, WARNING (env {e('log_level')}, default %(default)s)",
     )
     return p
 

@@ -54,102 +54,46 @@ class Layout:
         return f"{self.version[0]}.{self.version[1]}"
 
 
-# One row per CPython minor version: the rows look alike by design (same fields, other
-# offsets), each checked against its interpreter's headers; not code to share.
-LAYOUTS: dict[tuple[int, int], Layout] = {
-    (3, 10): Layout(
-        version=(3, 10),
-        runtime_interpreters_head=32,
-        interp_threads_head=8,
-        tstate_next=8,
-        tstate_thread_id=176,
-        tid_is_native=False,
-        tstate_frame=24,
-        cframe_current_frame=-1,
-        cframe_previous=-1,
-        frame_code=32,
-        frame_previous=24,
-        frame_instr=96,
-        frame_flags=-1,
-        code_filename=104,
-        code_name=112,
-        code_linetable=120,
-        code_firstlineno=40,
-        code_adaptive=-1,
-        code_firsttraceable=-1,
-        unicode_ascii_size=48,
-        unicode_compact_size=72,
-    ),
-    (3, 11): Layout(
-        version=(3, 11),
-        runtime_interpreters_head=40,
-        interp_threads_head=16,
-        tstate_next=8,
-        tstate_thread_id=160,
-        tid_is_native=True,
-        tstate_frame=56,
-        cframe_current_frame=8,
-        cframe_previous=16,
-        frame_code=32,
-        frame_previous=48,
-        frame_instr=56,
-        frame_flags=68,
-        code_filename=112,
-        code_name=128,
-        code_linetable=136,
-        code_firstlineno=72,
-        code_adaptive=184,
-        code_firsttraceable=168,
-        unicode_ascii_size=48,
-        unicode_compact_size=72,
-    ),
-    (3, 12): Layout(
-        version=(3, 12),
-        runtime_interpreters_head=40,
-        interp_threads_head=72,
-        tstate_next=8,
-        tstate_thread_id=144,
-        tid_is_native=True,
-        tstate_frame=56,
-        cframe_current_frame=0,
-        cframe_previous=8,
-        frame_code=0,
-        frame_previous=8,
-        frame_instr=56,
-        frame_flags=70,
-        code_filename=112,
-        code_name=128,
-        code_linetable=136,
-        code_firstlineno=68,
-        code_adaptive=192,
-        code_firsttraceable=176,
-        unicode_ascii_size=40,
-        unicode_compact_size=56,
-    ),
-    (3, 13): Layout(
-        version=(3, 13),
-        runtime_interpreters_head=632,
-        interp_threads_head=7344,
-        tstate_next=8,
-        tstate_thread_id=160,
-        tid_is_native=True,
-        tstate_frame=72,
-        cframe_current_frame=-1,
-        cframe_previous=-1,
-        frame_code=0,
-        frame_previous=8,
-        frame_instr=56,
-        frame_flags=70,
-        code_filename=112,
-        code_name=128,
-        code_linetable=136,
-        code_firstlineno=68,
-        code_adaptive=200,
-        code_firsttraceable=184,
-        unicode_ascii_size=40,
-        unicode_compact_size=56,
-    ),
-}
+# One row per field, one column per version, so a field's move between releases reads
+# across one line; each column checked against that version's headers.
+_OFFSETS = """
+field                       3.10  3.11  3.12  3.13
+runtime_interpreters_head     32    40    40   632
+interp_threads_head            8    16    72  7344
+tstate_next                    8     8     8     8
+tstate_thread_id             176   160   144   160
+tstate_frame                  24    56    56    72
+cframe_current_frame          -1     8     0    -1
+cframe_previous               -1    16     8    -1
+frame_code                    32    32     0     0
+frame_previous                24    48     8     8
+frame_instr                   96    56    56    56
+frame_flags                   -1    68    70    70
+code_filename                104   112   112   112
+code_name                    112   128   128   128
+code_linetable               120   136   136   136
+code_firstlineno              40    72    68    68
+code_adaptive                 -1   184   192   200
+code_firsttraceable           -1   168   176   184
+unicode_ascii_size            48    48    40    40
+unicode_compact_size          72    72    56    56
+"""
+
+
+def _layouts(table: str) -> dict[tuple[int, int], Layout]:
+    """The table's columns as Layouts, keyed by (3, minor)."""
+    head, *rows = (line.split() for line in table.strip().splitlines())
+    out: dict[tuple[int, int], Layout] = {}
+    for i, label in enumerate(head[1:], start=1):
+        major, minor = (int(n) for n in label.split("."))
+        offsets = {row[0]: int(row[i]) for row in rows}
+        # native_thread_id (the OS tid) exists from 3.11 on
+        native = (major, minor) >= (3, 11)
+        out[major, minor] = Layout(version=(major, minor), tid_is_native=native, **offsets)
+    return out
+
+
+LAYOUTS: dict[tuple[int, int], Layout] = _layouts(_OFFSETS)
 
 _VERSION = re.compile(r"(?:^|/)(?:lib)?python(3)\.(\d+)[a-z]*(?:$|\.so)")
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kubeprof.agent.setting_flags import add_env_flags, add_setting_flags
 from kubeprof.protocol.settings import AgentSettings
 
 if TYPE_CHECKING:
@@ -30,37 +31,76 @@ kubeprof_gpu_unattributable_info instead of a guessed per-pod figure.
 """
 
 
-# The flags are declared one by one as argparse wants them; their repeated shape (flag,
-# type, default, help) is declaration, not logic to share.
+# (flag, type, variable, default, help): the light agent's own variables.
+_OWN_FLAGS = (
+    (
+        "--listen",
+        str,
+        "KUBEPROF_LIGHT_LISTEN",
+        "0.0.0.0:9400",
+        "HOST:PORT of /metrics (env {env}, default %(default)s)",
+    ),
+    (
+        "--interval",
+        float,
+        "KUBEPROF_LIGHT_INTERVAL_S",
+        "1",
+        "seconds between NVML polls (env {env}, default %(default)s)",
+    ),
+    (
+        "--window",
+        float,
+        "KUBEPROF_LIGHT_WINDOW_S",
+        "60",
+        "rolling window of the figures, seconds (env {env}, default %(default)s)",
+    ),
+)
+# (flag, AgentSettings field, help) for the deep-profiling group: the node agent's settings.
+_DEEP_SETTING_FLAGS = (
+    (
+        "--operator-url",
+        "ingest_url",
+        "the operator's ingest API, e.g. http://kubeprof.kubeprof:8080 (env {env})",
+    ),
+    (
+        "--spool-dir",
+        "spool_dir",
+        "host folder where sessions' batches wait until stored; the same folder as the "
+        "per-session agents', so either ships what the other left (env {env}, "
+        "default %(default)s)",
+    ),
+    (
+        "--rescan-interval",
+        "rescan_interval_s",
+        "seconds between a session's target/process rescans (env {env}, default %(default)s)",
+    ),
+    (
+        "--drain-timeout",
+        "drain_timeout_s",
+        "seconds to keep sending a session's spool when it ends (env {env}, default %(default)s)",
+    ),
+)
+_DEEP_OWN_FLAGS = (
+    (
+        "--heartbeat-interval",
+        float,
+        "KUBEPROF_LIGHT_HEARTBEAT_S",
+        "5",
+        "seconds between heartbeats to the operator (env {env}, default %(default)s)",
+    ),
+)
+
+
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """Flags whose defaults come from `environ` (os.environ by default): the variables the
     node agent shares through `AgentSettings`, and the light agent's own."""
     environ = os.environ if environ is None else environ
-    s, e, env = AgentSettings.from_env(environ), AgentSettings.env_name, environ.get
+    s, env = AgentSettings.from_env(environ), environ.get
     p = argparse.ArgumentParser(prog="kubeprof agent --light", description=DESCRIPTION)
-    p.add_argument(
-        "--node-name",
-        default=s.node_name,
-        help=f"this node's name (env {e('node_name')}, from spec.nodeName)",
+    add_setting_flags(
+        p, s, [("--node-name", "node_name", "this node's name (env {env}, from spec.nodeName)")]
     )
-    p.add_argument(
-        "--listen",
-        default=env("KUBEPROF_LIGHT_LISTEN", "0.0.0.0:9400"),
-        help="HOST:PORT of /metrics (env KUBEPROF_LIGHT_LISTEN, default %(default)s)",
-    )
-    p.add_argument(
-        "--interval",
-        type=float,
-        default=float(env("KUBEPROF_LIGHT_INTERVAL_S", "1")),
-        help="seconds between NVML polls (env KUBEPROF_LIGHT_INTERVAL_S, default %(default)s)",
-    )
-    p.add_argument(
-        "--window",
-        type=float,
-        default=float(env("KUBEPROF_LIGHT_WINDOW_S", "60")),
-        help="rolling window of the figures, seconds (env KUBEPROF_LIGHT_WINDOW_S, "
-        "default %(default)s)",
-    )
+    add_env_flags(p, environ, _OWN_FLAGS)
     p.add_argument(
         "--pods-interval",
         type=float,
@@ -94,12 +134,6 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="report to the operator and take sessions over (env KUBEPROF_LIGHT_DEEP=1)",
     )
     deep.add_argument(
-        "--operator-url",
-        default=s.ingest_url,
-        help="the operator's ingest API, e.g. http://kubeprof.kubeprof:8080 (env "
-        f"{e('ingest_url')})",
-    )
-    deep.add_argument(
         "--token-file",
         dest="light_token_file",
         type=Path,
@@ -107,35 +141,8 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="the light agents' shared token, mounted from its Secret (env "
         "KUBEPROF_LIGHT_TOKEN_FILE, default %(default)s)",
     )
-    deep.add_argument(
-        "--spool-dir",
-        type=Path,
-        default=s.spool_dir,
-        help="host folder where sessions' batches wait until stored; the same folder as the "
-        f"per-session agents', so either ships what the other left (env {e('spool_dir')}, "
-        "default %(default)s)",
-    )
-    deep.add_argument(
-        "--heartbeat-interval",
-        type=float,
-        default=float(env("KUBEPROF_LIGHT_HEARTBEAT_S", "5")),
-        help="seconds between heartbeats to the operator (env KUBEPROF_LIGHT_HEARTBEAT_S, "
-        "default %(default)s)",
-    )
-    deep.add_argument(
-        "--rescan-interval",
-        type=float,
-        default=s.rescan_interval_s,
-        help="seconds between a session's target/process rescans (env "
-        f"{e('rescan_interval_s')}, default %(default)s)",
-    )
-    deep.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=s.drain_timeout_s,
-        help="seconds to keep sending a session's spool when it ends (env "
-        f"{e('drain_timeout_s')}, default %(default)s)",
-    )
+    add_setting_flags(deep, s, _DEEP_SETTING_FLAGS)
+    add_env_flags(deep, environ, _DEEP_OWN_FLAGS)
     return p
 
 
