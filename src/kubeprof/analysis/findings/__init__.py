@@ -28,13 +28,12 @@ from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.findings import (
     copy_bound,
     fusion,
-    input_starved,
     kernel_bound,
     launch_bound,
     pageable_memcpy,
     starved,
     sync_stall,
-    waiting_for_work,
+    waiting,
 )
 from kubeprof.analysis.findings.context import LONG_GAP_NS as LONG_HOST_GAP_NS
 from kubeprof.analysis.findings.context import Context
@@ -47,8 +46,8 @@ from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 
 FINDERS: tuple[Callable[[Context], Finding | None], ...] = (
     copy_bound.find,
-    input_starved.find,
-    waiting_for_work.find,
+    waiting.find_input_starved,
+    waiting.find_waiting_for_work,
     starved.find,
     launch_bound.find,
     sync_stall.find,

@@ -9,7 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from kubeprof.analysis.findings.context import Context, pct, us, user_frame, window_words
-from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
+from kubeprof.analysis.findings.model import Evidence, Finding, Kind, Severity
+from kubeprof.analysis.findings.stake import graded, window_gain
 from kubeprof.analysis.kernel_names import short_name
 from kubeprof.model import Frame, GpuActivity
 
@@ -18,6 +19,11 @@ BACK_TO_BACK_NS = 200_000  # consecutive kernels this close belong to one run
 MIN_RUN = 3  # kernels in a run
 MIN_KERNELS = 10  # kernels in such runs from one function before it is a pattern
 MIN_SHARE = 0.02  # estimated saving, of the steady state, before it is worth a finding
+FUSED_GAIN = (
+    "a fused kernel costs about as much as the longest kernel of the run it replaces "
+    "(elementwise work is bound by one pass over memory); the rest of the run's span, "
+    "kernels and gaps, is saved"
+)
 ELEMENTWISE = re.compile(
     r"elementwise|vectorized|unrolled|reduce|reduction|pointwise|triton_(poi|red|per)|"
     r"_fusion|activation|softmax|norm|foreach|fill|copy_kernel|where|add|mul|div|sub",
@@ -74,30 +80,19 @@ def find(ctx: Context) -> Finding | None:
         f"{us(top.kernel_ns / max(1, top.kernels))}); fusing them (torch.compile, a Triton "
         f"kernel) would save ~{pct(saved / ctx.steady_ns)} of {window_words(ctx)}."
     )
-    # The Finding record, field by field (alike in shape with the other findings).
-    return Finding(
-        Kind.FUSION,
-        Severity.WARNING if saved >= 0.1 * ctx.steady_ns else Severity.INFO,
-        message,
-        Evidence(
-            numbers={
-                "runs": top.runs,
-                "kernels_per_step": per_step,
-                "kernels_per_run": per_run,
-                "functions": len(best),
-                "saved_share": saved / ctx.steady_ns,
-            },
-            kernels=tuple(sorted(top.names or ())[:8]),
-            lines=tuple(f"{file}:{ln} {name}" for ln in lines[:8]),
-        ),
-        Gain(
-            saved,
-            saved / ctx.steady_ns,
-            "a fused kernel costs about as much as the longest kernel of the run it replaces "
-            "(elementwise work is bound by one pass over memory); the rest of the run's span, "
-            "kernels and gaps, is saved",
-        ),
+    evidence = Evidence(
+        numbers={
+            "runs": top.runs,
+            "kernels_per_step": per_step,
+            "kernels_per_run": per_run,
+            "functions": len(best),
+            "saved_share": saved / ctx.steady_ns,
+        },
+        kernels=tuple(sorted(top.names or ())[:8]),
+        lines=tuple(f"{file}:{ln} {name}" for ln in lines[:8]),
     )
+    severity = graded(ctx, saved, 0.1, (Severity.WARNING, Severity.INFO))
+    return Finding(Kind.FUSION, severity, message, evidence, window_gain(ctx, saved, FUSED_GAIN))
 
 
 def _candidate_frame(

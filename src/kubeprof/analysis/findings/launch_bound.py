@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kubeprof.analysis.findings.context import LONG_GAP_NS, Context, median, pct, us, window_words
-from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
+from kubeprof.analysis.findings.model import Evidence, Finding, Kind, Severity
+from kubeprof.analysis.findings.stake import graded, window_gain
 from kubeprof.analysis.gpu_timeline import total
 from kubeprof.analysis.kernel_names import short_name
 
@@ -49,26 +50,17 @@ def find(ctx: Context) -> Finding | None:
         f"{us(med_g)}. Capture the step in a CUDA graph (torch.cuda.graphs, "
         "torch.compile(mode='reduce-overhead')) or fuse the small ops."
     )
-    # The Finding record, field by field: alike in shape with the other findings' returns,
-    # each with its own severity rule and evidence (not logic to share).
-    return Finding(
-        Kind.LAUNCH_BOUND,
-        Severity.CRITICAL if short_ns >= 0.5 * ctx.steady_ns else Severity.WARNING,
-        message,
-        Evidence(
-            numbers={
-                "steady_idle": idle,
-                "kernels_per_step": per_step,
-                "median_kernel_us": med_k / 1e3,
-                "median_gap_us": med_g / 1e3,
-                "short_gap_share_of_idle": short_ns / ctx.breakdown.idle_ns,
-            },
-            kernels=tuple(top),
-        ),
-        Gain(
-            saved,
-            saved / ctx.steady_ns,
-            f"CUDA graph replay: every gap under {LONG_GAP_NS // 1000} µs not explained by a "
-            f"sync shrinks to ~{GRAPH_GAP_NS // 1000} µs",
-        ),
+    numbers = {
+        "steady_idle": idle,
+        "kernels_per_step": per_step,
+        "median_kernel_us": med_k / 1e3,
+        "median_gap_us": med_g / 1e3,
+        "short_gap_share_of_idle": short_ns / ctx.breakdown.idle_ns,
+    }
+    how = (
+        f"CUDA graph replay: every gap under {LONG_GAP_NS // 1000} µs not explained by a "
+        f"sync shrinks to ~{GRAPH_GAP_NS // 1000} µs"
     )
+    severity = graded(ctx, short_ns, 0.5, (Severity.CRITICAL, Severity.WARNING))
+    evidence = Evidence(numbers=numbers, kernels=tuple(top))
+    return Finding(Kind.LAUNCH_BOUND, severity, message, evidence, window_gain(ctx, saved, how))

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 
 from kubeprof.analysis.findings.context import Context, ms, pct, user_frame, window_words
 from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
+from kubeprof.analysis.findings.stake import graded
 
 MIN_SHARE = 0.02  # of the steady state spent in pageable copies
 PINNED_SPEEDUP = 2.0  # assumed when the trace has no pinned copy of the same direction
@@ -72,7 +73,7 @@ def find(ctx: Context) -> Finding | None:
     )
     return Finding(
         Kind.PAGEABLE_MEMCPY,
-        Severity.WARNING if total_ns >= 0.1 * ctx.steady_ns else Severity.INFO,
+        graded(ctx, total_ns, 0.1, (Severity.WARNING, Severity.INFO)),
         message,
         Evidence(numbers=numbers, lines=tuple(line for line, _ in lines.most_common(5))),
         Gain(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kubeprof.analysis.findings.context import Context
 from kubeprof.analysis.findings.model import Finding, Gain, Severity
 
 WARNING_NS = 10_000_000  # a gain under 10 ms in the window is never a warning ...
@@ -16,6 +17,17 @@ WARNING_SHARE = 0.05  # ... nor one under 5 % of it
 CRITICAL_NS = 100_000_000  # CRITICAL: at least 100 ms ...
 CRITICAL_SHARE = 0.3  # ... and 30 % of the window
 _LEVEL = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+def graded(ctx: Context, ns: float, cut: float, grades: tuple[Severity, Severity]) -> Severity:
+    """The first grade when `ns` holds at least `cut` of the analysed window, else the second:
+    a finding on lost time grades itself by its share of the window."""
+    return grades[0] if ns >= cut * ctx.steady_ns else grades[1]
+
+
+def window_gain(ctx: Context, saved_ns: int, how: str) -> Gain:
+    """What a fix saves, in ns and as a share of the analysed window, and `how` in words."""
+    return Gain(saved_ns, saved_ns / ctx.steady_ns, how)
 
 
 def at_stake(gain: Gain | None) -> Severity:

@@ -10,7 +10,8 @@ from bisect import bisect_right
 from collections import Counter
 
 from kubeprof.analysis.findings.context import Context, pct, us, user_frame, window_words
-from kubeprof.analysis.findings.model import Evidence, Finding, Gain, Kind, Severity
+from kubeprof.analysis.findings.model import Evidence, Finding, Kind, Severity
+from kubeprof.analysis.findings.stake import graded, window_gain
 from kubeprof.analysis.idle_breakdown import LAUNCH_GAP_NS
 
 MIN_SHARE = 0.05  # of the steady state lost in stalls
@@ -51,24 +52,17 @@ def find(ctx: Context) -> Finding | None:
         "keep values on the GPU or read them every N steps."
     )
     saved = sum(max(0, e - s - LAUNCH_GAP_NS) for _, s, e in stalls)
-    return Finding(
-        Kind.SYNC_STALL,
-        Severity.CRITICAL if stall_ns >= 0.3 * ctx.steady_ns else Severity.WARNING,
-        message,
-        Evidence(
-            numbers={
-                "stalls": len(stalls),
-                "stalls_per_step": per_step,
-                "stall_share": stall_ns / ctx.steady_ns,
-                "mean_stall_us": stall_ns / len(stalls) / 1e3,
-                "median_kernel_before_us": med_before / 1e3,
-            },
-            lines=tuple(line for line, _ in lines.most_common(5)),
-        ),
-        Gain(
-            saved,
-            saved / ctx.steady_ns,
-            "without the sync the host queues ahead and the next kernel starts at once: each "
-            f"stall shrinks to a launch gap ({LAUNCH_GAP_NS // 1000} µs)",
-        ),
+    numbers = {
+        "stalls": len(stalls),
+        "stalls_per_step": per_step,
+        "stall_share": stall_ns / ctx.steady_ns,
+        "mean_stall_us": stall_ns / len(stalls) / 1e3,
+        "median_kernel_before_us": med_before / 1e3,
+    }
+    how = (
+        "without the sync the host queues ahead and the next kernel starts at once: each "
+        f"stall shrinks to a launch gap ({LAUNCH_GAP_NS // 1000} µs)"
     )
+    severity = graded(ctx, stall_ns, 0.3, (Severity.CRITICAL, Severity.WARNING))
+    evidence = Evidence(numbers=numbers, lines=tuple(line for line, _ in lines.most_common(5)))
+    return Finding(Kind.SYNC_STALL, severity, message, evidence, window_gain(ctx, saved, how))
