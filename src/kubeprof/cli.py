@@ -44,6 +44,15 @@ def _int_where(name: str, ok: Callable[[int], bool], wording: str) -> Callable[[
 
 _hz = _int_where("_hz", lambda v: 1 <= v <= 10_000, "between 1 and 10000")
 _count = _int_where("_count", lambda v: v >= 1, "1 or more")
+
+
+def _add_top(parser: argparse.ArgumentParser, default: int, rows: str) -> None:
+    """--top N, the rows per table, as `report` and `diff` both take it."""
+    parser.add_argument(
+        "--top", type=_count, default=default, metavar="N", help=f"{rows} (default %(default)s)"
+    )
+
+
 _columns = _int_where("_columns", lambda v: v == 0 or v >= 40, "0 (no cut) or at least 40")
 _nonnegative = _int_where("_nonnegative", lambda v: v >= 0, "0 or more")
 
@@ -195,13 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stdout for text formats, SESSION.html / SESSION.pb.gz for html / pprof)",
     )
     rep.add_argument("--store", metavar="URL", help="database URL (as for record)")
-    rep.add_argument(
-        "--top",
-        type=_count,
-        default=10,
-        metavar="N",
-        help="rows per table in the text report (default %(default)s)",
-    )
+    _add_top(rep, 10, "rows per table in the text report")
     rep.add_argument(
         "--width",
         type=_columns,
@@ -249,13 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="text, json (every row), or html (A-vs-B.diff.html)",
     )
     dif.add_argument("--out", metavar="FILE", help="write here; - is stdout")
-    dif.add_argument(
-        "--top",
-        type=_count,
-        default=20,
-        metavar="N",
-        help="rows per table in text and html (default %(default)s)",
-    )
+    _add_top(dif, 20, "rows per table in text and html")
     dif.add_argument(
         "--sort",
         choices=["self", "total"],

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeprof.field_error import FieldError
 from kubeprof.operator import selector
 from kubeprof.protocol.settings import (
     DEFAULT_CPU_HZ,
@@ -35,13 +36,13 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-# analysis/energy.py CarbonError has this shape too: the core may not import the operator.
-class SpecError(ValueError):
+class SpecError(FieldError):
     """A spec the operator cannot run; the message names the field and the fix."""
 
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = path
+    @property
+    def path(self) -> str:
+        """The spec field's path, e.g. spec.profilers.cpu.hz."""
+        return self.field
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from kubeprof.field_error import FieldError
 from kubeprof.model import GpuMetricSample
 
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "ccf_coefficients.json"
@@ -46,12 +47,8 @@ POWER = "NVML power readings, integrated (no energy counter readings)"
 META_PROVIDER, META_REGION, META_PUE = "carbon:cloudProvider", "carbon:region", "carbon:pue"
 
 
-class CarbonError(ValueError):
+class CarbonError(FieldError):
     """A provider, region or PUE kubeprof cannot use; names the field and the known values."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +207,24 @@ def gpu_energy(metrics_by_node: Mapping[str, Sequence[GpuMetricSample]]) -> tupl
     return tuple(out)
 
 
+class SteadyDraw:
+    """A part drawing `watts` on average over `wall_s`: CPU and memory energy, each by its
+    own CCF formula for the watts, share the joules."""
+
+    __slots__ = ()
+    wall_s: float
+
+    @property
+    def watts(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def joules(self) -> float:
+        return self.watts * self.wall_s
+
+
 @dataclass(frozen=True, slots=True)
-class CpuEnergy:
+class CpuEnergy(SteadyDraw):
     """CCF compute energy of the machine's vCPUs at the measured utilisation."""
 
     vcpus: int
@@ -235,14 +248,9 @@ class CpuEnergy:
         lo, hi = self.min_watts_per_vcpu, self.max_watts_per_vcpu
         return self.vcpus * (lo + self.utilisation * (hi - lo))
 
-    @property
-    def joules(self) -> float:
-        return self.watts * self.wall_s
 
-
-# watts/joules per part (CPU, memory), each by its own CCF formula: alike in shape only.
 @dataclass(frozen=True, slots=True)
-class MemoryEnergy:
+class MemoryEnergy(SteadyDraw):
     """CCF memory energy: GB x hours x kWh per GB-hour."""
 
     gb: float
@@ -252,10 +260,6 @@ class MemoryEnergy:
     @property
     def watts(self) -> float:
         return self.gb * self.kwh_per_gb_hour * 1000
-
-    @property
-    def joules(self) -> float:
-        return self.watts * self.wall_s
 
 
 @dataclass(frozen=True, slots=True)

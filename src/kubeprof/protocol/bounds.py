@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kubeprof.field_error import FieldError
 from kubeprof.model import Batch
 
 # The longest session the CRD allows (spec.duration "between 1s and 24h"): the span used
@@ -35,12 +36,8 @@ class Extent:
         return self.hi - self.lo
 
 
-class OutOfBounds(ValueError):
+class OutOfBounds(FieldError):
     """A record claims a time outside what the session allows; the message names it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 def max_span_ns(duration_s: float | None, slack_s: float) -> int:
