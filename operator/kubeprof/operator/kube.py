@@ -17,8 +17,6 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from kubeprof.operator.config import GROUP, PLURAL, VERSION
-
 TIMEOUT_S = 30.0  # per request: a hung API server must not stall a reconcile pass forever
 _T = TypeVar("_T")
 
@@ -66,7 +64,7 @@ class Kube:
 
     Credentials come from the in-cluster ServiceAccount, else the kubeconfig. Each thread
     gets its own ApiClient (one urllib3 pool each) over the shared Configuration: the
-    reconciler runs in kopf's handler threads, `session_exists` in the ingest's executor.
+    reconciler runs in kopf's handler threads.
     """
 
     def __init__(self, kubeconfig: str | None = None) -> None:
@@ -179,18 +177,6 @@ class Kube:
                     name,
                     namespace,
                     propagation_policy="Background",
-                )
-            )
-            is not None
-        )
-
-    # -- ProfilingSessions -------------------------------------------------------------------
-    def session_exists(self, namespace: str, name: str) -> bool:
-        api = client.CustomObjectsApi(self._api())
-        return (
-            _absent_is_none(
-                lambda: _call(
-                    api.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
                 )
             )
             is not None

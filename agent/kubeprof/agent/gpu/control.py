@@ -39,7 +39,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ENV_DORMANT = "KUBEPROF_GPU_DORMANT"
 ENV_POD_UID = "KUBEPROF_POD_UID"
 ENV_CTL_DIR = "KUBEPROF_GPU_CTL_DIR"
 SUPPORTED_PYTHON = ((3, 10), (3, 13))  # inclusive; what cupti-python ships wheels for

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_SOCKET = "KUBEPROF_GPU_SOCKET"
+ENV_DORMANT = "KUBEPROF_GPU_DORMANT"  # "1": an injected pod; wait for the agent's "on"
 # Where traced JAX processes dump their optimised HLO modules: unset, a folder beside the
 # socket removed after the recording; "0", no dump (XLA kernels keep the main thread's
 # stack); a path, that folder, kept (e.g. to record a fixture).
@@ -108,7 +109,7 @@ def bootstrap() -> Any:
     path = os.environ.get(ENV_SOCKET)
     if not path or _tracer is not None:
         return _tracer
-    if os.environ.get("KUBEPROF_GPU_DORMANT") == "1":
+    if os.environ.get(ENV_DORMANT) == "1":
         _tracer = _bootstrap_dormant(path)
         return _tracer
     try:

@@ -226,7 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from kubeprof.agent.light.deep import DeepCollector
 
         registry.register(DeepCollector(switch))
-    start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    try:
+        start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        return _error(f"--listen {args.listen}: {exc.strerror or exc}")
     resolver = Resolver(args.proc_root)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
