@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
@@ -11,6 +14,34 @@ from kubeprof.storage import migrate
 def test_single_head():
     heads = ScriptDirectory.from_config(migrate.alembic_config()).get_heads()
     assert len(heads) == 1
+
+
+# Revision ids applied before the naming rule: existing stores are stamped with them, and an
+# older kubeprof sharing such a database knows only them, so they are kept, not renamed.
+NUMBERED_BEFORE_THE_RULE = {"0001": "initial_schema", "0002": "session_aggregates"}
+
+
+def test_revision_ids_are_the_file_names_words_in_chain_order():
+    """The rule for every new migration: file ``NNNN_<id>.py`` (NNNN the next number) and
+    revision id ``<id>``, lower-case words with underscores (as ``shared_gc``)."""
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    numbers = []
+    for rev in reversed(list(script.walk_revisions())):  # from the first migration on
+        name = Path(rev.path).name
+        m = re.fullmatch(r"(\d{4})_([a-z][a-z0-9_]*)\.py", name)
+        assert m, f"{name}: name a migration NNNN_<revision id>.py"
+        number, words = m.groups()
+        if rev.revision in NUMBERED_BEFORE_THE_RULE:
+            assert words == NUMBERED_BEFORE_THE_RULE[rev.revision], name
+        else:
+            assert rev.revision == words, (
+                f"{name}: revision = {words!r} (the file name after its number), "
+                f"not {rev.revision!r}"
+            )
+        numbers.append(int(number))
+    assert numbers == sorted(set(numbers)), (
+        f"file numbers must rise along the revision chain, each used once: {numbers}"
+    )
 
 
 def test_upgrade_downgrade_upgrade_with_data(tmp_path):
