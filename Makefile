@@ -9,7 +9,7 @@ DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
 # = eBPF and machine-wide state, `cluster`) in order on one; TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 
-.PHONY: setup demo test lint unit integration e2e helm-build cluster-build cluster-up cluster-down images bench clean
+.PHONY: setup demo test lint unit chart integration e2e helm-build cluster-build cluster-up cluster-down images bench clean
 
 setup:  ## system packages, eBPF prerequisites, .venv with kubeprof (idempotent)
 	@scripts/setup.sh
@@ -43,8 +43,11 @@ cluster-up: cluster-build  ## start control plane + kwok nodes + PostgreSQL; pri
 cluster-down:
 	@if [ -x $(PY) ]; then $(PY) -m tests.e2e.cluster down; fi
 
-unit: setup helm-build
+unit: setup  ## the unit tier: pure and fast, no helm, no cluster, no root
 	$(VENV)/bin/pytest -q tests/unit
+
+chart: setup helm-build  ## the chart tier: helm lint/template and promtool over charts/kubeprof
+	$(VENV)/bin/pytest -q tests/chart
 
 test: setup lint cluster-build images  ## everything: lint, unit, eBPF integration, e2e on a real control plane
 	@rc=0; $(VENV)/bin/pytest -q -rs tests/integration || rc=$$?; \

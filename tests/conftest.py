@@ -92,6 +92,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     groups: dict[str, str] = {}
     for item in items:
+        if "helm_built" in getattr(item, "fixturenames", ()) and item.nodeid.startswith(
+            "tests/unit/"
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid} needs helm: put it in tests/chart (make unit runs without helm)"
+            )
         group = group_of(item)
         if group == SERIAL_GROUP:
             item.add_marker(pytest.mark.serial)

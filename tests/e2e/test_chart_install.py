@@ -7,7 +7,7 @@ securityContext's effect and the migrations at start are not run here (the opera
 itself runs in test_operator*.py, with this chart's RBAC in test_chart_rbac.py). The
 ServiceMonitor and PrometheusRule need the prometheus-operator CRDs, which this cluster does
 not have; their rules run in real Prometheus/promtool instead (test_prometheus_alerts.py,
-tests/unit/chart/test_alert_rules.py).
+tests/chart/test_alert_rules.py).
 """
 
 from __future__ import annotations

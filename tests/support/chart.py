@@ -86,7 +86,7 @@ def rules_file(docs: list[dict[str, Any]], path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def helm_built() -> None:
-    """Fails (not skips) when helm is missing: `make unit` and `make test` build it."""
+    """Fails (not skips) when helm is missing: `make chart` and `make test` build it."""
     if not helm_path().exists():
         pytest.fail(
             f"helm {HELM_VERSION} is not built: run make helm-build "

@@ -15,7 +15,7 @@ from kubeprof.operator.config import IMAGE_REPO, OperatorConfig, default_image, 
 from kubeprof.operator.main import build_parser
 from tests.support import chart
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def chart_meta() -> dict:
