@@ -380,6 +380,7 @@ def _stored(args: argparse.Namespace) -> int:
     """The commands that read the store."""
     from kubeprof import reporting
 
+    # report and diff each get their own flags spelled out (alike in shape only)
     if args.cmd == "report":
         return reporting.report_command(
             args.session,
@@ -471,6 +472,7 @@ def _record(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kubeprof: error: {exc}", file=sys.stderr)
         return 2
+    # flag -> option, one line each (alike in shape with queries' column -> field copies)
     opts = RecordOptions(
         command=command,
         pid=args.pid,

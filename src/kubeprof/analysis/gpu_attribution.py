@@ -40,6 +40,7 @@ class Attribution:
     via_backward_ns: int = 0  # of attributed_ns: backward kernels, their forward op's stack
     via_xla_ns: int = 0  # of attributed_ns: XLA kernels, their HLO op's tracing stack
 
+    # One share per figure below, each with its own meaning in its docstring (alike in shape).
     def _of_total(self, ns: int, empty: float) -> float:
         return ns / self.total_ns if self.total_ns else empty
 

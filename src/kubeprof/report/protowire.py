@@ -62,6 +62,8 @@ class Message:
         return bytes(self.buf)
 
 
+# The LEB128 the agent's cpu/eh_frame._uleb also reads; that file is left to the unwinder
+# rewrite under way, which can take this one.
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     """Decode a varint at `pos`; returns (value, next position)."""
     result = shift = 0

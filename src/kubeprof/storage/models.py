@@ -98,6 +98,8 @@ class InternEpochRow(Base):
     epoch: Mapped[int] = mapped_column(default=0)
 
 
+# Per-node timestamped rows open alike (id, session, node, ts_ns): each table spells its
+# own columns in its class (alike in shape only).
 class SampleRow(Base):
     """One CPU sample (per-sample rows keep timestamps for timelines and GPU correlation)."""
 

@@ -58,6 +58,7 @@ def wait_frame(reason: str) -> Frame:
     return Frame(name=f"[off-cpu] {reason or 'unknown'}", kind=FrameKind.KERNEL)
 
 
+# Keyword-only filters as queries.cpu_stacks takes them: alike signature, another table.
 def offcpu_stacks(
     conn: Connection,
     session_id: int,

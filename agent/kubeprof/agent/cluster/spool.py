@@ -37,8 +37,8 @@ class Spooled:
     path: Path
     batch_id: str
 
-    @property
     def size(self) -> int:
+        """The file's size now (a stat each call, so not a property); 0 once it is gone."""
         try:
             return self.path.stat().st_size
         except OSError:
@@ -189,10 +189,10 @@ class Spool:
     def _enforce_limit(self) -> None:
         """Drop the oldest batches past max_bytes, so a long outage cannot fill the node's disk."""
         items = self.pending()
-        total = sum(s.size for s in items)
+        total = sum(s.size() for s in items)
         while total > self.max_bytes and len(items) > 1:
             oldest = items.pop(0)
-            total -= oldest.size
+            total -= oldest.size()
             oldest.path.unlink(missing_ok=True)
             self.dropped += 1
 

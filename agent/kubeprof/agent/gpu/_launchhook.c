@@ -192,20 +192,27 @@ static void count_error(void) {
     PyErr_Clear();
 }
 
-static int64_t walk(PyFrameObject *f) {
-    PyObject *r = PyObject_CallOneArg(g_walk, (PyObject *)f);
-    s_walks++;
+/* The integer a Python callback returned (`r`, a new reference or NULL), into `out`;
+ * consumes `r`. 0, or on an error (counted and cleared: the workload never sees it) -1
+ * when the call raised and -2 when it returned no int64. */
+static int take_int(PyObject *r, int64_t *out) {
     if (r == NULL) {
         count_error();
-        return 0;
+        return -1;
     }
-    int64_t sid = PyLong_AsLongLong(r);
+    *out = PyLong_AsLongLong(r);
     Py_DECREF(r);
-    if (sid == -1 && PyErr_Occurred()) {
+    if (*out == -1 && PyErr_Occurred()) {
         count_error();
-        return 0;
+        return -2;
     }
-    return sid;
+    return 0;
+}
+
+static int64_t walk(PyFrameObject *f) {
+    int64_t sid;
+    s_walks++;
+    return take_int(PyObject_CallOneArg(g_walk, (PyObject *)f), &sid) < 0 ? 0 : sid;
 }
 
 /* Stack id for the stack ending at `f` (borrowed). */
@@ -270,19 +277,11 @@ static int64_t api_id(int domain, uint32_t cbid, const char *name) {
         count_error();
         return 0;
     }
-    /* the call-and-convert of walk(), kept written out: on an error the slot stays unset */
+    int64_t id;
     PyObject *r = PyObject_CallOneArg(g_intern, text);
     Py_DECREF(text);
-    if (r == NULL) {
-        count_error();
-        return 0;
-    }
-    int64_t id = PyLong_AsLongLong(r);
-    Py_DECREF(r);
-    if (id == -1 && PyErr_Occurred()) {
-        count_error();
-        return 0;
-    }
+    if (take_int(r, &id) < 0)
+        return 0; /* the slot stays unset: the next call asks again */
     if (slot != NULL)
         *slot = id;
     return id;
@@ -290,18 +289,12 @@ static int64_t api_id(int domain, uint32_t cbid, const char *name) {
 
 static void forward_seq(uint32_t corr, int64_t tid) {
     if (g_peek_state == 0) { /* until torch is imported: ask Python to resolve the read */
-        PyObject *r = PyObject_CallNoArgs(g_resolve);
-        if (r == NULL) {
-            count_error();
-            return;
-        }
-        long long addr = PyLong_AsLongLong(r);
-        Py_DECREF(r);
-        if (addr == -1 && PyErr_Occurred()) {
-            count_error();
-            g_peek_state = -1;
-            return;
-        }
+        int64_t addr;
+        int got = take_int(PyObject_CallNoArgs(g_resolve), &addr);
+        if (got == -2)
+            g_peek_state = -1; /* an answer that is no address: give up on the read */
+        if (got < 0)
+            return; /* a raise: ask again at the next launch */
         if (addr > 0) {
             g_peek = (uint64_t (*)(void))(uintptr_t)addr;
             g_peek_state = 1;
@@ -458,6 +451,7 @@ static int64_t name_id(const char *p) {
 static void convert(const void *r) {
     int64_t *p;
     s_records++;
+    /* one case per CUPTI record kind, each reading that kind's offsets: alike in shape only */
     switch (*(const int32_t *)r) {
     case KIND_KERNEL:
     case KIND_CONCURRENT_KERNEL: {
