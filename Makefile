@@ -21,7 +21,7 @@ demo: setup  ## record the bundled example workload and write its reports to kub
 	$(KUBEPROF) report --store $(DEMO_STORE) --format html --out kubeprof-out/demo.html
 	@echo "open kubeprof-out/demo.html (self-contained flame graph); text in kubeprof-out/demo.txt"
 
-lint: setup  ## ruff check (A005 strict) and format --check, mypy (--strict for analysis, protocol), import-linter contracts
+lint: setup  ## ruff check (A005 strict) and format --check, mypy (--strict for analysis, protocol), import-linter contracts (forbidden and layers)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

@@ -161,11 +161,10 @@ class Proc:
 
 def _spawn(argv: list[str], env: dict[str, str], log: Path) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(log, "ab")  # noqa: SIM115 - the child owns it; closed when the test ends
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    return Proc(
-        subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT), log
-    )
+    with open(log, "ab") as fh:  # the child writes to its own copy of the descriptor
+        popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+    return Proc(popen, log)
 
 
 @dataclass

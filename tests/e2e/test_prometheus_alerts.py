@@ -73,16 +73,17 @@ class Prometheus:
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg))
         self.log = workdir / "prometheus.log"
-        self.popen = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
+        with self.log.open("ab") as out:  # the child keeps its own copy of the descriptor
+            self.popen = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={workdir / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         h.poll(self._ready, 60, "prometheus ready")
 
     def _ready(self) -> bool:

@@ -70,16 +70,16 @@ def test_sessions_into_a_closed_pipe_exits_quietly(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     _store_with(url, ["a", "b"])
     # The reader is gone before the first write: every write then fails with EPIPE.
-    p = subprocess.Popen(
+    with subprocess.Popen(
         [KUBEPROF, "sessions", "--store", url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    assert p.stdout is not None and p.stderr is not None
-    p.stdout.close()
-    err = p.stderr.read()
-    assert p.wait(timeout=60) == 141
+    ) as p:
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()
+        err = p.stderr.read()
+        assert p.wait(timeout=60) == 141
     _no_traceback(err)
     assert err == ""
 

@@ -82,6 +82,7 @@ def test_live_process_addresses_resolve_through_load_bias(binary):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     # Cached maps keep working after the process is gone.
     assert sym.user_frame(proc.pid, alpha + 1).name == "alpha_fn"
 
@@ -109,6 +110,7 @@ def test_per_process_caches_survive_bad_addresses_and_added_mappings(binary):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
 def test_perf_map_names_anonymous_code(tmp_path):

@@ -94,7 +94,8 @@ def test_each_sample_carries_the_phase_running_at_its_time():
         samples += batch.samples
         procs += batch.processes
     samples += col.stop().samples
-    phases = json.loads(child.stdout.read())
+    with child.stdout:
+        phases = json.loads(child.stdout.read())
     main = [s for s in samples if s.tid == child.pid]
     assert main and all(s.pid == child.pid for s in main)
     assert [p.pid for p in procs] == [child.pid]

@@ -89,6 +89,9 @@ def pods() -> Iterator[Pods]:
         if c.poll() is None:
             c.kill()
             c.wait(10)
+        for pipe in (c.stdin, c.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def status(path: Path) -> str:

@@ -22,6 +22,28 @@ def test_core_contract_covers_every_core_module():
     assert listed == modules - {"kubeprof.cli"}, "add new core modules to the contract"
 
 
+def _layered(cid: str) -> set[str]:
+    c = _contract(cid)
+    (container,) = c["containers"]
+    names = {n.strip() for layer in c["layers"] for n in layer.split("|")}
+    return {f"{container}.{n}" for n in names}
+
+
+def _top_modules(folder: Path, package: str) -> set[str]:
+    return {
+        f"{package}.{p.stem}"
+        for p in folder.iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.stem != "__init__"
+    }
+
+
+def test_layers_contracts_place_every_core_and_agent_module():
+    """A module left out of a layers contract is free of it: each must have its layer."""
+    assert _layered("core-layers") == _top_modules(ROOT / "src" / "kubeprof", "kubeprof")
+    agent = ROOT / "agent" / "kubeprof" / "agent"
+    assert _layered("agent-layers") == _top_modules(agent, "kubeprof.agent")
+
+
 def test_agent_and_operator_are_forbidden_to_the_core():
     c = _contract("core-independent")
     assert set(c["forbidden_modules"]) == {"kubeprof.agent", "kubeprof.operator"}

@@ -127,6 +127,7 @@ def test_kubeprof_ui_server_answers_over_http(ui_store):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=30)
         assert err.value.code == 405
+        err.value.close()  # the error carries the open response
     finally:
         server.shutdown()
         server.server_close()
