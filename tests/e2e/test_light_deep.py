@@ -341,16 +341,27 @@ class Link:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()  # cut() may race an accept: no socket outlives it
+        self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         while True:
             try:
                 down, _ = self.server.accept()
-                up = socket.create_connection(("127.0.0.1", self.upstream), timeout=10)
             except OSError:
                 return
-            self.socks += [down, up]
+            try:
+                up = socket.create_connection(("127.0.0.1", self.upstream), timeout=10)
+            except OSError:
+                down.close()
+                return
+            with self.lock:
+                if self.closed:
+                    down.close()
+                    up.close()
+                    return
+                self.socks += [down, up]
             for a, b in ((down, up), (up, down)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -365,6 +376,8 @@ class Link:
 
     def cut(self) -> None:
         self.server.close()
+        with self.lock:
+            self.closed = True
         for sock in self.socks:
             with contextlib.suppress(OSError):
                 sock.close()
