@@ -1,6 +1,6 @@
 """One truth in the CLI and the web UI: a program with two known phases, recorded with the
 BPF sampler (Python, native and CPython's own frames in one stack), gives the same top
-functions in `kubeprof report` (text and JSON) and in the web UI's API, and the CLI's
+functions in `kubeprof report` (text, JSON and HTML) and in the web UI's API, and the CLI's
 `--keep-interpreter` and the UI's `keep-interpreter=1` change both the same way."""
 
 from __future__ import annotations
@@ -80,7 +80,29 @@ def self_rows(text: str) -> list[str]:
     return [m[1] for m in re.finditer(r"^\s*[\d.]+%\s+[\d.]+%\s+[\d.]+ \w+\s+(.+)$", section, re.M)]
 
 
-def test_cli_and_ui_read_one_prepared_view(recorded):
+def html_top_self(url: str, tmp: Path, *flags: str) -> str:
+    """The function with the most self time in `report -f html`'s embedded CPU flame graph
+    (a node's value less its children's, summed per function: lines merged, as tables do)."""
+    out = tmp / f"r{len(flags)}.html"
+    kp("report", "phases", "-f", "html", "--out", str(out), "--store", url, *flags)
+    raw = re.search(r'<script type="application/json" id="kp-data">(.*?)</script>', out.read_text())
+    cpu = json.loads(raw[1])["views"]["cpu"]
+    depth, value = cpu["depth"], cpu["value"]
+    own = list(value)
+    stack: list[int] = []
+    for i, d in enumerate(depth):
+        del stack[d:]
+        if stack:
+            own[stack[-1]] -= value[i]
+        stack.append(i)
+    by_function: dict[str, int] = {}
+    for i, v in enumerate(own):
+        label = re.sub(r":\d+\)$", ")", cpu["names"][cpu["name"][i]])
+        by_function[label] = by_function.get(label, 0) + v
+    return max(by_function, key=by_function.__getitem__)
+
+
+def test_cli_and_ui_read_one_prepared_view(recorded, tmp_path):
     url = recorded
     page = "/api/v1/sessions/local/phases"
     for flag, query in (((), {}), (("--keep-interpreter",), {"keep-interpreter": "1"})):
@@ -94,6 +116,7 @@ def test_cli_and_ui_read_one_prepared_view(recorded):
         graph = ui_get(url, page + "/flamegraph", view="cpu", **query)
         assert [f["function"] for f in graph["top"]][:3] == by_self[:3]
         assert self_rows(text)[0] == by_self[0], (flag, text[:3000])
+        assert html_top_self(url, tmp_path, *flag) == by_self[0], flag
 
     folded = ui_get(url, page)
     kept = ui_get(url, page, **{"keep-interpreter": "1"})
