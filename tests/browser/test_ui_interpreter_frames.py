@@ -80,6 +80,8 @@ def test_keep_interpreter_box_is_the_clis_flag(browser, tmp_path, shots):
         assert kept == "sre_ucs1_count"
         assert browser.eval(f"{TOP}.textContent") == kept
         assert browser.eval("document.getElementById('kp-keep-interpreter').checked")
+        title = browser.eval("document.querySelector('.kp-tops h2').textContent")
+        assert title == "Top functions (CPU, self time, CPython's frames kept)"
         browser.screenshot(shots / "session-keep-interpreter.png")
     finally:
         server.shutdown()

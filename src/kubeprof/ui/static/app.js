@@ -206,6 +206,7 @@
         if (sel.pod) scope.push("pod " + sel.pod);
         if (sel.gpu) scope.push("GPU " + sel.gpu);
         if (sel.from || sel.to) scope.push((sel.from || "0") + "–" + (sel.to || "end") + " s");
+        if (keep.box.checked) scope.push("CPython's frames kept");
         topTitle.textContent = "Top functions (" + scope.join(", ") + ")";
         topBody.textContent = "";
         var rows = top.map(function (f) { return [(100 * f.selfShare).toFixed(1) + " %", fmtNs(f.selfNs), fmtNs(f.totalNs), f.function.replace(/_\[gpu\]$/, "")]; });
