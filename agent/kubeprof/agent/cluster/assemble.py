@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
@@ -25,7 +25,7 @@ _TIMING = ("poll_interval_s", "rescan_interval_s", "end_time", "drain_timeout_s"
 
 def build_node_agent(
     s: AgentSettings,
-    token: str,
+    token: str | Callable[[], str],
     *,
     static_targets: tuple[str, ...] = (),
     stop_event: threading.Event | None = None,
