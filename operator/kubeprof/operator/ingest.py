@@ -169,7 +169,7 @@ class IngestApi:
         # token; the session token then counts only on nodes light agents run the session
         # on (light_deep sets `session_token_nodes`). Reviews run on their own few threads.
         self.reviews, self.agent_service_account = reviews, agent_service_account
-        self.session_token_nodes: Callable[[SessionEntry], Collection[str]] = lambda _e: ()
+        self.session_token_nodes: Callable[[SessionEntry], Collection[str] | None] = lambda _e: ()
         self._review_pool = ThreadPoolExecutor(4, thread_name_prefix="tokenreview")
         self._reviewing = 0  # reviews asked for and not answered yet (bounded)
         self.max_reviewing = 64
@@ -238,7 +238,11 @@ class IngestApi:
         nodes light agents run the session on."""
         if self.reviews is None:
             return entry, _SHARED
-        nodes = frozenset(self.session_token_nodes(entry))
+        handed = self.session_token_nodes(entry)
+        if handed is None:  # light agents' hand-over not known yet (operator starting)
+            metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
+            return _json(503, "operator starting, light agents' nodes not known yet; retry")
+        nodes = frozenset(handed)
         if nodes:
             return entry, Sender(None, nodes)
         metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()

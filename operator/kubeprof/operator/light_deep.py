@@ -149,11 +149,14 @@ class LightAgents:
         with self._lock:
             self._handed.pop((namespace, name), None)
 
-    def light_nodes(self, entry: SessionEntry) -> frozenset[str]:
+    def light_nodes(self, entry: SessionEntry) -> frozenset[str] | None:
         """Nodes whose light agent runs `entry`: where its session token is accepted
-        under `--agent-auth serviceaccount` (light agents send the session's token)."""
+        under `--agent-auth serviceaccount` (light agents send the session's token).
+        None while not known yet (just after an operator start, before the hand-over)."""
         h = self.handed(entry.namespace, entry.name)
-        return h.nodes if h is not None and h.uid == entry.uid else frozenset()
+        if h is not None and h.uid == entry.uid:
+            return h.nodes
+        return frozenset() if self.loaded() else None
 
     def token_ok(self, given: bytes) -> bool:
         return hmac.compare_digest(given, self._token)

@@ -231,3 +231,20 @@ def test_with_reviews_the_session_token_counts_only_on_light_agents_nodes(tmp_pa
     assert "not the node of the sender (pod ns/kubeprof-s-agent-x1 on node n1)" in got[2][1]
     assert "runs on node n2, not on n1" in got[3][1]
     assert reviews.reviews == 1  # one review, then the cache
+
+
+def test_light_agents_nodes_are_unknown_until_the_hand_over_table_is_loaded():
+    from kubeprof.operator.light_deep import Handed, LightAgents
+
+    clock = Clock()
+    light = LightAgents("light-token", grace_s=15, clock=clock)
+    entry = SessionEntry("ns", "s", "uid-s", 1, "tok", Phase.RUNNING)
+    assert light.light_nodes(entry) is None  # just started: the ingest answers 503, retry
+    clock.now += 16
+    assert light.light_nodes(entry) == frozenset()
+    light.hand(
+        "ns", "s", Handed("uid-s", frozenset({"n2"}), frozenset({"n1"}), ("cpu",), 99, 1.0, 0.0)
+    )
+    assert light.light_nodes(entry) == {"n2"}
+    again = SessionEntry("ns", "s", "uid-new", 2, "tok", Phase.RUNNING)  # re-created
+    assert light.light_nodes(again) == frozenset()
