@@ -3,11 +3,11 @@ serviceaccount`, the default), on the real control plane: TokenReview by the rea
 server, tokens minted by the TokenRequest API bound to real pod objects, as the kubelet
 mints the projected token of the agent DaemonSet's pods (kwok runs no kubelet).
 
-A token for another audience, of another ServiceAccount, not bound to a pod, of a pod that
-is no agent of the session, of another session's agent, of an agent on another node, an
-expired one (signed with the cluster's own key), the session's shared token, and a batch
-claiming another node's pod are each refused with 401/403 naming why, and none of them
-stores anything; the agent's own token, for its own node, stores.
+A token for another audience, of another ServiceAccount, of another namespace, not bound
+to a pod, of a pod that is no agent of the session, of another session's agent, of an agent
+on another node, an expired one (signed with the cluster's own key), the session's shared
+token, and a batch claiming another node's pod are each refused with 401/403 naming why,
+and none of them stores anything; the agent's own token, for its own node, stores.
 """
 
 from __future__ import annotations
@@ -186,7 +186,13 @@ def test_every_other_credential_is_refused_naming_why(
     c.kubectl("apply", "-f", "-", stdin=_pod(ns, "intruder", w.a, labels, sa="intruder"))
     # The agents' own ServiceAccount, the agent's labels, but no agent DaemonSet behind it.
     c.kubectl("apply", "-f", "-", stdin=_pod(ns, "impostor", w.a, labels))
+    # A pod of another namespace (the operator may not even list pods there).
+    elsewhere = f"{ns}-x"
+    c.kubectl("create", "namespace", elsewhere)
+    h.poll(lambda: h.get_json(c, "get", "serviceaccount", "-n", elsewhere, "default"), 30, "SA")
+    c.kubectl("apply", "-f", "-", stdin=_pod(elsewhere, "stranger", w.a, labels))
     intruder = h.poll(lambda: h.get_json(c, "get", "pod", "-n", ns, "intruder"), 30, "pod")
+    stranger = h.poll(lambda: h.get_json(c, "get", "pod", "-n", elsewhere, "stranger"), 30, "pod")
     impostor = h.poll(lambda: h.get_json(c, "get", "pod", "-n", ns, "impostor"), 30, "pod")
     own = _token(c, ns, "default", agent_a)
 
@@ -205,6 +211,14 @@ def test_every_other_credential_is_refused_naming_why(
             w.target_a,
             403,
             f"ServiceAccount {ns}/intruder",
+        ),
+        "another namespace": (
+            _token(c, elsewhere, "default", stranger),
+            w.a,
+            w.target_a,
+            403,
+            f"token of ServiceAccount {elsewhere}/default (pod stranger) is not from namespace "
+            f"{ns}",
         ),
         "not bound to a pod": (
             _token(c, ns, "default", None),
@@ -271,3 +285,4 @@ def test_every_other_credential_is_refused_naming_why(
     assert _stored_batches(postgres_dsn.libpq, ns) == before  # none of them stored anything
     log = operator.proc.text()
     assert all(t[0] not in log for t in cases.values())  # no token in the operator's log
+    c.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)

@@ -192,10 +192,15 @@ class TokenReviews:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def cached(self, token: str) -> AgentIdentity | None:
-        """The cached identity of `token`, raising its cached refusal; None when not cached
-        (ask `identity`, which calls the API server: not in the event loop)."""
-        key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+    @staticmethod
+    def _key(token: str, namespace: str) -> bytes:
+        return hashlib.sha256(f"{namespace}\0{token}".encode("utf-8", "surrogateescape")).digest()
+
+    def cached(self, token: str, namespace: str) -> AgentIdentity | None:
+        """The cached identity of `token` presented for a session in `namespace`, raising
+        its cached refusal; None when not cached (ask `identity`, which calls the API
+        server: not in the event loop)."""
+        key = self._key(token, namespace)
         with self._lock:
             hit = self._cache.get(key)
             if hit is None or hit.until <= self.clock():
@@ -205,15 +210,24 @@ class TokenReviews:
             raise hit.denied
         return hit.identity
 
-    def identity(self, token: str) -> AgentIdentity:
-        """Review `token` (blocking: API calls), cache the answer, return or raise it."""
-        key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+    def identity(self, token: str, namespace: str) -> AgentIdentity:
+        """Review `token` presented for a session in `namespace` (blocking: API calls),
+        cache the answer, return or raise it. A token of another namespace is refused
+        before any pod lookup (the operator may not even list pods there)."""
+        key = self._key(token, namespace)
         now = self.clock()
         exp = expiry(token)
         try:
             self.reviews += 1
             status = self._review(token, self.audience)
-            ns, _sa, pod, _node = from_review(status, self.audience)
+            ns, sa, pod, _node = from_review(status, self.audience)
+            if ns != namespace:
+                raise Denied(
+                    403,
+                    "not_agent",
+                    f"token of ServiceAccount {ns}/{sa} (pod {pod}) is not from namespace "
+                    f"{namespace}, where this session's agents run",
+                )
             who = identify(status, self._get_pod(ns, pod), self.audience)
             until = min(now + self.ttl_s, exp if exp is not None else now + self.ttl_s)
             self._put(key, _Cached(who, None, until))

@@ -266,7 +266,7 @@ class IngestApi:
         session; the sender may speak only for the node its pod runs on."""
         assert self.reviews is not None
         try:
-            who = self.reviews.cached(token)
+            who = self.reviews.cached(token, entry.namespace)
             if who is None:
                 if self._reviewing >= self.max_reviewing:
                     metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
@@ -275,7 +275,7 @@ class IngestApi:
                 try:
                     loop = asyncio.get_running_loop()
                     who = await loop.run_in_executor(
-                        self._review_pool, self.reviews.identity, token
+                        self._review_pool, self.reviews.identity, token, entry.namespace
                     )
                 finally:
                     self._reviewing -= 1

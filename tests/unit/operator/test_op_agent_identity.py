@@ -143,22 +143,29 @@ def test_answers_are_cached_never_past_the_tokens_expiry_and_the_cache_is_bounde
     reviews = TokenReviews(review, lambda _ns, _n: _pod(), max_entries=3, clock=clock)
     token = _jwt(exp=clock.now + 20)
     assert expiry(token) == clock.now + 20
-    assert reviews.cached(token) is None
-    who = reviews.identity(token)
+    assert reviews.cached(token, "ns") is None
+    who = reviews.identity(token, "ns")
     assert (who.node, who.owner) == ("n1", "DaemonSet/kubeprof-s-agent")
-    assert reviews.cached(token) == who and calls == [token]
+    assert reviews.cached(token, "ns") == who and calls == [token]
     clock.now += 21  # past the token's exp (before the 60 s ttl): asked again
-    assert reviews.cached(token) is None
+    assert reviews.cached(token, "ns") is None
     # A refusal is cached too, for a shorter time.
     with pytest.raises(Denied):
-        reviews.identity("bad")
+        reviews.identity("bad", "ns")
     with pytest.raises(Denied):
-        reviews.cached("bad")
+        reviews.cached("bad", "ns")
     clock.now += 11
-    assert reviews.cached("bad") is None
+    assert reviews.cached("bad", "ns") is None
     for i in range(10):
-        reviews.identity(_jwt(exp=clock.now + 100, sub=str(i)))
+        reviews.identity(_jwt(exp=clock.now + 100, sub=str(i)), "ns")
     assert len(reviews) == 3
+    # Presented for a session of another namespace: refused without looking the pod up.
+    pods_asked = []
+    other = TokenReviews(review, lambda ns, n: pods_asked.append(ns) or _pod(), clock=clock)
+    with pytest.raises(Denied) as err:
+        other.identity(token, "team-b")
+    assert err.value.status == 403 and "not from namespace team-b" in str(err.value)
+    assert pods_asked == [] and other.identity(token, "ns").pod == "kubeprof-s-agent-x1"
 
 
 def test_the_daemonset_mounts_the_pods_own_token_or_the_session_secret():
