@@ -179,6 +179,10 @@ class Operator:
     drain_s: float = 4.0
     interval_s: float = 1.0
     args: tuple[str, ...] = ()  # more `kubeprof operator` flags
+    # These tests play the agents from this machine, outside any pod (kwok runs no kubelet
+    # to project a ServiceAccount token), so they send the session token: the fallback
+    # mode. test_agent_identity runs "serviceaccount", the default, with TokenRequest tokens.
+    agent_auth: str = "session-token"
     proc: Proc | None = None
 
     @property
@@ -201,6 +205,8 @@ class Operator:
             str(self.drain_s),
             "--agent-image",
             "registry.invalid/kubeprof:e2e",
+            "--agent-auth",
+            self.agent_auth,
             *self.args,
         ]
         # test_chart_rbac runs these tests once with the chart's ServiceAccount credentials.
