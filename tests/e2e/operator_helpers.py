@@ -116,6 +116,13 @@ def running_pods(cluster: Cluster, namespace: str, app: str) -> list[dict]:
     return [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
 
 
+def deployed_node(cluster: Cluster, namespace: str, app: str) -> str:
+    """Deploy one pod of `app` in `namespace`; the node it runs on, once it is Running."""
+    cluster.kubectl("apply", "-f", "-", stdin=deployment_yaml(app, namespace))
+    pod = poll(lambda: running_pods(cluster, namespace, app), 60, f"{app} pod Running")[0]
+    return str(pod["spec"]["nodeName"])
+
+
 def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     sec = poll(
         lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),

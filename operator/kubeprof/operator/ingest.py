@@ -154,7 +154,7 @@ class IngestApi:
             drain_s,
             (lambda sid: db.session_usage(engine, sid))
             if engine is not None
-            else (lambda _sid: (0, {})),
+            else (lambda _sid: ((0, 0, 0), {})),
         )
 
     def app(self) -> web.Application:
@@ -349,19 +349,24 @@ class IngestApi:
 
     def _decode_and_store(self, entry: SessionEntry, body: bytes) -> Stored:
         """On a pool thread: decode under the limits, check the claims (origin, the
-        session's time window and row quota), store once."""
+        session's time window and quotas), store once."""
         batch_id, node, batch = codec.decode(body, limits=self.limits)
         self._check_origin(entry, node, batch)
-        rows = self.usage.admit(entry, node, batch)
+        charge = self.usage.admit(entry, node, batch)
         try:
             stored = self.writer.store(
-                entry.db_id, batch_id, node, batch, committing=entry.committing
+                entry.db_id,
+                batch_id,
+                node,
+                batch,
+                committing=entry.committing,
+                interned=self.usage.interning(entry, charge),
             )
         except BaseException:
-            self.usage.release(entry, rows)
+            self.usage.release(entry, charge)
             raise
         if stored.duplicate:
-            self.usage.release(entry, rows)
+            self.usage.release(entry, charge)
         return stored
 
     def _origins_of(self, entry: SessionEntry) -> Origins:
