@@ -127,9 +127,10 @@ class IngestApi:
         self.limits = limits or IngestLimits()
         self.limits.check()
         # One session may write on `writers` threads at once, as many as before there was
-        # more than one; one more thread is kept for the other sessions, so their batches
-        # start at once even while one session keeps every writer busy.
-        self.pool = FairPool(writers + 1, per_key=writers, name="ingest")
+        # more than one; one more thread is kept for sessions with nothing running and one
+        # batch waiting, so their batches start at once even while sessions with a backlog
+        # keep every other writer busy (however many such sessions there are).
+        self.pool = FairPool(writers + 1, per_key=writers, reserve=1, name="ingest")
         self.max_pending, self.session_pending = max_pending, session_pending
         # Checked before the global limit, so neither one session (however many agents
         # send for it) nor one address (however many sessions it holds tokens of) can take
