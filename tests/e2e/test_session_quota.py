@@ -5,7 +5,8 @@ A real `kubeprof operator` on the real control plane and PostgreSQL, started wit
 are refused 413 naming the kind and the flag, and nothing of them is stored; stacks it
 added before cost it nothing to use again; `.status.quota` shows used and limit per kind
 (records, frames, stacks), `kubectl get -o wide` the Records and Stacks columns; an
-operator restarted mid-session still knows what the session added.
+operator restarted mid-session still knows what the session added. Deleted while
+Running, the session is marked `deleted` in the database.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ def _counts(dsn: str, store_session: str) -> tuple[int, int, int, list[str]]:
         )
 
 
+def _db_status(dsn: str, store_session: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT status FROM sessions WHERE name = %s", (store_session,))
+        return str(row.fetchone()[0])
+
+
 def test_stacks_past_the_session_quota_are_refused_whole_and_the_status_shows_it(
     k8s_cluster: Cluster, postgres_dsn
 ):
@@ -135,6 +142,15 @@ def test_stacks_past_the_session_quota_are_refused_whole_and_the_status_shows_it
         want = {**want, "records": 35, "frames": 6, "stacks": 5}
         h.poll(lambda: h.session(c, ns, "quota")["status"].get("quota") == want, 30, "5 of 5")
         assert _counts(postgres_dsn.libpq, store_session) == (5, 6, 35, ["b-1", "b-3", "b-5"])
+
+        # Deleted while Running, it is not left "running" in the database (issue 32, item 6).
+        assert _db_status(postgres_dsn.libpq, store_session) == "running"
+        c.kubectl("delete", "profilingsession", "quota", "-n", ns)
+        h.poll(
+            lambda: _db_status(postgres_dsn.libpq, store_session) == "deleted",
+            60,
+            "sessions.status 'deleted'",
+        )
     finally:
         c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         op.stop()
