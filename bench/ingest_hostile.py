@@ -10,8 +10,9 @@ Usage:
   .venv/bin/python bench/ingest_hostile.py [--dsn URL] [--cases a,b,...,fairness]
   # issue 32: claimed spans, slow clients, three hostile sessions at full rate
   .venv/bin/python bench/ingest_hostile.py --cases span-115d,span-max,slow-16,fairness-3
-  # issue 32: one request of 4,000 / 16,000 pods, then that session's aggregation
-  .venv/bin/python bench/ingest_hostile.py --cases pods-4k,pods-16k
+  # issue 32: one request of 4,000 / 16,000 pods, then that session's aggregation;
+  # 16 batches of 49,000 new frames and stacks each into one session (its quota)
+  .venv/bin/python bench/ingest_hostile.py --cases pods-4k,pods-16k,quota-16x49k
   # the same cases against another checkout (e.g. the code before the limits):
   .venv/bin/python bench/ingest_hostile.py --tree /tmp/kubeprof-before
 Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
@@ -155,6 +156,35 @@ def _distinct_stacks(rows: int, depth: int, batch_id: str) -> bytes:
         b'"frames":[' + frames + b'],"samples":[' + samples + b"]}",
         5,
     )
+
+
+def _own_stacks(n: int, depth: int, seed: int) -> bytes:
+    """The red team's quota batch: n samples, each on a stack of its own whose leaf frame
+    is its own too (n new frames and n new stacks; n + depth - 1 <= 50,000 frames)."""
+    shared = b",".join(b'["s%d","python","/m.py",%d]' % (i, i) for i in range(depth - 1))
+    leaves = b",".join(b'["leaf_%d_%d","python","/l.py",1]' % (seed, i) for i in range(n))
+    chain = b",".join(b"%d" % i for i in range(depth - 1))
+    samples = b",".join(b'[%d,1,1,"t",0,[%s,%d]]' % (i, chain, depth - 1 + i) for i in range(n))
+    return gzip.compress(
+        b'{"v":1,"batch_id":"quota-' + b"%d-%d" % (seed, time.time_ns()) + b'","node":"node-a",'
+        b'"frames":[' + shared + b"," + leaves + b'],"samples":[' + samples + b"]}",
+        5,
+    )
+
+
+def _shared_rows(url: str) -> tuple[int, int]:
+    """Rows in the shared stack and frame tables."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return (
+                int(conn.scalar(text("SELECT count(*) FROM stacks")) or 0),
+                int(conn.scalar(text("SELECT count(*) FROM frames")) or 0),
+            )
+    finally:
+        engine.dispose()
 
 
 DAY_NS = 86400 * 10**9
@@ -564,6 +594,24 @@ def main() -> int:
                     + f"\nanother session's 100-row batch every 0.25 s: answers "
                     f"{_answers(statuses)}; p50 {_pct(waits, 0.5):.3f} s, p99 "
                     f"{_pct(waits, 0.99):.3f} s, max {max(waits):.3f} s; server peak "
+                    f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB",
+                    flush=True,
+                )
+                continue
+            if name == "quota-16x49k":
+                # The red team's 16 batches, each adding 49,000 frames and stacks of its
+                # own, sent one after another into one session.
+                Path(f"/proc/{child.pid}/clear_refs").write_text("5")
+                before = _shared_rows(url)
+                statuses, t = [], time.perf_counter()
+                for i in range(16):
+                    statuses.append(_post(port, _own_stacks(49_000, 12, i), GZ))
+                took = time.perf_counter() - t
+                after = _shared_rows(url)
+                print(
+                    f"\n16 batches of 49,000 new frames and stacks into one session: answers "
+                    f"{_answers(statuses)} in {took:.1f} s; stacks +{after[0] - before[0]:,}, "
+                    f"frames +{after[1] - before[1]:,}; server peak "
                     f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB",
                     flush=True,
                 )

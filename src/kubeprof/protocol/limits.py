@@ -56,11 +56,12 @@ class IngestLimits:
     # busy threads with a GPU tracer stays below it); past it, batches are refused (413).
     max_session_rows: int = 100_000_000
     # Most frames and stacks one session may add to the tables all sessions share (a row
-    # another session added first costs it nothing): a day of a large C++/Python service
-    # interns far fewer; 800,000 of each cost ~0.5 GiB of PostgreSQL. Past either, batches
-    # are refused (413) and nothing of them is stored.
-    max_session_frames: int = 1_000_000
-    max_session_stacks: int = 2_000_000
+    # another session added first costs it nothing): a real training job interns a few
+    # thousand to tens of thousands; the red team's 800,000 of each took 561 MiB of
+    # PostgreSQL, these bound one session near half that. Past either, batches are refused
+    # (413) and nothing of them is stored.
+    max_session_frames: int = 500_000
+    max_session_stacks: int = 1_000_000
     # Clock skew allowed between a node's records of one session, seconds: all of them
     # must fit in the session's duration + the drain after it + this
     # (`kubeprof.protocol.bounds`).

@@ -201,9 +201,9 @@ def test_the_quota_figures_are_what_the_session_stored(store):
             "records": 7,
             "maxRecords": 1000,
             "frames": 0,  # _samples' one (empty) stack, added by b-1 alone
-            "maxFrames": 1_000_000,
+            "maxFrames": 500_000,
             "stacks": 1,
-            "maxStacks": 2_000_000,
+            "maxStacks": 1_000_000,
         }
     finally:
         api.pool.shutdown()
