@@ -123,6 +123,15 @@ def deployed_node(cluster: Cluster, namespace: str, app: str) -> str:
     return str(pod["spec"]["nodeName"])
 
 
+def running_session(cluster: Cluster, namespace: str, name: str, duration: str) -> tuple[str, str]:
+    """One `trainer` pod and a session `name` selecting it; once the session is Running,
+    the pod's node and the session's agent token."""
+    node = deployed_node(cluster, namespace, "trainer")
+    cluster.kubectl("apply", "-f", "-", stdin=session_yaml(name, namespace, "trainer", duration))
+    poll(lambda: phase(cluster, namespace, name) == "Running", 60, f"{name} Running")
+    return node, session_token(cluster, namespace, name)
+
+
 def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     sec = poll(
         lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),

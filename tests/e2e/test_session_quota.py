@@ -91,10 +91,7 @@ def test_stacks_past_the_session_quota_are_refused_whole_and_the_status_shows_it
     ns = f"e2e-quota-{uuid.uuid4().hex[:6]}"
     c.kubectl("create", "namespace", ns)
     try:
-        node = h.deployed_node(c, ns, "trainer")
-        c.kubectl("apply", "-f", "-", stdin=h.session_yaml("quota", ns, "trainer", "300s"))
-        h.poll(lambda: h.phase(c, ns, "quota") == "Running", 60, "quota Running")
-        token = h.session_token(c, ns, "quota")
+        node, token = h.running_session(c, ns, "quota", "300s")
         t0 = time.monotonic_ns()
 
         assert _post(op, ns, token, node, _stacks(t0, ["a", "b", "c"]), "b-1")[0] == 200
