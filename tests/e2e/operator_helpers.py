@@ -116,6 +116,22 @@ def running_pods(cluster: Cluster, namespace: str, app: str) -> list[dict]:
     return [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
 
 
+def deployed_node(cluster: Cluster, namespace: str, app: str) -> str:
+    """Deploy one pod of `app` in `namespace`; the node it runs on, once it is Running."""
+    cluster.kubectl("apply", "-f", "-", stdin=deployment_yaml(app, namespace))
+    pod = poll(lambda: running_pods(cluster, namespace, app), 60, f"{app} pod Running")[0]
+    return str(pod["spec"]["nodeName"])
+
+
+def running_session(cluster: Cluster, namespace: str, name: str, duration: str) -> tuple[str, str]:
+    """One `trainer` pod and a session `name` selecting it; once the session is Running,
+    the pod's node and the session's agent token."""
+    node = deployed_node(cluster, namespace, "trainer")
+    cluster.kubectl("apply", "-f", "-", stdin=session_yaml(name, namespace, "trainer", duration))
+    poll(lambda: phase(cluster, namespace, name) == "Running", 60, f"{name} Running")
+    return node, session_token(cluster, namespace, name)
+
+
 def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     sec = poll(
         lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),

@@ -152,9 +152,10 @@ class IngestApi:
         self.limits = limits or IngestLimits()
         self.limits.check()
         # One session may write on `writers` threads at once, as many as before there was
-        # more than one; one more thread is kept for the other sessions, so their batches
-        # start at once even while one session keeps every writer busy.
-        self.pool = FairPool(writers + 1, per_key=writers, name="ingest")
+        # more than one; one more thread is kept for sessions with nothing running and one
+        # batch waiting, so their batches start at once even while sessions with a backlog
+        # keep every other writer busy (however many such sessions there are).
+        self.pool = FairPool(writers + 1, per_key=writers, reserve=1, name="ingest")
         self.max_pending, self.session_pending = max_pending, session_pending
         # Checked before the global limit, so neither one session (however many agents
         # send for it) nor one address (however many sessions it holds tokens of) can take
@@ -187,7 +188,7 @@ class IngestApi:
             drain_s,
             (lambda sid: db.session_usage(engine, sid))
             if engine is not None
-            else (lambda _sid: (0, {})),
+            else (lambda _sid: ((0, 0, 0), {})),
         )
 
     def app(self) -> web.Application:
@@ -459,19 +460,24 @@ class IngestApi:
 
     def _decode_and_store(self, entry: SessionEntry, body: bytes, sender: Sender) -> Stored:
         """On a pool thread: decode under the limits, check the claims (origin, the
-        session's time window and row quota), store once."""
+        session's time window and quotas), store once."""
         batch_id, node, batch = codec.decode(body, limits=self.limits)
         self._check_origin(entry, node, batch, sender)
-        rows = self.usage.admit(entry, node, batch)
+        charge = self.usage.admit(entry, node, batch)
         try:
             stored = self.writer.store(
-                entry.db_id, batch_id, node, batch, committing=entry.committing
+                entry.db_id,
+                batch_id,
+                node,
+                batch,
+                committing=entry.committing,
+                interned=self.usage.interning(entry, charge),
             )
         except BaseException:
-            self.usage.release(entry, rows)
+            self.usage.release(entry, charge)
             raise
         if stored.duplicate:
-            self.usage.release(entry, rows)
+            self.usage.release(entry, charge)
         return stored
 
     def _origins_of(self, entry: SessionEntry) -> Origins:
