@@ -291,6 +291,10 @@ class Symbolizer:
                 return None
         return open_path, (st.st_dev, st.st_ino, st.st_mtime, m.path)
 
+    def in_code(self, pid: int, addr: int) -> bool:
+        """Whether a user address lies in one of pid's executable mappings."""
+        return self._mapping(pid, addr) is not None
+
     def rules_of(self, pid: int) -> Callable[[int], Rule | None]:
         """``unwind_rule`` for one pid, as the unwinder calls it per frame: the pid's
         cache is looked up once per sample, not once per frame."""
