@@ -79,9 +79,9 @@ def test_every_sample_is_unwound_to_the_thread_s_first_frame(python_exe, hazards
         elif _python_names(user)[:3] != ["<module>", "main", "run"]:
             wrong.append(f"python frames {_python_names(user)}")
     print({"mode": mode, "judged": len(judged), "wrong": len(wrong), **c._counters}, wrong[:3])
-    # Left cut, and marked: a leaf in the vDSO (clock_gettime of the loop's clock) or in
-    # a realigned prologue (CFA = r10), and, in some runs under load, a few leaves outside
-    # every mapping the sampler knows. Before the fix: 99 % of samples were wrong.
+    # Left cut, and marked: a leaf in a realigned prologue (CFA = r10); before the vDSO
+    # was read, also a leaf in clock_gettime and, in some runs under load, a few leaves
+    # outside every mapping the sampler knew. Before the fix: 99 % of samples were wrong.
     assert len(wrong) <= 0.05 * len(judged), wrong[:3]
     # the hazard is on the stack, under the Python frame that called it
     under = sum(mode in [f.name for f in _user(s)] for s in judged)

@@ -34,7 +34,7 @@ from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 _MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
-# Per-sample counters (kubeprof.report.header.stack_notes phrases them for the reader):
+# Per CPU sample counters (kubeprof/report/cpu_stacks.py phrases them for the reader):
 # samples whose native unwind stopped before the thread's first frame, by where it stopped
 # (the end of the copied stack / a frame without usable unwind tables); of those, the ones
 # put back under their thread's root through the same Python stack (stack_roots.py); samples
@@ -272,7 +272,8 @@ class CpuCollector:
             if len(walked) > len(pcs):
                 pcs, cut = walked, _cut(walked, rule_at)
         if not pcs:
-            self._counters["cpu_ustack_missing"] += 1
+            if not rec.off:
+                self._counters["cpu_ustack_missing"] += 1
             return (rec.pid,), [], None, ""
         # The leaf is wherever the sample hit (any instruction of a hot function: 225 of
         # 600 samples of an interpreter loop had their own), its callers repeat (13):
