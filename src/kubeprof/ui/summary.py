@@ -22,35 +22,50 @@ from kubeprof.report.evidence import targets, title
 from kubeprof.report.formats import gpu_off_reason
 from kubeprof.report.gpu import render_gpu_html
 from kubeprof.report.header import items, process_names
+from kubeprof.report.json_report import top_tables
 from kubeprof.report.text import function_label, function_times
 from kubeprof.report.views import available_views
 from kubeprof.reportdata import Report, WeightedStack
-from kubeprof.reporting import build_report
+from kubeprof.reporting import load_report
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
 from kubeprof.ui.refs import pod_names, ref_of, safe_meta
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """How a session's view is prepared: `kubeprof report`'s two flags, so the page shows
+    what the CLI shows with the same flags (query `keep-interpreter=1`, `whole-session=1`)."""
+
+    keep_interpreter: bool = False  # --keep-interpreter: CPython's own frames stay
+    whole_session: bool = False  # --whole-session: the CPU view is not cut to the GPU window
+
+
+# What the session page asks for: its flame graph and top functions cover the whole session
+# (narrowed by time on the page), so its header and tables do too.
+PAGE = Prepared(whole_session=True)
 
 
 @dataclass
 class Cache:
     """Summaries of finished sessions, computed once (the analysis reads every sample)."""
 
-    summaries: dict[tuple[int, str, int], dict[str, Any]]
+    summaries: dict[tuple[int, str, int, Prepared], dict[str, Any]]
     lock: threading.Lock
 
     @classmethod
     def new(cls) -> Cache:
         return cls({}, threading.Lock())
 
-    def get(self, info: q.SessionInfo) -> dict[str, Any] | None:
+    def get(self, info: q.SessionInfo, how: Prepared = Prepared()) -> dict[str, Any] | None:
         with self.lock:
-            return self.summaries.get((info.id, info.status, info.end_ns))
+            return self.summaries.get((info.id, info.status, info.end_ns, how))
 
-    def put(self, info: q.SessionInfo, value: dict[str, Any]) -> None:
+    def put(self, info: q.SessionInfo, value: dict[str, Any], how: Prepared = Prepared()) -> None:
         if info.status == "running":
             return
         with self.lock:
-            self.summaries[(info.id, info.status, info.end_ns)] = value
+            self.summaries[(info.id, info.status, info.end_ns, how)] = value
 
 
 def _pods(conn: Connection, info: q.SessionInfo) -> list[dict[str, str]]:
@@ -89,26 +104,25 @@ def summary(
     conn: Connection,
     info: q.SessionInfo,
     cache: Cache | None = None,
+    how: Prepared = Prepared(),
 ) -> dict[str, Any]:
     """The session page: header, findings (as data and as the report's own HTML), GPU
-    section, top functions and kernels, and what the flame graph can be narrowed to."""
-    cached = cache.get(info) if cache is not None else None
+    section, top functions and kernels, and what the flame graph can be narrowed to; from
+    the view `kubeprof report` prepares (`reporting.load_report`), with the same flags."""
+    cached = cache.get(info, how) if cache is not None else None
     if cached is not None:
         return cached
-    profile = q.load_profile(conn, info)
-    profile = dataclasses.replace(profile, meta=safe_meta(profile.meta))
-    acts = q.gpu_activities(conn, info.id)
-    metrics = q.gpu_metrics(conn, info.id)
-    cpu = q.sample_columns(conn, info)
-    names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
-    report = build_report(
-        profile, acts, metrics, info.start_ns, info.end_ns, cpu, process_names=names
+    report = load_report(
+        conn, info, keep_interpreter=how.keep_interpreter, whole_session=how.whole_session
     )
+    profile = dataclasses.replace(report.profile, meta=safe_meta(report.profile.meta))
+    report = dataclasses.replace(report, profile=profile)
     out = _summary_of(report, info)
     out["pods"] = _pods(conn, info)
     out["gpus"] = _gpus(conn, info)
+    out["prepared"] = {"keepInterpreter": how.keep_interpreter, "wholeSession": how.whole_session}
     if cache is not None:
-        cache.put(info, out)
+        cache.put(info, out, how)
     return out
 
 
@@ -155,6 +169,8 @@ def _summary_of(report: Report, info: q.SessionInfo) -> dict[str, Any]:
         "topFinding": findings[0]["message"] if findings else "",
         "views": available_views(report.profile),
         "topFunctions": top_functions(report.profile.cpu),
+        # `kubeprof report -f json`'s own `top_functions`: per view, by total time
+        "reportTopFunctions": top_tables(report.profile)[0],
         "topKernels": kernels,
         "timeline": timeline,
         "bucketSeconds": BUCKET_NS / 1e9,

@@ -57,8 +57,9 @@ _SETTING_FLAGS = (
     (
         "--token-file",
         "token_file",
-        "file holding the session's ingest token, mounted from the "
-        "session's Secret (env {env}, default %(default)s)",
+        "file holding the agent's ingest token, read at every request: its pod's "
+        "projected ServiceAccount token (rotated by the kubelet), or the session's "
+        "shared token from its Secret (env {env}, default %(default)s)",
     ),
     (
         "--spool-dir",
@@ -214,11 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kubeprof agent: error: {problem}", file=sys.stderr)
         return 2
 
-    from kubeprof.agent.cluster.agent import read_token
     from kubeprof.agent.cluster.assemble import build_node_agent
+    from kubeprof.agent.cluster.client import TokenFile
 
+    # Read at every request: a projected ServiceAccount token is rotated by the kubelet.
     agent = build_node_agent(
-        _settings(args), read_token(args.token_file), static_targets=tuple(args.pod_uid)
+        _settings(args), TokenFile(args.token_file), static_targets=tuple(args.pod_uid)
     )
 
     def on_signal(signum: int, _frame: object) -> None:

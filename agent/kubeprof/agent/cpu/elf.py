@@ -76,7 +76,11 @@ class ElfSymbols:
 def read_symbols(path: str, open_path: str | None = None) -> ElfSymbols:
     """Parse the ELF at open_path (default path); raise ElfError or OSError."""
     with open(open_path or path, "rb") as f:
-        data = f.read()
+        return parse_symbols(path, f.read())
+
+
+def parse_symbols(path: str, data: bytes) -> ElfSymbols:
+    """The symbols of an ELF image in memory (a file's, or the vDSO's); raise ElfError."""
     if data[:4] != b"\x7fELF":
         raise ElfError(f"{path}: not an ELF file")
     if data[4] != 2 or data[5] != 1:
