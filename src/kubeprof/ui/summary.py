@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -33,10 +33,15 @@ from kubeprof.ui.refs import pod_names, ref_of, safe_meta
 
 @dataclass
 class Cache:
-    """Summaries of finished sessions, computed once (the analysis reads every sample)."""
+    """Summaries of finished sessions, computed once (the analysis reads every sample).
+
+    One computation per session at a time: a request for a summary being computed (by the
+    background warm-up, or another request) waits for it instead of analysing it again,
+    which on a big session doubled the memory and halved everyone's share of the CPU."""
 
     summaries: dict[tuple[int, str, int], dict[str, Any]]
     lock: threading.Lock
+    pending: dict[tuple[int, str, int], threading.Lock] = field(default_factory=dict)
 
     @classmethod
     def new(cls) -> Cache:
@@ -51,6 +56,33 @@ class Cache:
             return
         with self.lock:
             self.summaries[(info.id, info.status, info.end_ns)] = value
+
+    def once(self, info: q.SessionInfo, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The cached summary, else ``compute()``'s, computed by one caller at a time per
+        session (a running session's is not kept: it changes)."""
+        if info.status == "running":
+            return compute()
+        key = (info.id, info.status, info.end_ns)
+        with self.lock:
+            if key in self.summaries:
+                return self.summaries[key]
+            gate = self.pending.get(key)
+            mine = gate is None
+            if gate is None:
+                gate = self.pending[key] = threading.Lock()
+                gate.acquire()
+        if not mine:
+            with gate:  # the one computing it is done (or failed: then compute here)
+                pass
+            return self.get(info) or compute()
+        try:
+            value = compute()
+            self.put(info, value)
+            return value
+        finally:
+            with self.lock:
+                del self.pending[key]
+            gate.release()
 
 
 def _pods(conn: Connection, info: q.SessionInfo) -> list[dict[str, str]]:
@@ -92,9 +124,12 @@ def summary(
 ) -> dict[str, Any]:
     """The session page: header, findings (as data and as the report's own HTML), GPU
     section, top functions and kernels, and what the flame graph can be narrowed to."""
-    cached = cache.get(info) if cache is not None else None
-    if cached is not None:
-        return cached
+    if cache is not None:
+        return cache.once(info, lambda: _summary(conn, info))
+    return _summary(conn, info)
+
+
+def _summary(conn: Connection, info: q.SessionInfo) -> dict[str, Any]:
     profile = q.load_profile(conn, info)
     profile = dataclasses.replace(profile, meta=safe_meta(profile.meta))
     acts = q.gpu_activities(conn, info.id)
@@ -107,8 +142,6 @@ def summary(
     out = _summary_of(report, info)
     out["pods"] = _pods(conn, info)
     out["gpus"] = _gpus(conn, info)
-    if cache is not None:
-        cache.put(info, out)
     return out
 
 
