@@ -19,6 +19,7 @@ from kubeprof.analysis.cpu_window import samples_in, window_stacks
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_stacks
+from kubeprof.gc_pause import gc_paused
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage import Store
@@ -154,6 +155,13 @@ def load(
     CPython's own frames are folded out of stacks with Python frames unless
     `keep_interpreter` (analysis.interpreter_frames says why). The CPU view follows the
     window the GPU analysis judged unless `whole_session` (`cpu_follows_window`)."""
+    with gc_paused():
+        return _load(store_url, ref, keep_interpreter, whole_session)
+
+
+def _load(
+    store_url: str | None, ref: str | None, keep_interpreter: bool, whole_session: bool
+) -> Report:
     store = Store.open(store_url)
     try:
         with store.engine.connect() as conn:

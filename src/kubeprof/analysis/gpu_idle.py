@@ -58,9 +58,18 @@ def device_ratios(busy: gpu_trace.BusyIndex, start: int, end: int) -> dict[int, 
 
 
 def busy_by_process(
-    activities: Sequence[GpuActivity], kinds: frozenset[str] = BUSY_KINDS
+    activities: Sequence[GpuActivity],
+    kinds: frozenset[str] = BUSY_KINDS,
+    *,
+    every: gpu_trace.BusyIndex | None = None,
 ) -> dict[int, gpu_trace.BusyIndex]:
-    """Busy intervals of each process that ran any of ``kinds``, indexed (one pass each)."""
+    """Busy intervals of each process that ran any of ``kinds``, indexed (one pass each).
+
+    ``every``: the index of all of them together, when the caller has it: a session of one
+    process (the usual one) is that index."""
+    pids = {a.pid for a in activities if a.kind in kinds}
+    if every is not None and len(pids) == 1:
+        return {pids.pop(): every}
     per_pid: dict[int, list[GpuActivity]] = defaultdict(list)
     for a in activities:
         if a.kind in kinds:

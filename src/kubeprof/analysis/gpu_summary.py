@@ -91,7 +91,7 @@ def gpu_summary(
     att = attribution(activities)
     busy = busy_by_device(activities)
     whole = index_busy(busy)  # one merge and index, asked about both windows
-    per_pid = gpu_idle.busy_by_process(activities)
+    per_pid = gpu_idle.busy_by_process(activities, every=whole)
     tl_end = max(s1, a1)
     return GpuSummary(
         session_start_ns=s0,

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from kubeprof.gc_pause import gc_paused
 from kubeprof.model import FrameKind
 from kubeprof.report.analysis_html import findings_html
 from kubeprof.report.evidence import targets, title
@@ -130,6 +131,11 @@ def summary(
 
 
 def _summary(conn: Connection, info: q.SessionInfo) -> dict[str, Any]:
+    with gc_paused():  # kubeprof.gc_pause says why
+        return _analysed(conn, info)
+
+
+def _analysed(conn: Connection, info: q.SessionInfo) -> dict[str, Any]:
     profile = q.load_profile(conn, info)
     profile = dataclasses.replace(profile, meta=safe_meta(profile.meta))
     acts = q.gpu_activities(conn, info.id)
