@@ -10,6 +10,12 @@ bench/storage_query.py). At each size it times, on the same rows:
   range    queries.cpu_stacks for one 60 s window (61 buckets of 1 s)
   api      the UI's whole /flamegraph answer (query + call tree + JSON) for the session
 
+--fold-cost times the UI's whole /flamegraph answer with CPython's own frames folded (the
+default, as `kubeprof report`) and kept (`keep-interpreter=1`), side by side on one SQLite
+store of BPF-shaped stacks (Python frames, each under python3.11's eval-loop frames):
+
+    .venv/bin/python bench/flamegraph_query.py --fold-cost --sizes 1000000
+
 Both stores run in one invocation: SQLite in a temp file, and PostgreSQL 15 started in a
 temp folder (tests/e2e/cluster/postgres.py) unless --pg-url is given or --no-pg.
 
@@ -45,6 +51,24 @@ def pool(n: int, rng: random.Random) -> list[tuple[Frame, ...]]:
     return [tuple(rng.choice(funcs) for _ in range(rng.randrange(5, 40))) for _ in range(n)]
 
 
+def samples_at(
+    start: int, n: int, stacks: list[tuple[Frame, ...]], rng: random.Random
+) -> tuple[CpuSample, ...]:
+    """Samples `start`..`start + n` of 16 threads at 99 Hz, stacks drawn Pareto-skewed."""
+    period = 1_000_000_000 // HZ
+    return tuple(
+        CpuSample(
+            ((start + i) // THREADS) * period,
+            1000,
+            1000 + (start + i) % THREADS,
+            "worker",
+            0,
+            stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
+        )
+        for i in range(n)
+    )
+
+
 def timed(fn: Callable[[], object], repeat: int = 3) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -52,6 +76,57 @@ def timed(fn: Callable[[], object], repeat: int = 3) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def bpf_pool(n: int, rng: random.Random) -> list[tuple[Frame, ...]]:
+    """Stacks as the BPF sampler records a Python program: each Python frame under three
+    of CPython's own frames, a C leaf of the interpreter or of libc below the last."""
+    funcs = [Frame(f"fn{i}", FrameKind.PYTHON, f"/app/mod{i % 40}.py", i) for i in range(400)]
+    py = "/usr/bin/python3.11"
+    glue = [
+        Frame(name, FrameKind.NATIVE, py)
+        for name in ("_PyEval_EvalFrameDefault", "_PyFunction_Vectorcall", "PyObject_Call")
+    ]
+    leaves = [
+        Frame(f"c{i}", FrameKind.NATIVE, py if i % 2 else "/lib/libc.so.6") for i in range(50)
+    ]
+    out = []
+    for _ in range(n):
+        frames = [Frame("_start", FrameKind.NATIVE, py)]
+        for _ in range(rng.randrange(5, 15)):
+            frames += [*glue, rng.choice(funcs)]
+        out.append((*frames, rng.choice(leaves)))
+    return out
+
+
+def fold_cost(url: str, size: int) -> list[str]:
+    """The whole /flamegraph answer, CPython's frames folded vs kept, best of 5 each,
+    alternating, on one session of `size` BPF-shaped samples."""
+    rng = random.Random(1)
+    stacks = bpf_pool(5000, rng)
+    store = Store.open(url)
+    sid = store.create_session("fold", hz=HZ)
+    period = 1_000_000_000 // HZ
+    for start in range(0, size, BATCH):
+        store.write_batch(
+            sid, Batch(samples=samples_at(start, min(BATCH, size - start), stacks, rng))
+        )
+    store.finish_session(sid, end_ns=(size // THREADS) * period)
+    best = {True: float("inf"), False: float("inf")}
+    with store.engine.connect() as conn:
+        info = q.find_session(conn, str(sid))
+        rows = len(q.cpu_stacks(conn, info))
+        for _ in range(5):
+            for keep in (True, False):
+                best[keep] = min(
+                    best[keep],
+                    timed(lambda k=keep: api.flamegraph(conn, info, keep_interpreter=k), 1),
+                )
+    store.close()
+    return [
+        f"| SQLite | {size:,} | {rows:,} | {best[True]:.3f} | {best[False]:.3f} | "
+        f"{best[False] / best[True]:.2f} |"
+    ]
 
 
 def measure(
@@ -81,18 +156,7 @@ def run_store(label: str, url: str, sizes: list[int], out: list[str]) -> None:
         t0 = time.perf_counter()
         while written < size:
             n = min(BATCH, size - written)
-            samples = tuple(
-                CpuSample(
-                    ((written + i) // THREADS) * period,
-                    1000,
-                    1000 + (written + i) % THREADS,
-                    "worker",
-                    0,
-                    stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
-                )
-                for i in range(n)
-            )
-            store.write_batch(sid, Batch(samples=samples))
+            store.write_batch(sid, Batch(samples=samples_at(written, n, stacks, rng)))
             written += n
         write_s += time.perf_counter() - t0
         store.finish_session(sid, end_ns=(written // THREADS) * period)
@@ -120,22 +184,10 @@ def write_cost(url: str, samples: int = 200_000) -> list[str]:
         stack_counts.add_counts = add  # type: ignore[assignment]
         store = Store.open(url)
         sid = store.create_session(f"write-{time.time_ns()}", hz=HZ)
-        period, cpu = 1_000_000_000 // HZ, 0.0
+        cpu = 0.0
         try:
             for start in range(0, samples, BATCH):
-                batch = Batch(
-                    samples=tuple(
-                        CpuSample(
-                            ((start + i) // THREADS) * period,
-                            1000,
-                            1000 + (start + i) % THREADS,
-                            "worker",
-                            0,
-                            stacks[min(int(rng.paretovariate(1.2)) - 1, 4999)],
-                        )
-                        for i in range(BATCH)
-                    )
-                )
+                batch = Batch(samples=samples_at(start, BATCH, stacks, rng))
                 c = time.process_time()
                 store.write_batch(sid, batch)
                 cpu += time.process_time() - c
@@ -159,7 +211,19 @@ def main() -> None:
         action="store_true",
         help="only: write CPU time with and without stack_counts (SQLite)",
     )
+    ap.add_argument(
+        "--fold-cost",
+        action="store_true",
+        help="only: the API flame graph with CPython's frames folded vs kept (SQLite)",
+    )
     args = ap.parse_args()
+    if args.fold_cost:
+        print("| store | samples | (thread, stack) rows | kept s | folded s | folded / kept |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for size in args.sizes:
+            with tempfile.TemporaryDirectory(prefix="kp-flame-bench-") as tmp:
+                print("\n".join(fold_cost(f"sqlite:///{tmp}/fold.db", size)), flush=True)
+        return
     if args.write_cost:
         with tempfile.TemporaryDirectory(prefix="kp-flame-bench-") as tmp:
             rows = write_cost(f"sqlite:///{tmp}/write.db")

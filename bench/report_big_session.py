@@ -16,8 +16,8 @@ store included), wall time and the child's peak RSS (wait4):
   report json   kubeprof report --store URL SESSION --format json --out FILE
   ui            kubeprof ui --store URL --listen 127.0.0.1:P: from the process's start until
                 the session page's first flame graph is answered (the page's two requests as
-                it sends them, at once: the summary and /flamegraph?view=cpu), and each
-                request from when both were sent.
+                it sends them, at once: the summary, ?whole-session=1, and the flame graph,
+                /flamegraph?view=cpu), and each request from when both were sent.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def time_ui(url: str, session: str) -> tuple[float, float, float, int]:
 
         page = f"/api/v1/sessions/local/{session}"
         asks = [
-            threading.Thread(target=ask, args=("summary", page)),
+            threading.Thread(target=ask, args=("summary", page + "?whole-session=1")),
             threading.Thread(target=ask, args=("flame", page + "/flamegraph?view=cpu")),
         ]
         for th in asks:

@@ -21,7 +21,7 @@ from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_stacks
 from kubeprof.gc_pause import gc_paused
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
-from kubeprof.reportdata import Profile, Report
+from kubeprof.reportdata import Profile, Report, WeightedStack
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import GpuActivityRow, OffCpuSampleRow, SampleRow
@@ -150,32 +150,47 @@ def load(
     keep_interpreter: bool = False,
     whole_session: bool = False,
 ) -> Report:
-    """The report of session `ref` (the newest when None) in the store at `store_url`.
-
-    CPython's own frames are folded out of stacks with Python frames unless
-    `keep_interpreter` (analysis.interpreter_frames says why). The CPU view follows the
-    window the GPU analysis judged unless `whole_session` (`cpu_follows_window`)."""
-    with gc_paused():
-        return _load(store_url, ref, keep_interpreter, whole_session)
-
-
-def _load(
-    store_url: str | None, ref: str | None, keep_interpreter: bool, whole_session: bool
-) -> Report:
+    """The report of session `ref` (the newest when None) in the store at `store_url`
+    (`load_report` prepares it)."""
     store = Store.open(store_url)
     try:
         with store.engine.connect() as conn:
             info = q.find_session(conn, ref)
-            profile = q.load_profile(conn, info)
-            if not keep_interpreter:
-                profile = fold_profile(profile)
-            activities = q.gpu_activities(conn, info.id)
-            metrics = q.gpu_metrics(conn, info.id)
-            cpu = q.sample_columns(conn, info)
-            names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
-            waits = offcpu_samples(conn, info.id)
+            return load_report(
+                conn, info, keep_interpreter=keep_interpreter, whole_session=whole_session
+            )
     finally:
         store.close()
+
+
+def load_report(
+    conn: Connection,
+    info: q.SessionInfo,
+    *,
+    keep_interpreter: bool = False,
+    whole_session: bool = False,
+) -> Report:
+    """The one prepared view of a stored session that `kubeprof report`, `kubeprof diff`
+    and the web UI all show, so they say the same numbers.
+
+    CPython's own frames are folded out of stacks with Python frames unless
+    `keep_interpreter` (analysis.interpreter_frames says why). The CPU view follows the
+    window the GPU analysis judged unless `whole_session` (`cpu_follows_window`)."""
+    with gc_paused():  # kubeprof.gc_pause says why
+        return _prepared(conn, info, keep_interpreter, whole_session)
+
+
+def _prepared(
+    conn: Connection, info: q.SessionInfo, keep_interpreter: bool, whole_session: bool
+) -> Report:
+    profile = q.load_profile(conn, info)
+    if not keep_interpreter:
+        profile = fold_profile(profile)
+    activities = q.gpu_activities(conn, info.id)
+    metrics = q.gpu_metrics(conn, info.id)
+    cpu = q.sample_columns(conn, info)
+    names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
+    waits = offcpu_samples(conn, info.id)
     report = build_report(
         profile,
         activities,
@@ -189,6 +204,13 @@ def _load(
     if whole_session or cpu is None:
         return report
     return cpu_follows_window(report, cpu, fold=not keep_interpreter)
+
+
+def fold_view(stacks: tuple[WeightedStack, ...], view: str) -> tuple[WeightedStack, ...]:
+    """A view's stacks folded as `load_report` folds a profile (`fold_profile`: the CPU
+    and GPU stacks; off-CPU waits keep their frames), for readers that build stacks
+    themselves (the web UI's flame graphs over a time range, pod or GPU)."""
+    return fold_stacks(stacks) if view in ("cpu", "gpu") else stacks
 
 
 def cpu_follows_window(report: Report, cpu: SampleColumns, *, fold: bool = True) -> Report:

@@ -12,6 +12,7 @@ whole: there the interpreter is all there is to see.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 
@@ -20,8 +21,10 @@ from kubeprof.model import Frame, FrameKind, Stack, WeightedStack
 _INTERPRETER = re.compile(r"^(python[\d.]*[dmu]*|libpython[\d.]+[dmu]*\.so.*)$")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_interpreter_path(path: str) -> bool:
-    """Whether an ELF path is CPython itself (the python binary or libpython)."""
+    """Whether an ELF path is CPython itself (the python binary or libpython); cached: a
+    profile has a few dozen ELF paths over hundreds of thousands of frames."""
     return bool(_INTERPRETER.match(path.rsplit("/", 1)[-1]))
 
 

@@ -109,28 +109,30 @@ def _row_json(t: Table, r: Row) -> dict[str, object]:
     }
 
 
-def render_diff_json(d: SessionDiff) -> str:
-    """Everything, every row: `sessions`, `gpu_idle`, `findings` as [A, B] pairs."""
-    return (
-        json.dumps(
+def diff_dict(d: SessionDiff) -> dict[str, object]:
+    """Everything, every row: `sessions`, `gpu_idle`, `findings` as [A, B] pairs (what
+    `kubeprof diff -f json` writes and the web UI's diff view reads)."""
+    return {
+        "sessions": [d.a.session, d.b.session],
+        "duration_s": [d.a.duration_s, d.b.duration_s],
+        "gpu_idle": [d.a.idle, d.b.idle],
+        "findings": [list(d.a.findings), list(d.b.findings)],
+        "sort": d.by,
+        "tables": [
             {
-                "sessions": [d.a.session, d.b.session],
-                "duration_s": [d.a.duration_s, d.b.duration_s],
-                "gpu_idle": [d.a.idle, d.b.idle],
-                "findings": [list(d.a.findings), list(d.b.findings)],
-                "tables": [
-                    {
-                        "title": t.title,
-                        "whole_s": [t.a_whole_ns / 1e9, t.b_whole_ns / 1e9],
-                        "rows": [_row_json(t, r) for r in t.rows],
-                    }
-                    for t in d.tables
-                ],
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+                "title": t.title,
+                "self_only": t.self_only,
+                "whole_s": [t.a_whole_ns / 1e9, t.b_whole_ns / 1e9],
+                "rows": [_row_json(t, r) for r in t.rows],
+            }
+            for t in d.tables
+        ],
+    }
+
+
+def render_diff_json(d: SessionDiff) -> str:
+    """`diff_dict` as indented JSON."""
+    return json.dumps(diff_dict(d), indent=1) + "\n"
 
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222}

@@ -189,7 +189,8 @@ def _analysis(a: Analysis) -> dict[str, Any]:
     }
 
 
-def _tops(profile: Profile) -> tuple[dict[str, Any], dict[str, Any]]:
+def top_tables(profile: Profile) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`top_functions` and `top_stacks` per view (the web UI's summary shows the same)."""
     functions: dict[str, Any] = {}
     stacks: dict[str, Any] = {}
     for view in available_views(profile):
@@ -268,7 +269,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     """The report as plain JSON-able data (see the module docstring for the keys)."""
     prof, meta = report.profile, report.meta
     traced, words = gpu_tracing(report)
-    functions, stacks = _tops(prof)
+    functions, stacks = top_tables(prof)
     out: dict[str, Any] = {
         "schema": SCHEMA,
         "session": {

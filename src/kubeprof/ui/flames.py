@@ -1,5 +1,5 @@
-"""Flame graphs over the web: one view of a session narrowed by time, pod and GPU, and the
-differential graph of two sessions, in the HTML report's own data format (flamegraph.js).
+"""Flame graphs over the web: one view of a session narrowed by time, pod and GPU, in the
+HTML report's own data format (flamegraph.js); `comparison` draws two sessions' diff.
 
 CPU time reads `stack_counts` (whole session, or the 1 s buckets of a time range), so the
 answer costs the distinct stacks, not the samples; GPU time reads the kernel records.
@@ -12,15 +12,15 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks
-from kubeprof.report.diff import diff_payload
 from kubeprof.report.flamegraph import KINDS, PALETTE, tree_payload
 from kubeprof.report.tree import build_tree
 from kubeprof.report.views import view_info
 from kubeprof.reportdata import WeightedStack
+from kubeprof.reporting import fold_view
 from kubeprof.storage import offcpu
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
-from kubeprof.ui.refs import ApiError, pod_names, ref_of
+from kubeprof.ui.refs import ApiError, pod_names
 from kubeprof.ui.summary import top_functions
 
 
@@ -68,6 +68,13 @@ def _gpu_ref(gpu: str) -> tuple[str | None, int]:
     return (node or None), int(dev)
 
 
+def check_view(view: str) -> str:
+    """`view` when the flame graphs draw it, else ApiError(400)."""
+    if view not in ("cpu", "gpu", "off-cpu", "wall"):
+        raise ApiError(400, f"view={view!r}: expected cpu, gpu, off-cpu or wall")
+    return view
+
+
 def view_stacks(
     conn: Connection,
     info: q.SessionInfo,
@@ -77,13 +84,16 @@ def view_stacks(
     to_s: float | None = None,
     pod: str = "",
     gpu: str = "",
+    keep_interpreter: bool = False,
 ) -> tuple[WeightedStack, ...]:
-    """The stacks of one view of a session, narrowed to a time range, pod and GPU."""
-    if view not in ("cpu", "gpu", "off-cpu", "wall"):
-        raise ApiError(400, f"view={view!r}: expected cpu, gpu, off-cpu or wall")
+    """The stacks of one view of a session, narrowed to a time range, pod and GPU, with
+    CPython's own frames folded as `kubeprof report` folds them unless `keep_interpreter`."""
+    check_view(view)
     pids = _pids_for(conn, info, pod, gpu)
     if view in ("cpu", "wall"):
         on = q.cpu_stacks(conn, info, buckets=buckets_for(info, from_s, to_s), pids=pids)
+        if not keep_interpreter:
+            on = fold_view(on, "cpu")
         if view == "cpu":
             return on
     if view in ("off-cpu", "wall"):
@@ -107,7 +117,8 @@ def view_stacks(
         and (pids is None or any(p == a.pid for _, p in pids))
     ]
     names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
-    return gpu_profile_stacks(keep, names)
+    stacks = gpu_profile_stacks(keep, names)
+    return stacks if keep_interpreter else fold_view(stacks, "gpu")
 
 
 def flamegraph(
@@ -119,9 +130,19 @@ def flamegraph(
     to_s: float | None = None,
     pod: str = "",
     gpu: str = "",
+    keep_interpreter: bool = False,
 ) -> dict[str, Any]:
     """One view's flame graph, in the HTML report's own data format (flamegraph.js)."""
-    stacks = view_stacks(conn, info, view, from_s=from_s, to_s=to_s, pod=pod, gpu=gpu)
+    stacks = view_stacks(
+        conn,
+        info,
+        view,
+        from_s=from_s,
+        to_s=to_s,
+        pod=pod,
+        gpu=gpu,
+        keep_interpreter=keep_interpreter,
+    )
     tree = build_tree(stacks, group="process")
     payload = tree_payload(tree, title=view_info(view).title, unit=view_info(view).count_unit)
     b = buckets_for(info, from_s, to_s) if view == "cpu" else None
@@ -132,24 +153,9 @@ def flamegraph(
             ((b[1] + 1) * BUCKET_NS - info.start_ns) / 1e9,
         ]
     # top: of exactly this graph (per pod, GPU and time range)
-    return _page(view, payload, range=rng, stacks=len(stacks), top=top_functions(stacks))
+    return flame_page(view, payload, range=rng, stacks=len(stacks), top=top_functions(stacks))
 
 
-def diff(
-    conn: Connection,
-    base: q.SessionInfo,
-    new: q.SessionInfo,
-    *,
-    view: str = "cpu",
-) -> dict[str, Any]:
-    """The differential flame graph of `base` -> `new` (flamegraph.js colours by change)."""
-    b = view_stacks(conn, base, view)
-    n = view_stacks(conn, new, view)
-    bn, nn = "/".join(ref_of(base)), "/".join(ref_of(new))
-    payload = diff_payload(b, n, view=view, base_name=bn, new_name=nn)
-    return _page(view, payload, base=bn, new=nn)
-
-
-def _page(view: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def flame_page(view: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """What the flame graph page draws: one view's payload, the colours and `extra`."""
     return {"kinds": KINDS, "palette": PALETTE, "initial": view, "views": {view: payload}, **extra}

@@ -18,7 +18,7 @@ from kubeprof.storage import queries as q
 from kubeprof.storage.models import ProcessRow, SessionAggregateRow, StackCountRow
 from kubeprof.storage.stack_counts import TOTAL_BUCKET
 from kubeprof.ui.refs import ref_of
-from kubeprof.ui.summary import Cache
+from kubeprof.ui.summary import PAGE, Cache
 
 
 def _aggregates(conn: Connection) -> dict[int, tuple[float | None, str]]:
@@ -66,7 +66,7 @@ def sessions(conn: Connection, cache: Cache | None = None) -> dict[str, Any]:
     for s in reversed(q.list_sessions(conn, counts=False)):
         ns, name = ref_of(s)
         idle, top = aggs.get(s.id, (None, ""))
-        cached = cache.get(s) if cache is not None else None
+        cached = (cache.get(s, PAGE) or cache.get(s)) if cache is not None else None
         if cached is not None and not top:
             idle, top = cached["gpuIdle"], cached["topFinding"]
         started = s.started_at if s.started_at.tzinfo else s.started_at.replace(tzinfo=UTC)

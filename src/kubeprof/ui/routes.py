@@ -6,6 +6,10 @@ operator: `Routes.handle(method, path, query)` -> `Response`, no web framework i
   GET /api/v1/sessions/{ns}/{name}/flamegraph?view=cpu|gpu&from=S&to=S&pod=P&gpu=G
   GET /api/v1/sessions/{ns}/{name}/timeline             the Perfetto trace, .trace.json.gz
   GET /api/v1/diff?base={ns}/{name}&new={ns}/{name}&view=cpu|gpu
+  GET /api/v1/diff/numbers?base=..&new=..&sort=self|total   `kubeprof diff -f json`'s answer
+
+The summary, flame graphs and diffs take `kubeprof report`'s flags as `keep-interpreter=1`
+(CPython's own frames stay) and, for the summary, `whole-session=1`.
   GET /sessions, /sessions/{ns}/{name}, /diff            the pages (one HTML shell)
   GET /static/{file}                                     the pages' JS and CSS
 
@@ -78,6 +82,16 @@ def _float(query: Mapping[str, str], key: str) -> float | None:
         ) from None
 
 
+def _flag(query: Mapping[str, str], key: str) -> bool:
+    """A CLI flag as a query parameter: 1/true (on), 0/false or absent (off)."""
+    raw = query.get(key, "").lower()
+    if raw in ("1", "true"):
+        return True
+    if raw in ("", "0", "false"):
+        return False
+    raise api.ApiError(400, f"{key}={query[key]!r}: expected 1 (on) or 0 (off)")
+
+
 def _ref(text: str, key: str) -> tuple[str, str]:
     ns, _, name = text.partition("/")
     if not ns or not name:
@@ -123,8 +137,10 @@ class Routes:
                 return api.sessions(conn, self.cache)
             if len(parts) in (3, 4) and parts[0] == "sessions":
                 info = api.find(conn, parts[1], parts[2])
+                keep = _flag(query, "keep-interpreter")
                 if len(parts) == 3:
-                    return api.summary(conn, info, self.cache)
+                    how = api.Prepared(keep, _flag(query, "whole-session"))
+                    return api.summary(conn, info, self.cache, how)
                 if parts[3] == "flamegraph":
                     return api.flamegraph(
                         conn,
@@ -134,14 +150,25 @@ class Routes:
                         to_s=_float(query, "to"),
                         pod=query.get("pod", ""),
                         gpu=query.get("gpu", ""),
+                        keep_interpreter=keep,
                     )
                 if parts[3] == "timeline":
                     return self._timeline(conn, info)
-            if parts == ["diff"]:
-                base = api.find(conn, *_ref(query.get("base", ""), "base"))
-                new = api.find(conn, *_ref(query.get("new", ""), "new"))
-                return api.diff(conn, base, new, view=query.get("view", "cpu"))
+            if parts[:1] == ["diff"] and parts[1:] in ([], ["numbers"]):
+                return self._diff(conn, parts[1:] == ["numbers"], query)
         raise api.ApiError(404, "no such API path; see the README's Web UI part")
+
+    def _diff(self, conn: Connection, numbers: bool, query: Mapping[str, str]) -> Any:
+        """The diff page's numbers (`kubeprof diff -f json`) or its flame graph; the request
+        is checked before both sessions are analysed."""
+        base = api.find(conn, *_ref(query.get("base", ""), "base"))
+        new = api.find(conn, *_ref(query.get("new", ""), "new"))
+        keep = _flag(query, "keep-interpreter")
+        if numbers:
+            by = api.check_sort(query.get("sort", "self"))
+            return api.diff_numbers(api.prepare(conn, base, new, keep_interpreter=keep), by=by)
+        view = api.check_view(query.get("view", "cpu"))
+        return api.diff(api.prepare(conn, base, new, keep_interpreter=keep), view=view)
 
     def _timeline(self, conn: Connection, info: q.SessionInfo) -> Response:
         """The session's Perfetto trace as a gzip'd file to save (not a Content-Encoding:

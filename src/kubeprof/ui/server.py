@@ -65,7 +65,7 @@ def warm(routes: Routes) -> None:
     for info in infos:
         try:
             with routes.engine.connect() as conn:
-                api.summary(conn, info, routes.cache)
+                api.summary(conn, info, routes.cache, api.PAGE)
         except Exception:  # noqa: BLE001 - a session that cannot be analysed stays "—"
             continue
 

@@ -16,20 +16,34 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from kubeprof.gc_pause import gc_paused
 from kubeprof.model import FrameKind
 from kubeprof.report.analysis_html import findings_html
 from kubeprof.report.evidence import targets, title
 from kubeprof.report.formats import gpu_off_reason
 from kubeprof.report.gpu import render_gpu_html
 from kubeprof.report.header import items, process_names
+from kubeprof.report.json_report import top_tables
 from kubeprof.report.text import function_label, function_times
 from kubeprof.report.views import available_views
 from kubeprof.reportdata import Report, WeightedStack
-from kubeprof.reporting import build_report
+from kubeprof.reporting import load_report
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
 from kubeprof.ui.refs import pod_names, ref_of, safe_meta
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """How a session's view is prepared: `kubeprof report`'s two flags, so the page shows
+    what the CLI shows with the same flags (query `keep-interpreter=1`, `whole-session=1`)."""
+
+    keep_interpreter: bool = False  # --keep-interpreter: CPython's own frames stay
+    whole_session: bool = False  # --whole-session: the CPU view is not cut to the GPU window
+
+
+# What the session page asks for: its flame graph and top functions cover the whole session
+# (narrowed by time on the page), so its header and tables do too.
+PAGE = Prepared(whole_session=True)
 
 
 @dataclass
@@ -40,30 +54,35 @@ class Cache:
     background warm-up, or another request) waits for it instead of analysing it again,
     which on a big session doubled the memory and halved everyone's share of the CPU."""
 
-    summaries: dict[tuple[int, str, int], dict[str, Any]]
+    summaries: dict[tuple[int, str, int, Prepared], dict[str, Any]]
     lock: threading.Lock
-    pending: dict[tuple[int, str, int], threading.Lock] = field(default_factory=dict)
+    pending: dict[tuple[int, str, int, Prepared], threading.Lock] = field(default_factory=dict)
 
     @classmethod
     def new(cls) -> Cache:
         return cls({}, threading.Lock())
 
-    def get(self, info: q.SessionInfo) -> dict[str, Any] | None:
+    def get(self, info: q.SessionInfo, how: Prepared = Prepared()) -> dict[str, Any] | None:
         with self.lock:
-            return self.summaries.get((info.id, info.status, info.end_ns))
+            return self.summaries.get((info.id, info.status, info.end_ns, how))
 
-    def put(self, info: q.SessionInfo, value: dict[str, Any]) -> None:
+    def put(self, info: q.SessionInfo, value: dict[str, Any], how: Prepared = Prepared()) -> None:
         if info.status == "running":
             return
         with self.lock:
-            self.summaries[(info.id, info.status, info.end_ns)] = value
+            self.summaries[(info.id, info.status, info.end_ns, how)] = value
 
-    def once(self, info: q.SessionInfo, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def once(
+        self,
+        info: q.SessionInfo,
+        how: Prepared,
+        compute: Callable[[], dict[str, Any]],
+    ) -> dict[str, Any]:
         """The cached summary, else ``compute()``'s, computed by one caller at a time per
-        session (a running session's is not kept: it changes)."""
+        session and view (a running session's is not kept: it changes)."""
         if info.status == "running":
             return compute()
-        key = (info.id, info.status, info.end_ns)
+        key = (info.id, info.status, info.end_ns, how)
         with self.lock:
             if key in self.summaries:
                 return self.summaries[key]
@@ -75,10 +94,10 @@ class Cache:
         if not mine:
             with gate:  # the one computing it is done (or failed: then compute here)
                 pass
-            return self.get(info) or compute()
+            return self.get(info, how) or compute()
         try:
             value = compute()
-            self.put(info, value)
+            self.put(info, value, how)
             return value
         finally:
             with self.lock:
@@ -122,32 +141,26 @@ def summary(
     conn: Connection,
     info: q.SessionInfo,
     cache: Cache | None = None,
+    how: Prepared = Prepared(),
 ) -> dict[str, Any]:
     """The session page: header, findings (as data and as the report's own HTML), GPU
-    section, top functions and kernels, and what the flame graph can be narrowed to."""
+    section, top functions and kernels, and what the flame graph can be narrowed to; from
+    the view `kubeprof report` prepares (`reporting.load_report`), with the same flags."""
     if cache is not None:
-        return cache.once(info, lambda: _summary(conn, info))
-    return _summary(conn, info)
+        return cache.once(info, how, lambda: _summary(conn, info, how))
+    return _summary(conn, info, how)
 
 
-def _summary(conn: Connection, info: q.SessionInfo) -> dict[str, Any]:
-    with gc_paused():  # kubeprof.gc_pause says why
-        return _analysed(conn, info)
-
-
-def _analysed(conn: Connection, info: q.SessionInfo) -> dict[str, Any]:
-    profile = q.load_profile(conn, info)
-    profile = dataclasses.replace(profile, meta=safe_meta(profile.meta))
-    acts = q.gpu_activities(conn, info.id)
-    metrics = q.gpu_metrics(conn, info.id)
-    cpu = q.sample_columns(conn, info)
-    names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
-    report = build_report(
-        profile, acts, metrics, info.start_ns, info.end_ns, cpu, process_names=names
+def _summary(conn: Connection, info: q.SessionInfo, how: Prepared) -> dict[str, Any]:
+    report = load_report(
+        conn, info, keep_interpreter=how.keep_interpreter, whole_session=how.whole_session
     )
+    profile = dataclasses.replace(report.profile, meta=safe_meta(report.profile.meta))
+    report = dataclasses.replace(report, profile=profile)
     out = _summary_of(report, info)
     out["pods"] = _pods(conn, info)
     out["gpus"] = _gpus(conn, info)
+    out["prepared"] = {"keepInterpreter": how.keep_interpreter, "wholeSession": how.whole_session}
     return out
 
 
@@ -194,6 +207,8 @@ def _summary_of(report: Report, info: q.SessionInfo) -> dict[str, Any]:
         "topFinding": findings[0]["message"] if findings else "",
         "views": available_views(report.profile),
         "topFunctions": top_functions(report.profile.cpu),
+        # `kubeprof report -f json`'s own `top_functions`: per view, by total time
+        "reportTopFunctions": top_tables(report.profile)[0],
         "topKernels": kernels,
         "timeline": timeline,
         "bucketSeconds": BUCKET_NS / 1e9,

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from kubeprof.storage import Store
 from kubeprof.ui.routes import Routes
 from kubeprof.ui.server import make_server
+
+KUBEPROF = str(Path(sys.executable).parent / "kubeprof")
 
 
 @pytest.fixture
@@ -89,6 +94,25 @@ def test_diff_colours_the_function_that_got_slower(routes):
     assert share and max(share.values()) > 0.05  # copies took a larger share when pageable
 
 
+def test_diff_numbers_are_the_clis_json_and_the_flame_graph_counts_the_same(routes, ui_store):
+    cli = subprocess.run(
+        [KUBEPROF, "diff", "pageable_pinned", "pageable", "-f", "json", "--store", ui_store],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr
+    query = {"base": "local/pageable_pinned", "new": "local/pageable"}
+    status, numbers = get(routes, "/api/v1/diff/numbers", **query)
+    assert status == 200 and numbers == json.loads(cli.stdout)
+    # the differential flame graph is drawn over the stacks those numbers count
+    for view, table in (("cpu", 0), ("gpu", 1)):
+        _, fg = get(routes, "/api/v1/diff", view=view, **query)
+        v = fg["views"][view]
+        drawn = [v["baseTotal"] * v["scale"] / 1e9, v["newTotal"] * v["scale"] / 1e9]
+        assert drawn == pytest.approx(numbers["tables"][table]["whole_s"], rel=1e-6), view
+
+
 @pytest.mark.parametrize(
     ("path", "query", "status", "words"),
     [
@@ -97,6 +121,13 @@ def test_diff_colours_the_function_that_got_slower(routes):
         ("/api/v1/sessions/local/pageable/flamegraph", {"from": "soon"}, 400, "from='soon'"),
         ("/api/v1/diff", {"base": "pageable"}, 400, "NAMESPACE/NAME"),
         ("/api/v1/sessions/team-a/train/flamegraph", {"gpu": "x"}, 400, "gpu='x'"),
+        (
+            "/api/v1/diff/numbers",
+            {"base": "local/pageable", "new": "local/pageable_pinned", "sort": "size"},
+            400,
+            "sort='size': expected self or total",
+        ),
+        ("/api/v1/sessions/local/pageable", {"keep-interpreter": "yes"}, 400, "expected 1"),
     ],
 )
 def test_bad_requests_say_what_to_change(routes, path, query, status, words):

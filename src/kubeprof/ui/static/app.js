@@ -149,11 +149,20 @@
   function sessionPage(ns, name) {
     var params = new URLSearchParams(location.search);
     var base = "/api/v1/sessions/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name);
+    // The summary and the flame graphs fold CPython's frames as `kubeprof report` does;
+    // the checkbox keeps them (keep-interpreter=1 in this page's URL and the API's).
+    var keep = interpreterBox(params);
+    keep.box.addEventListener("change", function () {
+      var p = new URLSearchParams(location.search);
+      if (keep.box.checked) p.set("keep-interpreter", "1"); else p.delete("keep-interpreter");
+      location.search = p.toString();
+    });
     var sel = { pod: params.get("pod") || "", gpu: params.get("gpu") || "", from: params.get("from") || "", to: params.get("to") || "" };
     function flameQuery(v) {
       var q = new URLSearchParams();
       q.set("view", v);
       Object.keys(sel).forEach(function (k) { if (sel[k]) q.set(k, sel[k]); });
+      if (keep.box.checked) q.set("keep-interpreter", "1");
       return q.toString();
     }
     // The flame graph is asked for at once, beside the summary: it reads pre-counted stacks
@@ -168,7 +177,9 @@
     early.answer.then(function (data) {
       if (earlyHolder.parentNode) { showFlame(earlyHolder, data, early.view); legend(false); }
     }, function () { /* shown again, with its error, once the summary has come */ });
-    getJSON(base).then(function (s) {
+    // The page is `kubeprof report NAME --whole-session`: its flame graph covers the whole
+    // session (narrowed by time here), so the header and tables do too.
+    getJSON(base + "?whole-session=1" + (keep.box.checked ? "&keep-interpreter=1" : "")).then(function (s) {
       var view = params.get("view") || (s.views.indexOf("cpu") >= 0 ? "cpu" : s.views[0]);
       document.title = "kubeprof: " + ns + "/" + name;
       app.textContent = "";
@@ -197,7 +208,7 @@
       var rangeNote = el("span", { "class": "kp-note", id: "kp-range" });
       var holder = el("section", { "class": "kp-flame-holder" }, [
         el("h2", { text: "Flame graph" }),
-        el("div", { "class": "kp-toolbar" }, [viewBtns, pod, gpu, "seconds", from, "to", to, apply, clear, rangeNote])]);
+        el("div", { "class": "kp-toolbar" }, [viewBtns, pod, gpu, "seconds", from, "to", to, apply, clear, keep.label, rangeNote])]);
       app.appendChild(holder);
 
       // Left: the top functions of exactly the flame graph above (its view, pod, GPU and time
@@ -214,6 +225,7 @@
         if (sel.pod) scope.push("pod " + sel.pod);
         if (sel.gpu) scope.push("GPU " + sel.gpu);
         if (sel.from || sel.to) scope.push((sel.from || "0") + "–" + (sel.to || "end") + " s");
+        if (keep.box.checked) scope.push("CPython's frames kept");
         topTitle.textContent = "Top functions (" + scope.join(", ") + ")";
         topBody.textContent = "";
         var rows = top.map(function (f) { return [(100 * f.selfShare).toFixed(1) + " %", fmtNs(f.selfNs), fmtNs(f.totalNs), f.function.replace(/_\[gpu\]$/, "")]; });
@@ -265,6 +277,58 @@
   }
 
   // -- diff page -----------------------------------------------------------------------------
+  // The numbers are `kubeprof diff -f json`'s own answer (/api/v1/diff/numbers): the same
+  // rows in the same order, formatted as the text diff formats them.
+  var DIFF_TOP = 20;
+  function sec(s) { return s.toFixed(3); }
+  function share(part, whole) { return (whole ? 100 * part / whole : 0).toFixed(1) + "%"; }
+  function signed(x, digits) { return (x >= 0 ? "+" : "") + x.toFixed(digits); }
+
+  function diffSides(d) {
+    return el("div", { "class": "kp-diff-sides" }, ["A", "B"].map(function (tag, i) {
+      var found = d.findings[i].length ? d.findings[i] : ["none"];
+      return el("div", { "class": "kp-diff-side", id: "kp-side-" + tag }, [
+        el("h2", { text: tag + ": " + d.sessions[i] }),
+        el("p", { "class": "kp-note", text: d.duration_s[i].toFixed(1) + " s" }),
+        el("p", { "class": "kp-diff-idle", text: d.gpu_idle[i] }),
+        el("ul", { "class": "kp-diff-findings" }, found.map(function (f) { return el("li", { text: f }); }))]);
+    }));
+  }
+
+  function diffTable(t) {
+    var head = t.self_only ? ["A s", "B s", "\u0394 s", "\u0394 pts"]
+      : ["self A s", "self B s", "\u0394 s", "\u0394 pts", "total A s", "total B s", "\u0394 s", "\u0394 pts"];
+    function cells(r) {
+      var c = [sec(r.self_s[0]) + " (" + share(r.self_s[0], t.whole_s[0]) + ")",
+        sec(r.self_s[1]) + " (" + share(r.self_s[1], t.whole_s[1]) + ")",
+        signed(r.self_change_s, 3), signed(r.self_change_points, 1)];
+      if (!t.self_only) {
+        c.push(sec(r.total_s[0]) + " (" + share(r.total_s[0], t.whole_s[0]) + ")",
+          sec(r.total_s[1]) + " (" + share(r.total_s[1], t.whole_s[1]) + ")",
+          signed(r.total_change_s, 3), signed(r.total_change_points, 1));
+      }
+      return c;
+    }
+    var tbody = el("tbody");
+    var more = el("button", { type: "button", "class": "kp-diff-more" });
+    function draw(n) {
+      tbody.textContent = "";
+      t.rows.slice(0, n).forEach(function (r) {
+        var cls = r.self_s[1] > r.self_s[0] ? "kp-up" : r.self_s[1] < r.self_s[0] ? "kp-down" : "";
+        tbody.appendChild(el("tr", { "class": cls }, cells(r).map(function (c) { return el("td", { "class": "kp-num", text: c }); })
+          .concat([el("td", { "class": "kp-fn", text: r.name })])));
+      });
+      more.hidden = t.rows.length <= n;
+      more.textContent = "Show all " + t.rows.length + " rows";
+    }
+    more.addEventListener("click", function () { draw(t.rows.length); });
+    draw(DIFF_TOP);
+    return el("section", { "class": "kp-diff-table" }, [
+      el("h2", { text: t.title + ": A " + sec(t.whole_s[0]) + " s, B " + sec(t.whole_s[1]) + " s (" + signed(t.whole_s[1] - t.whole_s[0], 3) + " s)" }),
+      el("table", { "class": "kp-table" }, [el("thead", {}, [el("tr", {}, head.concat(["name"]).map(function (h) { return el("th", { text: h }); }))]), tbody]),
+      more]);
+  }
+
   function diffPage() {
     var params = new URLSearchParams(location.search);
     getJSON("/api/v1/sessions").then(function (list) {
@@ -278,24 +342,50 @@
       var next = picker("kp-new", params.get("new") || refs[0]);
       var view = el("select", { id: "kp-diff-view" }, ["cpu", "gpu", "off-cpu", "wall"].map(function (v) { return el("option", { value: v, text: VIEW_NAMES[v] }); }));
       view.value = params.get("view") || "cpu";
+      var sort = el("select", { id: "kp-diff-sort", "aria-label": "rows by" }, [
+        el("option", { value: "self", text: "rows by |\u0394 self|" }), el("option", { value: "total", text: "rows by |\u0394 total|" })]);
+      sort.value = params.get("sort") || "self";
+      var keep = interpreterBox(params);
       var note = el("span", { "class": "kp-note", id: "kp-diff-note" });
-      var holder = el("section", { "class": "kp-flame-holder" });
+      var numbers = el("section", { id: "kp-diff-numbers" });
+      var holder = el("section", { "class": "kp-flame-holder" }, [el("h2", { text: "Differential flame graph" }),
+        el("p", { "class": "kp-note", text: "Width: time in both sessions together. Colour: how the frame's share of its session changed from the baseline to the new session \u2014 red got slower, blue got faster." })]);
       app.textContent = "";
       app.appendChild(el("h1", { text: "Compare two sessions" }));
-      app.appendChild(el("p", { "class": "kp-note", text: "Width: time in both sessions together. Colour: how the frame's share of its session changed from the baseline to the new session — red got slower, blue got faster." }));
-      app.appendChild(el("div", { "class": "kp-toolbar" }, ["baseline", base, "new", next, view, el("button", { type: "button", id: "kp-diff-go", text: "Compare", onclick: go }), note]));
+      app.appendChild(el("p", { "class": "kp-note", text: "The numbers of `kubeprof diff A B`: \u0394 = B \u2212 A; points (pts) are each session's share of its own total, so runs of different lengths compare." }));
+      app.appendChild(el("div", { "class": "kp-toolbar" }, ["baseline (A)", base, "new (B)", next, view, sort, keep.label, el("button", { type: "button", id: "kp-diff-go", text: "Compare", onclick: go }), note]));
+      app.appendChild(numbers);
       app.appendChild(holder);
       function go() {
-        var q = new URLSearchParams({ base: base.value, "new": next.value, view: view.value });
+        var q = new URLSearchParams({ base: base.value, "new": next.value, view: view.value, sort: sort.value });
+        if (keep.box.checked) q.set("keep-interpreter", "1");
         history.replaceState(null, "", "/diff?" + q.toString());
         note.textContent = "";
+        delete numbers.dataset.ready;
+        numbers.textContent = "";
+        numbers.appendChild(el("p", { "class": "kp-note", text: "Analysing both sessions\u2026" }));
+        getJSON("/api/v1/diff/numbers?" + q.toString()).then(function (d) {
+          numbers.textContent = "";
+          numbers.appendChild(diffSides(d));
+          d.tables.forEach(function (t) { numbers.appendChild(diffTable(t)); });
+          numbers.dataset.ready = "1";
+        }).catch(function (err) { numbers.textContent = ""; note.textContent = String(err.message || err); });
         getJSON("/api/v1/diff?" + q.toString()).then(function (data) {
           showFlame(holder, data, view.value);
           legend(true);
         }).catch(function (err) { note.textContent = String(err.message || err); });
       }
+      keep.box.addEventListener("change", go);
       if (base.value && next.value) go();
     }).catch(fail);
+  }
+
+  // `kubeprof report --keep-interpreter` as a checkbox and the query parameter keep-interpreter=1.
+  function interpreterBox(params) {
+    var box = el("input", { type: "checkbox", id: "kp-keep-interpreter" });
+    box.checked = params.get("keep-interpreter") === "1";
+    var label = el("label", { "class": "kp-note", title: "As `kubeprof report --keep-interpreter`: by default CPython's own frames (_PyEval_EvalFrameDefault, sre_ucs1_count, ...) are folded into the Python function that ran them" }, [box, " keep CPython's frames"]);
+    return { box: box, label: label };
   }
 
   var parts = location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
