@@ -6,9 +6,10 @@ Usage: .venv/bin/python bench/report_big_session.py [--kernels 1000000] [--sampl
 
 The session is bench/analysis_scale.py's: a training loop of 50 kernels per step (10 names,
 20 µs each, 5 µs gaps) with a 50 ms host step, and `threads` threads of the launching
-process sampled at 99 Hz over the same span, 1,000 distinct stacks. It is written through
-`Store.write_batch` (the path `kubeprof record` and the operator's ingest use) into
-PostgreSQL 15: the --pg-url database, or a server started in a temp folder.
+process sampled at 99 Hz over the same span, 1,000 distinct stacks. The server makes its
+rows itself (`write_session`: the rows `Store.write_batch` would store, in minutes rather
+than hours at 10 M samples) in PostgreSQL 15: the --pg-url database, or a server started in
+a temp folder.
 
 Measured, each as a fresh process as a user runs it (Python start-up and loading from the
 store included), wall time and the child's peak RSS (wait4):
