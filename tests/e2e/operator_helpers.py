@@ -116,6 +116,19 @@ def running_pods(cluster: Cluster, namespace: str, app: str) -> list[dict]:
     return [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
 
 
+def stored_batch_ids(libpq: str, namespace: str, session: str) -> set[str]:
+    """Batch ids stored for the session `namespace/session` (any of its incarnations)."""
+    import psycopg
+
+    with psycopg.connect(libpq) as conn:
+        rows = conn.execute(
+            "SELECT b.batch_id FROM ingested_batches b JOIN sessions s ON s.id = b.session_id "
+            "WHERE s.name LIKE %s",
+            (f"{namespace}/{session}@%",),
+        ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
 def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     sec = poll(
         lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),
