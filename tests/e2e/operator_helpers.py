@@ -116,6 +116,15 @@ def running_pods(cluster: Cluster, namespace: str, app: str) -> list[dict]:
     return [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
 
 
+def session_token(cluster: Cluster, namespace: str, name: str) -> str:
+    sec = poll(
+        lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),
+        60,
+        f"Secret of {name}",
+    )
+    return base64.b64decode(sec["data"]["token"]).decode()
+
+
 def stored_batch_ids(libpq: str, namespace: str, session: str) -> set[str]:
     """Batch ids stored for the session `namespace/session` (any of its incarnations)."""
     import psycopg
@@ -127,15 +136,6 @@ def stored_batch_ids(libpq: str, namespace: str, session: str) -> set[str]:
             (f"{namespace}/{session}@%",),
         ).fetchall()
     return {str(r[0]) for r in rows}
-
-
-def session_token(cluster: Cluster, namespace: str, name: str) -> str:
-    sec = poll(
-        lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),
-        60,
-        f"Secret of {name}",
-    )
-    return base64.b64decode(sec["data"]["token"]).decode()
 
 
 def delete_session(cluster: Cluster, namespace: str, name: str) -> None:
