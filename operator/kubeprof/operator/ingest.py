@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -500,7 +500,7 @@ class IngestApi:
         """On a pool thread: decode under the limits, check the claims (origin, the
         session's time window and quotas), store once."""
         batch_id, node, batch = codec.decode(body, limits=self.limits)
-        self._check_origin(entry, node, batch, sender)
+        batch = self._check_origin(entry, node, batch, sender)
         charge = self.usage.admit(entry, node, batch)
         try:
             stored = self.writer.store(
@@ -528,9 +528,16 @@ class IngestApi:
 
     def _check_origin(
         self, entry: SessionEntry, node: str, batch: Batch, sender: Sender = _SHARED
-    ) -> None:
-        """The node (and each pod a process names) must be among the session's targets,
-        and the sender's own node when its token binds it to one (403 otherwise)."""
+    ) -> Batch:
+        """The node (and each target pod a process names) must be among the session's
+        targets, and the sender's own node when its token binds it to one (403 otherwise).
+
+        A process naming a pod that is no target and that the API does not list on this
+        node keeps its record but loses the claim (`pod_uid` emptied, counted in
+        `kubeprof_ingest_pod_claims_dropped_total`): refusing the whole batch would lose the
+        session's own samples for a neighbour the operator cannot see (another namespace
+        under `watchNamespaces`, a pod gone between two listings). Returns the batch to
+        store."""
         if sender.nodes is not None and node not in sender.nodes:
             raise _Refused(
                 403,
@@ -553,6 +560,7 @@ class IngestApi:
                 f"node: {node[:253]!r} runs no target pod of "
                 f"session {entry.namespace}/{entry.name}",
             )
+        unconfirmed: set[int] = set()
         for i, p in enumerate(batch.processes):
             where = o.pod_nodes.get(p.pod_uid)
             if where and where != node:
@@ -562,16 +570,18 @@ class IngestApi:
                     f"processes[{i}].pod_uid: pod {p.pod_uid} runs on node {where}, not on {node}",
                 )
             if where is None and p.pod_uid and self.node_pods is not None:
-                if not self._on_node(p.pod_uid, node, i):
-                    raise _Refused(
-                        403,
-                        "origin",
-                        f"processes[{i}].pod_uid: pod {p.pod_uid[:64]} does not exist on node "
-                        f"{node[:253]} (per the Kubernetes API); a batch names only pods of "
-                        "its own node",
-                    )
-                o.pod_nodes[p.pod_uid] = node
+                if self._on_node(p.pod_uid, node, i):
+                    o.pod_nodes[p.pod_uid] = node
+                else:
+                    unconfirmed.add(i)
         o.nodes.add(node)
+        if not unconfirmed:
+            return batch
+        metrics.POD_CLAIMS_DROPPED.inc(len(unconfirmed))
+        kept = tuple(
+            replace(p, pod_uid="") if i in unconfirmed else p for i, p in enumerate(batch.processes)
+        )
+        return replace(batch, processes=kept)
 
     def _on_node(self, uid: str, node: str, i: int) -> bool:
         """Whether the API lists pod `uid` on `node`; 503 (retry) when it cannot say now."""
