@@ -82,7 +82,10 @@ def test_deep_is_off_by_default_and_the_light_agent_keeps_no_capability(helm_bui
 
 
 def test_deep_grants_the_session_agents_caps_and_wires_one_token_to_both(helm_built) -> None:
-    docs = chart.render({"lightAgent": {"enabled": True, "deep": True}})
+    # agent.auth session-token: one shared token for the light agents and the operator.
+    docs = chart.render(
+        {"lightAgent": {"enabled": True, "deep": True}, "agent": {"auth": "session-token"}}
+    )
     pod, c = _light_container(docs)
     sc = c["securityContext"]
     assert sc["capabilities"] == {"add": ["BPF", "PERFMON", "SYS_PTRACE"], "drop": ["ALL"]}
@@ -105,3 +108,39 @@ def test_deep_grants_the_session_agents_caps_and_wires_one_token_to_both(helm_bu
     assert op_vols["light-token"]["secret"]["secretName"] == "kp-kubeprof-light-token"
     op_mounts = {m["name"]: m["mountPath"] for m in dep["containers"][0]["volumeMounts"]}
     assert _env(docs)["KUBEPROF_LIGHT_TOKEN_FILE"] == op_mounts["light-token"] + "/token"
+
+
+def test_deep_under_serviceaccount_auth_mounts_each_pods_own_token_and_no_shared_one(
+    helm_built,
+) -> None:
+    docs = chart.render({"lightAgent": {"enabled": True, "deep": True}})  # agent.auth default
+    pod, c = _light_container(docs)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert env["KUBEPROF_LIGHT_TOKEN_FILE"] == mounts["light-token"] + "/token"
+    vols = {v["name"]: v for v in pod["volumes"]}
+    (source,) = vols["light-token"]["projected"]["sources"]
+    assert source["serviceAccountToken"] == {
+        "audience": "kubeprof.dev/ingest",
+        "expirationSeconds": 600,
+        "path": "token",
+    }
+    assert not [d for d in docs if d["metadata"]["name"] == "kp-kubeprof-light-token"]
+    op_env = _env(docs)
+    assert "KUBEPROF_LIGHT_TOKEN_FILE" not in op_env
+    ds = chart.find(docs, "DaemonSet", "kp-kubeprof-light")
+    assert op_env["KUBEPROF_LIGHT_DAEMONSET"] == f"{ds['metadata']['namespace']}/kp-kubeprof-light"
+    assert op_env["KUBEPROF_LIGHT_SERVICE_ACCOUNT"] == pod["serviceAccountName"]
+    assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == (
+        "light-agent"
+    )
+    dep = chart.find(docs, "Deployment", "kp-kubeprof")["spec"]["template"]["spec"]
+    assert "light-token" not in {v["name"] for v in dep["volumes"]}
+    # Watching some namespaces only: the operator may still list the light agent pods.
+    scoped = chart.render(
+        {"lightAgent": {"enabled": True, "deep": True}, "operator": {"watchNamespaces": ["t"]}}
+    )
+    role = chart.find(scoped, "Role", "kp-kubeprof-light-pods")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    binding = chart.find(scoped, "RoleBinding", "kp-kubeprof-light-pods")
+    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"]

@@ -141,6 +141,32 @@ def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     return base64.b64decode(sec["data"]["token"]).decode()
 
 
+def stored_batch_ids(libpq: str, namespace: str, session: str) -> set[str]:
+    """Batch ids stored for the session `namespace/session` (any of its incarnations)."""
+    import psycopg
+
+    with psycopg.connect(libpq) as conn:
+        rows = conn.execute(
+            "SELECT b.batch_id FROM ingested_batches b JOIN sessions s ON s.id = b.session_id "
+            "WHERE s.name LIKE %s",
+            (f"{namespace}/{session}@%",),
+        ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def stored_pod_claims(libpq: str, namespace: str, session: str) -> dict[tuple[str, int], str]:
+    """(node, pid) -> the pod UID each stored process record of the session names."""
+    import psycopg
+
+    with psycopg.connect(libpq) as conn:
+        rows = conn.execute(
+            "SELECT p.node, p.pid, p.pod_uid FROM processes p "
+            "JOIN sessions s ON s.id = p.session_id WHERE s.name LIKE %s",
+            (f"{namespace}/{session}@%",),
+        ).fetchall()
+    return {(str(r[0]), int(r[1])): str(r[2]) for r in rows}
+
+
 def delete_session(cluster: Cluster, namespace: str, name: str) -> None:
     cluster.kubectl(
         "delete", "profilingsession", "-n", namespace, name, "--wait=false", check=False

@@ -6,8 +6,9 @@ mints the projected token of the agent DaemonSet's pods (kwok runs no kubelet).
 A token for another audience, of another ServiceAccount, of another namespace, not bound
 to a pod, of a pod that is no agent of the session, of another session's agent, of an agent
 on another node, an expired one (signed with the cluster's own key), the session's shared
-token, and a batch claiming another node's pod are each refused with 401/403 naming why,
-and none of them stores anything; the agent's own token, for its own node, stores.
+token and a batch claiming another node's target pod are each refused with 401/403 naming
+why, and none of them stores anything; the agent's own token, for its own node, stores. A
+batch naming a pod the API does not list on its node is stored without that claim.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
 import yaml
 from cryptography.hazmat.primitives import hashes, serialization
@@ -146,13 +146,7 @@ def _batch(w: World, node: str, target: dict, bid: str) -> bytes:
 
 
 def _stored_batches(libpq: str, ns: str) -> int:
-    with psycopg.connect(libpq) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM ingested_batches b JOIN sessions s ON s.id = b.session_id "
-            "WHERE s.name LIKE %s",
-            (f"{ns}/{SESSION}@%",),
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return len(h.stored_batch_ids(libpq, ns, SESSION))
 
 
 def test_the_agents_own_token_stores_for_its_own_node(k8s_cluster: Cluster, operator, world):
@@ -195,6 +189,7 @@ def test_every_other_credential_is_refused_naming_why(
     stranger = h.poll(lambda: h.get_json(c, "get", "pod", "-n", elsewhere, "stranger"), 30, "pod")
     impostor = h.poll(lambda: h.get_json(c, "get", "pod", "-n", ns, "impostor"), 30, "pod")
     own = _token(c, ns, "default", agent_a)
+    ghost = str(uuid.uuid4())  # no pod has it
 
     cases = {
         # name: (token, node the batch claims, target pod of its process, status, reason)
@@ -283,6 +278,17 @@ def test_every_other_credential_is_refused_naming_why(
     }
     assert not wrong, wrong
     assert _stored_batches(postgres_dsn.libpq, ns) == before  # none of them stored anything
+    # A pod the API does not list on the node: the batch is stored (the session's own
+    # records are not lost), but not the claim on that pod.
+    body = encode(
+        Batch(processes=(ProcessInfo(4242, 1, "python", "python serve.py", pod_uid=ghost),)),
+        batch_id="ghost-1",
+        node=w.a,
+    )
+    ans = IngestClient(operator.url, ns, SESSION, own).post_batch(body, "ghost-1")
+    assert ans.status == 200, ans
+    claims = h.stored_pod_claims(postgres_dsn.libpq, ns, SESSION)
+    assert claims[(w.a, 4242)] == "" and ghost not in claims.values(), claims
     log = operator.proc.text()
     assert all(t[0] not in log for t in cases.values())  # no token in the operator's log
     c.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)

@@ -32,6 +32,7 @@ SESSION_TESTS = [
     "test_operator_resilience.py",
     "test_light_deep.py",  # a light agent going deep takes no API right of the operator
     "test_agent_identity.py",  # TokenReview of agents' tokens (create tokenreviews)
+    "test_light_identity.py",  # light agent pods' tokens; pods listed on a batch's node
 ]
 
 

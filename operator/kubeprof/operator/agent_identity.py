@@ -161,6 +161,34 @@ def check_agent(
         raise Denied(403, "not_agent", f"{who.describe()} is not an agent pod of this session")
 
 
+LIGHT_COMPONENT = "light-agent"  # app.kubernetes.io/component of the chart's light agent pods
+
+
+def is_light(who: AgentIdentity, namespace: str) -> bool:
+    """Whether `who` says it is a light agent pod (of `namespace`): `check_light` proves it."""
+    return who.namespace == namespace and who.labels.get(LABEL_COMPONENT) == LIGHT_COMPONENT
+
+
+def check_light(who: AgentIdentity, daemonset: str, service_account: str) -> None:
+    """Raise Denied(403) unless `who` is a light agent pod as the chart deploys it: owned by
+    the DaemonSet `daemonset` ("<namespace>/<name>"), labelled as a light agent, run under
+    `service_account` of that namespace."""
+    namespace, _, name = daemonset.partition("/")
+    if (
+        who.namespace != namespace
+        or who.service_account != service_account
+        or who.labels.get(LABEL_COMPONENT) != LIGHT_COMPONENT
+        or who.owner != f"DaemonSet/{name}"
+    ):
+        raise Denied(
+            403,
+            "not_agent",
+            f"{who.describe()} (ServiceAccount {who.namespace}/{who.service_account}) is not "
+            f"a light agent pod of DaemonSet {daemonset} (ServiceAccount "
+            f"{namespace}/{service_account})",
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Cached:
     identity: AgentIdentity | None
@@ -193,13 +221,15 @@ class TokenReviews:
         return len(self._cache)
 
     @staticmethod
-    def _key(token: str, namespace: str) -> bytes:
-        return hashlib.sha256(f"{namespace}\0{token}".encode("utf-8", "surrogateescape")).digest()
+    def _key(token: str, namespace: str | tuple[str, ...]) -> bytes:
+        ns = namespace if isinstance(namespace, str) else "\0".join(namespace)
+        return hashlib.sha256(f"{ns}\0\0{token}".encode("utf-8", "surrogateescape")).digest()
 
-    def cached(self, token: str, namespace: str) -> AgentIdentity | None:
-        """The cached identity of `token` presented for a session in `namespace`, raising
-        its cached refusal; None when not cached (ask `identity`, which calls the API
-        server: not in the event loop)."""
+    def cached(self, token: str, namespace: str | tuple[str, ...]) -> AgentIdentity | None:
+        """The cached identity of `token` presented for a session in `namespace` (or one
+        of several: a session's and the light agents'), raising its cached refusal; None
+        when not cached (ask `identity`, which calls the API server: not in the event
+        loop)."""
         key = self._key(token, namespace)
         with self._lock:
             hit = self._cache.get(key)
@@ -210,23 +240,26 @@ class TokenReviews:
             raise hit.denied
         return hit.identity
 
-    def identity(self, token: str, namespace: str) -> AgentIdentity:
-        """Review `token` presented for a session in `namespace` (blocking: API calls),
-        cache the answer, return or raise it. A token of another namespace is refused
-        before any pod lookup (the operator may not even list pods there)."""
+    def identity(self, token: str, namespace: str | tuple[str, ...]) -> AgentIdentity:
+        """Review `token` presented for a session in `namespace` (or one of several)
+        (blocking: API calls), cache the answer, return or raise it. A token of another
+        namespace is refused before any pod lookup (the operator may not even list pods
+        there)."""
         key = self._key(token, namespace)
+        allowed = (namespace,) if isinstance(namespace, str) else namespace
         now = self.clock()
         exp = expiry(token)
         try:
             self.reviews += 1
             status = self._review(token, self.audience)
             ns, sa, pod, _node = from_review(status, self.audience)
-            if ns != namespace:
+            if ns not in allowed:
+                also = f" (nor {', '.join(allowed[1:])}, the light agents')" if allowed[1:] else ""
                 raise Denied(
                     403,
                     "not_agent",
                     f"token of ServiceAccount {ns}/{sa} (pod {pod}) is not from namespace "
-                    f"{namespace}, where this session's agents run",
+                    f"{allowed[0]}, where this session's agents run{also}",
                 )
             who = identify(status, self._get_pod(ns, pod), self.audience)
             until = min(now + self.ttl_s, exp if exp is not None else now + self.ttl_s)

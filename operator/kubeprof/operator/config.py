@@ -397,6 +397,27 @@ class OperatorConfig:
             "per-session DaemonSet pod (env {env}; default off)",
         ),
     )
+    # The light agents' DaemonSet under --agent-auth serviceaccount: its pods send their
+    # own projected token (agent_identity.check_light); no shared token exists then.
+    light_daemonset: str = field(
+        default="",
+        metadata=flag(
+            "--light-daemonset",
+            "KUBEPROF_LIGHT_DAEMONSET",
+            "NAMESPACE/NAME of the light agents' DaemonSet (--agent-auth serviceaccount); "
+            "set: its pods, each with its own ServiceAccount token, profile sessions on "
+            "their own node instead of a per-session DaemonSet pod (env {env}; default off)",
+        ),
+    )
+    light_service_account: str = field(
+        default="",
+        metadata=flag(
+            "--light-service-account",
+            "KUBEPROF_LIGHT_SERVICE_ACCOUNT",
+            "ServiceAccount of the light agent pods, in the DaemonSet's namespace "
+            "(env {env}; default: the DaemonSet's name, as the chart names it)",
+        ),
+    )
     light_stale_s: float = field(
         default=DEFAULT_LIGHT_STALE_S,
         metadata=flag(

@@ -108,9 +108,29 @@ def config(args: argparse.Namespace) -> OperatorConfig:
     limits = ingest_flags.limits(args)
     if args.ui_access not in UI_ACCESS:  # from KUBEPROF_UI_ACCESS: argparse checks flags only
         raise ValueError(f"--ui-access {args.ui_access!r}: expected port-forward, any or off")
+    light_problem = _light_problem(args)
+    if light_problem:
+        raise ValueError(light_problem)
     return OperatorConfig(
         **values,
         ingest_limits=limits,
         # Agents meet the injected tracers in the webhook's folder, only when it is served.
         agent_gpu_socket_host_path=args.webhook_socket_host_path if args.webhook_tls_cert else "",
     )
+
+
+def _light_problem(args: argparse.Namespace) -> str:
+    """Why the light agents' flags do not fit --agent-auth ("" when they do): the shared
+    token only under session-token, their DaemonSet only under serviceaccount."""
+    sa = args.agent_auth == "serviceaccount"
+    if sa and args.light_token_file:
+        return (
+            "--light-token-file is for --agent-auth session-token; under serviceaccount "
+            "light agents send their own pod's token: set --light-daemonset NAMESPACE/NAME"
+        )
+    if args.light_daemonset and (not sa or args.light_daemonset.count("/") != 1):
+        return (
+            f"--light-daemonset {args.light_daemonset!r}: expected NAMESPACE/NAME, and "
+            "--agent-auth serviceaccount (under session-token use --light-token-file)"
+        )
+    return ""

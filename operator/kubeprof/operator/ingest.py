@@ -5,9 +5,11 @@
 
 Agents authenticate with their pod's projected ServiceAccount token, checked with
 TokenReview and bound to the pod and its node (`agent_identity`, `--agent-auth
-serviceaccount`): such an agent may send only for its own node. Where TokenReview is not
-available (`--agent-auth session-token`) the session's shared bearer token (the Secret the
-operator created for it) stands in, for any of the session's nodes. The session is looked
+serviceaccount`): such an agent may send only for its own node. A light agent pod
+(`light_deep`) sends its own token the same way, for its node while the session is handed
+to it there. Where TokenReview is not available (`--agent-auth session-token`) the
+session's shared bearer token (the Secret the operator created for it) stands in, for any
+of the session's nodes. The session is looked
 up first, in memory: an unknown session and a wrong token get the same 403, so the API
 tells nobody which sessions exist. Answers tell agents
 what to do: 2xx stored (or already stored); 503/429 retry later (database down, operator
@@ -35,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -47,6 +49,7 @@ from kubeprof.operator.agent_identity import AgentIdentity, Denied, TokenReviews
 from kubeprof.operator.config import DEFAULT_DRAIN_S, DEFAULT_INGEST_WRITERS
 from kubeprof.operator.db import BatchWriter, Stored
 from kubeprof.operator.fairpool import FairPool
+from kubeprof.operator.node_pods import NodePods
 from kubeprof.operator.registry import Registry, SessionClosed, SessionEntry
 from kubeprof.protocol import codec, routes
 from kubeprof.protocol.limits import IngestLimits
@@ -103,8 +106,6 @@ class Sender:
     def describe(self) -> str:
         if self.identity is not None:
             return self.identity.describe()
-        if self.nodes is not None:
-            return "the session token, taken only for nodes light agents run the session on"
         return "the session token's holder"
 
 
@@ -146,6 +147,7 @@ class IngestApi:
         metrics_token: str = "",
         reviews: TokenReviews | None = None,
         agent_service_account: str = "default",
+        node_pods: NodePods | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry, self.writer = registry, writer
@@ -167,10 +169,17 @@ class IngestApi:
         # /metrics names sessions, namespaces and pods: with a token, only its holder reads it.
         self.metrics_token = metrics_token.encode()
         # With reviews (--agent-auth serviceaccount) agents send their pod's ServiceAccount
-        # token; the session token then counts only on nodes light agents run the session
-        # on (light_deep sets `session_token_nodes`). Reviews run on their own few threads.
+        # token and the session token is refused. Light agent pods (light_deep.mount sets
+        # these) live in `light_namespace` and may send for the nodes `light_nodes` gives
+        # (None: not known yet, just after a start). Reviews run on their own few threads.
         self.reviews, self.agent_service_account = reviews, agent_service_account
-        self.session_token_nodes: Callable[[SessionEntry], Collection[str] | None] = lambda _e: ()
+        # A process may name a pod that is no target (GPU sharing) only if the API lists it
+        # on the batch's node (None: not checked, as in benchmarks without an API server).
+        self.node_pods = node_pods
+        self.light_namespace = ""
+        self.light_nodes: Callable[[SessionEntry, AgentIdentity], Collection[str] | None] = (
+            lambda _e, _w: ()
+        )
         self._review_pool = ThreadPoolExecutor(4, thread_name_prefix="tokenreview")
         self._reviewing = 0  # reviews asked for and not answered yet (bounded)
         self.max_reviewing = 64
@@ -235,17 +244,10 @@ class IngestApi:
     def _shared_token(
         self, request: web.Request, entry: SessionEntry
     ) -> tuple[SessionEntry, Sender] | web.Response:
-        """The session token: any node under --agent-auth session-token, else only the
-        nodes light agents run the session on."""
+        """The session token: any node under --agent-auth session-token, refused under
+        serviceaccount (light agents too send their pod's own token there)."""
         if self.reviews is None:
             return entry, _SHARED
-        handed = self.session_token_nodes(entry)
-        if handed is None:  # light agents' hand-over not known yet (operator starting)
-            metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
-            return _json(503, "operator starting, light agents' nodes not known yet; retry")
-        nodes = frozenset(handed)
-        if nodes:
-            return entry, Sender(None, nodes)
         metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
         self.auth_log.warning(
             "refused the session token of %s/%s (from %s): --agent-auth serviceaccount",
@@ -260,14 +262,14 @@ class IngestApi:
             f"(audience {agent_identity.AUDIENCE})",
         )
 
-    async def _agent_token(
-        self, request: web.Request, entry: SessionEntry, token: str
-    ) -> tuple[SessionEntry, Sender] | web.Response:
-        """A ServiceAccount token: reviewed (cached), then bound to an agent pod of this
-        session; the sender may speak only for the node its pod runs on."""
+    async def review(
+        self, request: web.Request, token: str, namespaces: tuple[str, ...], what: str
+    ) -> AgentIdentity | web.Response:
+        """The identity of a ServiceAccount token from a pod of one of `namespaces`
+        (reviewed, cached), or the answer refusing it (401/403 naming why, 503 retry)."""
         assert self.reviews is not None
         try:
-            who = self.reviews.cached(token, entry.namespace)
+            who = self.reviews.cached(token, namespaces)
             if who is None:
                 if self._reviewing >= self.max_reviewing:
                     metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
@@ -276,10 +278,40 @@ class IngestApi:
                 try:
                     loop = asyncio.get_running_loop()
                     who = await loop.run_in_executor(
-                        self._review_pool, self.reviews.identity, token, entry.namespace
+                        self._review_pool, self.reviews.identity, token, namespaces
                     )
                 finally:
                     self._reviewing -= 1
+        except Denied as exc:
+            return self.denied(request, exc, what)
+        except Exception as exc:  # noqa: BLE001 - API server down or slow: the agent retries
+            metrics.INGEST_REJECTIONS.labels(reason="review_failed").inc()
+            self.error_log.warning("TokenReview failed: %s: %s", type(exc).__name__, exc)
+            return _json(503, "cannot check the agent token with the API server now; retry")
+        return who
+
+    def denied(self, request: web.Request, exc: Denied, what: str) -> web.Response:
+        """The answer to refused credentials (counted, logged rate-limited, never the token)."""
+        metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
+        self.auth_log.warning(
+            "refused an agent token for %s (from %s): %s", what, request.remote, exc
+        )
+        return _json(exc.status, f"{exc} ({what})")
+
+    async def _agent_token(
+        self, request: web.Request, entry: SessionEntry, token: str
+    ) -> tuple[SessionEntry, Sender] | web.Response:
+        """A ServiceAccount token: reviewed (cached), then bound to an agent pod of this
+        session or to a light agent pod the session is handed to; the sender may speak
+        only for the node its pod runs on."""
+        what = f"session {entry.namespace}/{entry.name}"
+        light_ns = (self.light_namespace,) if self.light_namespace else ()
+        who = await self.review(request, token, (entry.namespace, *light_ns), what)
+        if isinstance(who, web.Response):
+            return who
+        try:
+            if light_ns and agent_identity.is_light(who, self.light_namespace):
+                return self._light_sender(entry, who)
             agent_identity.check_agent(
                 who,
                 entry.namespace,
@@ -288,19 +320,25 @@ class IngestApi:
                 self.agent_service_account,
             )
         except Denied as exc:
-            metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
-            self.auth_log.warning(
-                "refused an agent token for %s/%s (from %s): %s",
-                entry.namespace,
-                entry.name,
-                request.remote,
-                exc,
+            return self.denied(request, exc, what)
+        return entry, Sender(who, frozenset({who.node}))
+
+    def _light_sender(
+        self, entry: SessionEntry, who: AgentIdentity
+    ) -> tuple[SessionEntry, Sender] | web.Response:
+        """A light agent pod (checked by `light_nodes`, which raises Denied) sends for its
+        node only while the session is handed to the light agent there."""
+        nodes = self.light_nodes(entry, who)
+        if nodes is None:  # the hand-over is not known yet (operator starting)
+            metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
+            return _json(503, "operator starting, light agents' nodes not known yet; retry")
+        if who.node not in nodes:
+            raise Denied(
+                403,
+                "not_agent",
+                f"light agent {who.describe()} does not run this session on its node "
+                "(not handed to it, or its DaemonSet took the node over)",
             )
-            return _json(exc.status, f"{exc} (session {entry.namespace}/{entry.name})")
-        except Exception as exc:  # noqa: BLE001 - API server down or slow: the agent retries
-            metrics.INGEST_REJECTIONS.labels(reason="review_failed").inc()
-            self.error_log.warning("TokenReview failed: %s: %s", type(exc).__name__, exc)
-            return _json(503, "cannot check the agent token with the API server now; retry")
         return entry, Sender(who, frozenset({who.node}))
 
     # -- batches ------------------------------------------------------------------------
@@ -462,7 +500,7 @@ class IngestApi:
         """On a pool thread: decode under the limits, check the claims (origin, the
         session's time window and quotas), store once."""
         batch_id, node, batch = codec.decode(body, limits=self.limits)
-        self._check_origin(entry, node, batch, sender)
+        batch = self._check_origin(entry, node, batch, sender)
         charge = self.usage.admit(entry, node, batch)
         try:
             stored = self.writer.store(
@@ -490,9 +528,16 @@ class IngestApi:
 
     def _check_origin(
         self, entry: SessionEntry, node: str, batch: Batch, sender: Sender = _SHARED
-    ) -> None:
-        """The node (and each pod a process names) must be among the session's targets,
-        and the sender's own node when its token binds it to one (403 otherwise)."""
+    ) -> Batch:
+        """The node (and each target pod a process names) must be among the session's
+        targets, and the sender's own node when its token binds it to one (403 otherwise).
+
+        A process naming a pod that is no target and that the API does not list on this
+        node keeps its record but loses the claim (`pod_uid` emptied, counted in
+        `kubeprof_ingest_pod_claims_dropped_total`): refusing the whole batch would lose the
+        session's own samples for a neighbour the operator cannot see (another namespace
+        under `watchNamespaces`, a pod gone between two listings). Returns the batch to
+        store."""
         if sender.nodes is not None and node not in sender.nodes:
             raise _Refused(
                 403,
@@ -515,6 +560,7 @@ class IngestApi:
                 f"node: {node[:253]!r} runs no target pod of "
                 f"session {entry.namespace}/{entry.name}",
             )
+        unconfirmed: set[int] = set()
         for i, p in enumerate(batch.processes):
             where = o.pod_nodes.get(p.pod_uid)
             if where and where != node:
@@ -523,7 +569,38 @@ class IngestApi:
                     "origin",
                     f"processes[{i}].pod_uid: pod {p.pod_uid} runs on node {where}, not on {node}",
                 )
+            if where is None and p.pod_uid and self.node_pods is not None:
+                if self._on_node(p.pod_uid, node, i):
+                    o.pod_nodes[p.pod_uid] = node
+                else:
+                    unconfirmed.add(i)
         o.nodes.add(node)
+        if not unconfirmed:
+            return batch
+        metrics.POD_CLAIMS_DROPPED.inc(len(unconfirmed))
+        kept = tuple(
+            replace(p, pod_uid="") if i in unconfirmed else p for i, p in enumerate(batch.processes)
+        )
+        return replace(batch, processes=kept)
+
+    def _on_node(self, uid: str, node: str, i: int) -> bool:
+        """Whether the API lists pod `uid` on `node`; 503 (retry) when it cannot say now."""
+        assert self.node_pods is not None
+        try:
+            on = self.node_pods.on_node(uid, node)
+        except Exception as exc:  # API server down: retry, lose nothing
+            self.error_log.warning("listing the pods of a node failed: %s", type(exc).__name__)
+            raise _Refused(
+                503, "busy", "cannot check the batch's pods with the API server now; retry"
+            ) from exc
+        if on is None:
+            raise _Refused(
+                503,
+                "busy",
+                f"processes[{i}].pod_uid: pod {uid[:64]} not listed on node {node[:253]} "
+                "yet; retry",
+            )
+        return on
 
     # -- the rest -------------------------------------------------------------------------
     async def get_targets(self, request: web.Request) -> web.Response:

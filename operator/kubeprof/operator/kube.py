@@ -101,6 +101,18 @@ class Kube:
         )["items"]
         return items[0] if items else None
 
+    def node_pods(self, node: str, namespaces: tuple[str, ...] = ()) -> list[dict]:
+        """The pods on `node`: in every namespace, or only in `namespaces` when the
+        operator watches just those (it may list pods nowhere else)."""
+        sel = f"spec.nodeName={node}"
+        if not namespaces:
+            return _call(self._core.list_pod_for_all_namespaces, field_selector=sel)["items"]
+        return [
+            p
+            for ns in namespaces
+            for p in _call(self._core.list_namespaced_pod, ns, field_selector=sel)["items"]
+        ]
+
     def node_labels(self) -> dict[str, dict[str, str]]:
         items = _call(self._core.list_node)["items"]
         return {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in items}

@@ -1,13 +1,18 @@
 """Sessions profiled by the always-on light agent where one can go deep on a node.
 
 Light agents started with ``--deep`` send a heartbeat (`kubeprof.protocol.light`) to the
-operator every few seconds, authenticated with the light agents' shared token. For each
+operator every few seconds. Under `--agent-auth serviceaccount` each light agent pod sends
+its own projected ServiceAccount token, reviewed like a session agent's
+(`agent_identity.check_light`: a pod of the light agents' DaemonSet, under their
+ServiceAccount): it hears only about its own node, and its batches count only for that
+node while the session is handed to it. Under `session-token` they share one token. For each
 session, `place` splits the target nodes: a node whose light agent was heard from lately
 and can go deep is handed to that agent (no per-session DaemonSet pod there); every other
 node gets the per-session DaemonSet, as on clusters without light agents. The reconciler
 calls `hand_over` once per pass; the heartbeat's answer then names the sessions the node's
-light agent runs (with the session's own ingest token, so its batches land exactly like a
-DaemonSet agent's) and the ones it must stop because the DaemonSet took its node over.
+light agent runs (with the session's own ingest token under `session-token`; none under
+`serviceaccount`, where the pod's token is its credential) and the ones it must stop
+because the DaemonSet took its node over.
 
 Restart-safe like the rest of the operator: the table is memory only. For `grace_s` after
 a start, while the light agents have not all called in yet, placement is left as it is
@@ -29,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 
+from kubeprof.operator import slow_clients
+from kubeprof.operator.agent_identity import AgentIdentity, Denied, check_light, looks_like_jwt
 from kubeprof.operator.config import DEFAULT_LIGHT_GRACE_S, DEFAULT_LIGHT_STALE_S
 from kubeprof.operator.ingest import IngestApi, RateLimitedLog
 from kubeprof.operator.phases import condition
@@ -110,15 +117,26 @@ class LightAgents:
 
     def __init__(
         self,
-        token: str,
+        token: str = "",
         *,
+        daemonset: str = "",
+        service_account: str = "",
         stale_s: float = DEFAULT_LIGHT_STALE_S,
         grace_s: float = DEFAULT_LIGHT_GRACE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not token:
-            raise ValueError("the light agents' token is empty")
+        """`token`: the shared token (`--agent-auth session-token`); else `daemonset`
+        ("<namespace>/<name>") and `service_account` name the light agent pods whose own
+        ServiceAccount tokens are accepted (`serviceaccount`)."""
+        if not token and daemonset.count("/") != 1:
+            raise ValueError(
+                "light agents need their shared token (--light-token-file) or their "
+                f"DaemonSet as NAMESPACE/NAME (--light-daemonset), got {daemonset!r}"
+            )
         self._token = token.encode()
+        self.daemonset = daemonset
+        self.namespace = daemonset.partition("/")[0]
+        self.service_account = service_account or daemonset.partition("/")[2]
         self.stale_s, self.grace_s, self.clock = stale_s, grace_s, clock
         self.started = clock()
         self._lock = threading.Lock()
@@ -150,16 +168,21 @@ class LightAgents:
             self._handed.pop((namespace, name), None)
 
     def light_nodes(self, entry: SessionEntry) -> frozenset[str] | None:
-        """Nodes whose light agent runs `entry`: where its session token is accepted
-        under `--agent-auth serviceaccount` (light agents send the session's token).
-        None while not known yet (just after an operator start, before the hand-over)."""
+        """Nodes whose light agent runs `entry`: where a light agent pod's batches for it
+        are accepted under `--agent-auth serviceaccount`. None while not known yet (just
+        after an operator start, before the hand-over)."""
         h = self.handed(entry.namespace, entry.name)
         if h is not None and h.uid == entry.uid:
             return h.nodes
         return frozenset() if self.loaded() else None
 
+    def pod_nodes(self, entry: SessionEntry, who: AgentIdentity) -> frozenset[str] | None:
+        """`light_nodes` for a reviewed token; Denied(403) unless it is a light agent pod."""
+        check_light(who, self.daemonset, self.service_account)
+        return self.light_nodes(entry)
+
     def token_ok(self, given: bytes) -> bool:
-        return hmac.compare_digest(given, self._token)
+        return bool(self._token) and hmac.compare_digest(given, self._token)
 
     def answer(self, node: str, registry: Registry) -> Answer:
         """The sessions `node`'s light agent is to run and to stop."""
@@ -181,7 +204,7 @@ class LightAgents:
                         ns,
                         name,
                         h.uid,
-                        entry.token,
+                        entry.token if self._token else "",  # serviceaccount: the pod's own
                         h.collectors,
                         h.cpu_hz,
                         h.nvml_interval_s,
@@ -268,20 +291,49 @@ def mount(server: IngestApi, light: LightAgents) -> None:
     """Make `server.app()` serve `routes.LIGHT_ASSIGNMENTS` next to the ingest routes."""
     build = server.app
     auth_log = RateLimitedLog()
-    server.session_token_nodes = light.light_nodes
+    if server.reviews is not None and light.daemonset:  # --agent-auth serviceaccount
+        server.light_namespace, server.light_nodes = light.namespace, light.pod_nodes
+    what = "a light agent heartbeat"
+
+    async def sender(request: web.Request) -> AgentIdentity | web.Response | None:
+        """The light agent pod that sends (None: the shared token), or the refusal."""
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ").strip()
+        if auth.startswith("Bearer ") and light.token_ok(token.encode("utf-8", "surrogateescape")):
+            return None
+        if server.reviews is not None and light.daemonset and looks_like_jwt(token):
+            who = await server.review(request, token, (light.namespace,), what)
+            if isinstance(who, web.Response):
+                return who
+            try:
+                check_light(who, light.daemonset, light.service_account)
+            except Denied as exc:
+                return server.denied(request, exc, what)
+            return who
+        auth_log.warning("refused a light agent heartbeat: bad token (from %s)", request.remote)
+        return web.json_response({"message": "light agent token is not valid"}, status=403)
 
     async def post_heartbeat(request: web.Request) -> web.Response:
-        auth = request.headers.get("Authorization", "")
-        given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
-        if not auth.startswith("Bearer ") or not light.token_ok(given):
-            auth_log.warning("refused a light agent heartbeat: bad token (from %s)", request.remote)
-            return web.json_response({"message": "light agent token is not valid"}, status=403)
+        who = await sender(request)
+        if isinstance(who, web.Response):
+            return await slow_clients.answer_and_close(request, who)
         if (request.content_length or 0) > MAX_HEARTBEAT_BYTES:
             return web.json_response({"message": "heartbeat too large"}, status=413)
         try:
             hb = Heartbeat.from_json(json.loads(await request.read()))
         except (ValueError, LightWireError) as exc:
             return web.json_response({"message": f"bad heartbeat: {exc}"}, status=400)
+        if who is not None and hb.node != who.node:
+            return server.denied(
+                request,
+                Denied(
+                    403,
+                    "not_agent",
+                    f"node: {hb.node[:253]!r} is not the node of the sender "
+                    f"({who.describe()}); a light agent speaks only for its own node",
+                ),
+                what,
+            )
         light.report(hb)
         return web.json_response(light.answer(hb.node, server.registry).to_json())
 

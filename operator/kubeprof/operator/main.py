@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubeprof.operator.db import BatchWriter
     from kubeprof.operator.ingest import IngestApi
     from kubeprof.operator.kube import Kube
+    from kubeprof.operator.node_pods import NodePods
     from kubeprof.operator.reconcile import Context
     from kubeprof.operator.registry import Registry
     from kubeprof.storage import Store, StoreError
@@ -105,15 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         drain_s=config.drain_s,
         metrics_token=metrics_token,
         reviews=_token_reviews(config, kube),
+        node_pods=NodePods(lambda node: kube.node_pods(node, config.namespaces)),
         agent_service_account=config.agent_service_account or "default",
     )
     ui_routes.mount(api, store.engine, access=config.ui_access)  # read-only web UI, same port
     ctx = Context(kube, store.engine, registry, config)
-    if light_token:
+    if light_token or config.light_daemonset:
         from kubeprof.operator import light_deep
 
         ctx.light = light_deep.LightAgents(
-            light_token, stale_s=config.light_stale_s, grace_s=config.light_grace_s
+            light_token,
+            daemonset=config.light_daemonset,
+            service_account=config.light_service_account,
+            stale_s=config.light_stale_s,
+            grace_s=config.light_grace_s,
         )
         light_deep.mount(api, ctx.light)  # light agents' heartbeats on the ingest port
     memo = kopf.Memo(ctx=ctx, api=api)

@@ -76,6 +76,12 @@ INGEST_REJECTIONS = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+POD_CLAIMS_DROPPED = Counter(
+    "kubeprof_ingest_pod_claims_dropped_total",
+    "Process records stored without the pod they named: the API does not list that pod on "
+    "the batch's node (the records are kept, the claim is not)",
+    registry=REGISTRY,
+)
 INGEST_PENDING = Gauge(
     "kubeprof_ingest_pending_batches",
     "Batches received and decoded, waiting for or in a database writer "

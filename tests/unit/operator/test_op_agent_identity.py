@@ -190,7 +190,30 @@ def test_the_daemonset_mounts_the_pods_own_token_or_the_session_secret():
     assert legacy["secret"]["secretName"] == "kubeprof-s-ingest"
 
 
-def test_with_reviews_the_session_token_counts_only_on_light_agents_nodes(tmp_path):
+def _light_pod(node: str = "n2", owner: str = "kp-light") -> dict:
+    return {
+        "metadata": {
+            "name": f"kp-light-{node}",
+            "namespace": "sys",
+            "uid": "uid-agent",
+            "labels": {"app.kubernetes.io/component": "light-agent"},
+            "ownerReferences": [{"kind": "DaemonSet", "name": owner, "controller": True}],
+        },
+        "spec": {"nodeName": node},
+    }
+
+
+def _light_review(pod: str, node: str) -> dict:
+    r = _review(pod, node, sa="kp-light")
+    r["user"]["username"] = "system:serviceaccount:sys:kp-light"
+    return r
+
+
+def test_with_reviews_the_session_token_is_refused_and_light_pods_send_for_handed_nodes(
+    tmp_path,
+):
+    from kubeprof.operator.light_deep import Handed, LightAgents, mount
+
     store = Store.open(f"sqlite:///{tmp_path}/k.db")
     sid = ensure_session(
         store.engine, "ns", "s", "uid-s", hz=99, started_at=datetime.now(UTC), meta={}
@@ -198,10 +221,25 @@ def test_with_reviews_the_session_token_counts_only_on_light_agents_nodes(tmp_pa
     reg = Registry()
     targets = [Target("uid-p1", "p1", "ns", "n1"), Target("uid-p2", "p2", "ns", "n2")]
     reg.put(SessionEntry("ns", "s", "uid-s", sid, "tok", Phase.RUNNING, 0.0, targets))
-    reviews = TokenReviews(lambda _t, _a: _review(), lambda _ns, _n: _pod())
+    agent, light_n2, light_n1, fake = (_jwt(exp=4e9, sub=s) for s in ("a", "l2", "l1", "f"))
+    reviews_of = {
+        agent: (_review(), _pod()),
+        light_n2: (_light_review("kp-light-n2", "n2"), _light_pod("n2")),
+        light_n1: (_light_review("kp-light-n1", "n1"), _light_pod("n1")),
+        fake: (_light_review("kp-light-n2", "n2"), _light_pod("n2", owner="other")),
+    }
+    current: dict[str, dict] = {}  # the pod of the token reviewed last
+
+    def review(token: str, _audience: str) -> dict:
+        current["pod"] = reviews_of[token][1]
+        return reviews_of[token][0]
+
+    reviews = TokenReviews(review, lambda _ns, _name: current["pod"])
     api = IngestApi(reg, BatchWriter(store.engine), startup_grace_s=0, reviews=reviews)
-    api.session_token_nodes = lambda e: {"n2"} if e.name == "s" else set()
-    agent = _jwt(exp=4e9)
+    light = LightAgents(daemonset="sys/kp-light", grace_s=0)
+    light.hand("ns", "s", Handed("uid-s", frozenset({"n2"}), frozenset({"n1"}), (), 99, 1.0, 0))
+    mount(api, light)
+    assert light.answer("n2", reg).assignments[0].token == ""  # no session token handed
 
     def body(node: str, pod_uid: str, bid: str) -> bytes:
         return encode(
@@ -214,11 +252,14 @@ def test_with_reviews_the_session_token_counts_only_on_light_agents_nodes(tmp_pa
         out = []
         async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
             for token, node, pod, bid in (
-                ("tok", "n1", "uid-p1", "b1"),  # session token, not a light agent's node
-                ("tok", "n2", "uid-p2", "b2"),  # session token on the light agent's node
+                ("tok", "n2", "uid-p2", "b1"),  # session token, even on a light agent's node
                 (agent, "n2", "uid-p2", "b3"),  # the agent of n1 speaking for n2
                 (agent, "n1", "uid-p2", "b4"),  # ... or for n2's pod
                 (agent, "n1", "uid-p1", "b5"),  # its own node and pod
+                (light_n2, "n2", "uid-p2", "b6"),  # the light agent the session is handed to
+                (light_n2, "n1", "uid-p1", "b7"),  # ... speaking for another node
+                (light_n1, "n1", "uid-p1", "b8"),  # a light agent not handed the session
+                (fake, "n2", "uid-p2", "b9"),  # light labels, not of its DaemonSet
             ):
                 r = await client.post(
                     "/v1/sessions/ns/s/batches",
@@ -233,11 +274,14 @@ def test_with_reviews_the_session_token_counts_only_on_light_agents_nodes(tmp_pa
     finally:
         api.pool.shutdown()
         store.close()
-    assert [s for s, _ in got] == [403, 200, 403, 403, 200], got
-    assert "taken only for nodes light agents run the session on" in got[0][1]
-    assert "not the node of the sender (pod ns/kubeprof-s-agent-x1 on node n1)" in got[2][1]
-    assert "runs on node n2, not on n1" in got[3][1]
-    assert reviews.reviews == 1  # one review, then the cache
+    assert [s for s, _ in got] == [401, 403, 403, 200, 200, 403, 403, 403], got
+    assert "the session token is not accepted here" in got[0][1]
+    assert "not the node of the sender (pod ns/kubeprof-s-agent-x1 on node n1)" in got[1][1]
+    assert "runs on node n2, not on n1" in got[2][1]
+    assert "not the node of the sender (pod sys/kp-light-n2 on node n2)" in got[5][1]
+    assert "light agent pod sys/kp-light-n1 on node n1 does not run this session" in got[6][1]
+    assert "is not a light agent pod of DaemonSet sys/kp-light" in got[7][1]
+    assert reviews.reviews == 4  # one review per token, then the cache
 
 
 def test_light_agents_nodes_are_unknown_until_the_hand_over_table_is_loaded():

@@ -3,10 +3,12 @@
 With ``--deep`` the light agent sends a heartbeat to the operator every few seconds
 (`kubeprof.protocol.light`): its node, whether it can profile deeply (the BPF preflight
 passed at start) and the sessions it runs. The answer names the sessions to profile on
-this node, each with its ingest token. For each one a worker thread runs
+this node, each with its ingest token (none when the operator runs `--agent-auth
+serviceaccount`: then this pod's own projected token, the one its heartbeats carry, is its
+credential for batches too). For each one a worker thread runs
 `kubeprof.agent.cluster.agent.NodeAgent` (the per-session DaemonSet's agent: the same
 collectors, driver, spool and shipper), which asks the ingest for its targets, ships
-with the session's token and ends by itself when the session leaves Running, draining
+with that token and ends by itself when the session leaves Running, draining
 its spool; the light agent is then back to light only. A session is stopped early only
 when the operator revokes it (its DaemonSet took this node over). An answer that does not
 come (operator restarting) changes nothing: what runs keeps running.
@@ -39,7 +41,9 @@ class DeepConfig:
 
     node: str
     operator_url: str  # the operator's ingest API: heartbeats and the sessions' batches
-    token: str = field(repr=False)  # the light agents' shared token: heartbeats only
+    # The pod's projected ServiceAccount token (read at each request: the kubelet rotates
+    # it), or the light agents' shared token (heartbeats only).
+    token: str | Callable[[], str] = field(repr=False)
     heartbeat_s: float = 5.0
     # The node-side settings of the sessions' node agents (spool, /proc, intervals).
     agent: AgentSettings = field(default_factory=AgentSettings)
@@ -55,7 +59,7 @@ def start_node_agent(cfg: DeepConfig, a: Assignment, stop: threading.Event) -> N
     (setting `stop` ends it)."""
     from kubeprof.agent.cluster.assemble import build_node_agent
 
-    return build_node_agent(a.settings(cfg.agent_settings()), a.token, stop_event=stop)
+    return build_node_agent(a.settings(cfg.agent_settings()), a.token or cfg.token, stop_event=stop)
 
 
 @dataclass

@@ -138,7 +138,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         dest="light_token_file",
         type=Path,
         default=Path(env("KUBEPROF_LIGHT_TOKEN_FILE", "/var/run/kubeprof-light/token")),
-        help="the light agents' shared token, mounted from its Secret (env "
+        help="the token sent to the operator, read at every request: the pod's projected "
+        "ServiceAccount token (audience kubeprof.dev/ingest), or the light agents' shared "
+        "token from its Secret (env "
         "KUBEPROF_LIGHT_TOKEN_FILE, default %(default)s)",
     )
     add_setting_flags(deep, s, _DEEP_SETTING_FLAGS)
@@ -160,11 +162,16 @@ def _deep_switch(args: argparse.Namespace) -> tuple[DeepSwitch | None, str | Non
         return None, None
     if not args.operator_url:
         return None, f"--deep needs --operator-url (env {AgentSettings.env_name('ingest_url')})"
+    from kubeprof.agent.cluster.client import TokenFile
+
     try:
-        token = args.light_token_file.read_text().strip()
+        token = TokenFile(args.light_token_file)  # re-read per request: the kubelet rotates it
     except OSError as exc:
-        return None, f"--token-file: {exc} (mount the light agents' token Secret there)"
-    if not token:
+        return None, (
+            f"--token-file: {exc} (mount the pod's projected ServiceAccount token, or the "
+            "light agents' token Secret, there)"
+        )
+    if not token():
         return None, f"--token-file {args.light_token_file} is empty"
     from kubeprof.agent.cpu.preflight import check_environment
     from kubeprof.agent.light.deep import DeepConfig, DeepSwitch
