@@ -256,6 +256,8 @@ def _gpu_activity_rows(
                 shared_mem=r.shared_mem,
                 bytes=r.bytes,
                 stack=by_id.get(r.stack_id, ()) if r.stack_id is not None else (),
+                launch_ns=r.launch_ns,
+                launch_tid=r.launch_tid,
             ),
         )
         for r in rows
