@@ -7,7 +7,8 @@ through tests/unit/gpu/fake_libcupti.c, which calls the subscriber as libcupti d
 runtime launch: runtime enter (stack lookup, launch row), nested driver enter and exit,
 runtime exit. Each hook runs in its own process, callbacks on and off in turn (ABAB), and the
 cost is the on-off difference of the thread's CPU time per launch, median of the reps: the
-ctypes calls that stand in for CUDA cancel out. The processes alternate, base first, ``--rounds`` times.
+ctypes calls that stand in for CUDA cancel out. The processes alternate, base first,
+``--rounds`` times.
 """
 
 from __future__ import annotations
