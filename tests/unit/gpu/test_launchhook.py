@@ -311,6 +311,19 @@ def test_hook_c_without_the_module_names_the_fix(monkeypatch):
         TracerConfig.from_env({"KUBEPROF_GPU_HOOK": "fast"})
 
 
+def test_a_hook_built_from_an_older_source_is_not_used(monkeypatch):
+    """A build left from before launch times packs 4-field launch rows the receiver would
+    misread: refused by name (KUBEPROF_GPU_HOOK=c) or left for the Python callback."""
+    import kubeprof.agent.gpu as gpu_pkg
+
+    assert tracer_mod.load_hook("c") is hook and hook.WIRE_VERSION == 2
+    stale = types.ModuleType("_launchhook")  # a build without WIRE_VERSION: version 1
+    monkeypatch.setattr(gpu_pkg, "_launchhook", stale, raising=False)
+    with pytest.raises(TracerError, match=r"older source \(wire version 1, not 2\)"):
+        tracer_mod.load_hook("c")
+    assert tracer_mod.load_hook("auto") is None
+
+
 def test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id():
     strings: list[str] = []
     stacks: list[list[list[int]]] = []

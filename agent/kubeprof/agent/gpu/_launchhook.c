@@ -845,4 +845,11 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_launchhook", "CUPTI launch callbacks in C.", -1, methods,
     NULL,                  NULL,          NULL,                           NULL};
 
-PyMODINIT_FUNC PyInit__launchhook(void) { return PyModule_Create(&module); }
+/* WIRE_VERSION: the wire.SCHEMAS version of the rows packed here (launch rows with their
+ * time since 2); the tracer refuses a build whose version is not its own. */
+PyMODINIT_FUNC PyInit__launchhook(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "WIRE_VERSION", 2) < 0)
+        Py_CLEAR(m);
+    return m;
+}
