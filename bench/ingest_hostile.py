@@ -10,6 +10,9 @@ Usage:
   .venv/bin/python bench/ingest_hostile.py [--dsn URL] [--cases a,b,...,fairness]
   # issue 32: claimed spans, slow clients, three hostile sessions at full rate
   .venv/bin/python bench/ingest_hostile.py --cases span-115d,span-max,slow-16,fairness-3
+  # issue 32: one request of 4,000 / 16,000 pods, then that session's aggregation;
+  # 16 batches of 49,000 new frames and stacks each into one session (its quota)
+  .venv/bin/python bench/ingest_hostile.py --cases pods-4k,pods-16k,quota-16x49k
   # the same cases against another checkout (e.g. the code before the limits):
   .venv/bin/python bench/ingest_hostile.py --tree /tmp/kubeprof-before
 Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync off).
@@ -36,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token"
+PODS = (4_000, 16_000)  # the many-pods cases: one process of its own pod each
 NODE = "node-a"
 POD = "0b6f2d3c-1111-4a4a-9c9c-000000000001"
 
@@ -58,8 +62,9 @@ def serve(dsn: str, port: int) -> None:
 
     store = Store.open(dsn)
     reg = Registry()
-    # "other": a second tenant, for the fairness cases; hostile-2/3: more attackers
-    for name in ("hostile", "other", "hostile-2", "hostile-3"):
+    # "other": a second tenant, for the fairness cases; hostile-2/3: more attackers;
+    # pods-N: one session per many-pods case (aggregated alone afterwards)
+    for name in ("hostile", "other", "hostile-2", "hostile-3", *(f"pods-{n}" for n in PODS)):
         sid = ensure_session(
             store.engine,
             "bench",
@@ -153,6 +158,35 @@ def _distinct_stacks(rows: int, depth: int, batch_id: str) -> bytes:
     )
 
 
+def _own_stacks(n: int, depth: int, seed: int) -> bytes:
+    """The red team's quota batch: n samples, each on a stack of its own whose leaf frame
+    is its own too (n new frames and n new stacks; n + depth - 1 <= 50,000 frames)."""
+    shared = b",".join(b'["s%d","python","/m.py",%d]' % (i, i) for i in range(depth - 1))
+    leaves = b",".join(b'["leaf_%d_%d","python","/l.py",1]' % (seed, i) for i in range(n))
+    chain = b",".join(b"%d" % i for i in range(depth - 1))
+    samples = b",".join(b'[%d,1,1,"t",0,[%s,%d]]' % (i, chain, depth - 1 + i) for i in range(n))
+    return gzip.compress(
+        b'{"v":1,"batch_id":"quota-' + b"%d-%d" % (seed, time.time_ns()) + b'","node":"node-a",'
+        b'"frames":[' + shared + b"," + leaves + b'],"samples":[' + samples + b"]}",
+        5,
+    )
+
+
+def _shared_rows(url: str) -> tuple[int, int]:
+    """Rows in the shared stack and frame tables."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return (
+                int(conn.scalar(text("SELECT count(*) FROM stacks")) or 0),
+                int(conn.scalar(text("SELECT count(*) FROM frames")) or 0),
+            )
+    finally:
+        engine.dispose()
+
+
 DAY_NS = 86400 * 10**9
 
 
@@ -165,6 +199,58 @@ def _span(end_ns: int, start_ns: int, batch_id: str) -> bytes:
         Batch(gpu_activities=(GpuActivity("kernel", "k", start_ns, end_ns, 0, 100, 1),)),
         batch_id=batch_id,
         node=NODE,
+    )
+
+
+def _pods(n: int) -> bytes:
+    """The red team's batch: n processes, each of its own pod, one CPU sample each."""
+    from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
+    from kubeprof.protocol import codec
+
+    stack = (Frame("step", FrameKind.PYTHON, "/app/train.py", 1),)
+    return codec.encode(
+        Batch(
+            samples=tuple(
+                CpuSample(10**12 + i, 1000 + i, 1000 + i, "p", 0, stack) for i in range(n)
+            ),
+            processes=tuple(
+                ProcessInfo(1000 + i, 1, "p", "p", "", f"{i:08x}-0000-4000-8000-000000000000")
+                for i in range(n)
+            ),
+        ),
+        batch_id=f"pods-{n}-{time.time_ns()}",
+        node=NODE,
+    )
+
+
+def aggregate_session(dsn: str, name: str) -> None:
+    """Child: session-end aggregation of the newest session `bench/<name>` (the operator's
+    `aggregate` then `store`), in whatever kubeprof is first on sys.path; prints JSON."""
+    from sqlalchemy import select
+
+    from kubeprof.operator import aggregate
+    from kubeprof.storage import Store
+    from kubeprof.storage.models import SessionRow
+
+    store = Store.open(dsn)
+    with store.engine.connect() as conn:
+        sid = conn.scalar(
+            select(SessionRow.id)
+            .where(SessionRow.name.like(f"bench/{name}@%"))
+            .order_by(SessionRow.id.desc())
+        )
+    t = time.perf_counter()
+    with store.engine.begin() as conn:
+        summary = aggregate.aggregate(conn, sid)
+        aggregate.store(conn, sid, summary)
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - t,
+                "pods": len(summary.pods),
+                "peak_mb": _status_kb(os.getpid(), "VmHWM") / 1024,
+            }
+        )
     )
 
 
@@ -446,9 +532,13 @@ def main() -> int:
         help="checkout whose kubeprof the server runs (default: this one)",
     )
     p.add_argument("--serve", nargs=2, metavar=("DSN", "PORT"), help=argparse.SUPPRESS)
+    p.add_argument("--aggregate", nargs=2, metavar=("DSN", "NAME"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
+        return 0
+    if args.aggregate:
+        aggregate_session(*args.aggregate)
         return 0
     sys.path.insert(0, str(ROOT))
     from tests.e2e.cluster.ports import pick
@@ -505,6 +595,45 @@ def main() -> int:
                     f"{_answers(statuses)}; p50 {_pct(waits, 0.5):.3f} s, p99 "
                     f"{_pct(waits, 0.99):.3f} s, max {max(waits):.3f} s; server peak "
                     f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB",
+                    flush=True,
+                )
+                continue
+            if name == "quota-16x49k":
+                # The red team's 16 batches, each adding 49,000 frames and stacks of its
+                # own, sent one after another into one session.
+                Path(f"/proc/{child.pid}/clear_refs").write_text("5")
+                before = _shared_rows(url)
+                statuses, t = [], time.perf_counter()
+                for i in range(16):
+                    statuses.append(_post(port, _own_stacks(49_000, 12, i), GZ))
+                took = time.perf_counter() - t
+                after = _shared_rows(url)
+                print(
+                    f"\n16 batches of 49,000 new frames and stacks into one session: answers "
+                    f"{_answers(statuses)} in {took:.1f} s; stacks +{after[0] - before[0]:,}, "
+                    f"frames +{after[1] - before[1]:,}; server peak "
+                    f"{_status_kb(child.pid, 'VmHWM') / 1024:,.0f} MiB",
+                    flush=True,
+                )
+                continue
+            if name.startswith("pods-"):
+                n = int(name.removeprefix("pods-").replace("k", "000"))
+                body = _pods(n)
+                t = time.perf_counter()
+                status = _post(port, body, {}, session=f"pods-{n}")
+                sent = time.perf_counter() - t
+                agg = subprocess.run(
+                    [sys.executable, __file__, "--aggregate", url, f"pods-{n}"],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                r = json.loads(agg.stdout.splitlines()[-1])
+                print(
+                    f"\n{n:,} processes of {n:,} pods in one {len(body) / 1024:,.0f} KB request: "
+                    f"answer {status} in {sent:.2f} s; session-end aggregation of {r['pods']:,} "
+                    f"pods {r['seconds']:.2f} s, aggregator peak {r['peak_mb']:,.0f} MiB",
                     flush=True,
                 )
                 continue

@@ -266,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument(
         "--keep-interpreter", action="store_true", help="keep CPython's own frames (as for report)"
     )
+    dif.add_argument(
+        "--whole-session",
+        action="store_true",
+        help="CPU rows over each whole session; by default they follow each session's GPU "
+        "window as in `report` (the output says which)",
+    )
 
     cmp_ = sub.add_parser(
         "compare",
@@ -406,6 +412,7 @@ def _stored(args: argparse.Namespace) -> int:
             keep_interpreter=args.keep_interpreter,
             top=args.top,
             by=args.sort,
+            whole_session=args.whole_session,
         )
     if args.cmd == "sessions" and args.ses_cmd == "rm":
         from kubeprof.session_removal import rm_command

@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # types only: the analysis builds these from WeightedStack va
     from kubeprof.analysis.findings import Analysis
     from kubeprof.analysis.gpu_summary import GpuSummary
 
+# Report-time meta: which window the CPU view shows when it is cut to the GPU analysis's
+# window (reporting.cpu_follows_window writes it; the header and `kubeprof diff` say it).
+CPU_WINDOW = "cpu_window"
+
 
 @dataclass(frozen=True, slots=True)
 class Profile:

@@ -20,7 +20,7 @@ from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_stacks
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
-from kubeprof.reportdata import Profile, Report, WeightedStack
+from kubeprof.reportdata import CPU_WINDOW, Profile, Report, WeightedStack
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import GpuActivityRow, OffCpuSampleRow, SampleRow
@@ -30,7 +30,6 @@ from kubeprof.storage.offcpu import offcpu_samples
 # in-process CUDA tracer ran ("on"/"off") and, when off, why in one line.
 GPU_TRACER = "gpu_tracer"
 GPU_TRACER_REASON = "gpu_tracer_reason"
-CPU_WINDOW = "cpu_window"  # report-time meta: the window the CPU view shows
 
 
 def fold_profile(profile: Profile) -> Profile:
@@ -379,15 +378,17 @@ def diff_command(
     keep_interpreter: bool = False,
     top: int = 20,
     by: str = "self",
+    whole_session: bool = False,
 ) -> int:
     """`kubeprof diff A B`: the two sessions compared (report.session_diff), as text, json
-    or html (A-vs-B.diff.html by default)."""
+    or html (A-vs-B.diff.html by default). The CPU rows follow each session's GPU window
+    as `report` does unless `whole_session`; the output says which."""
     from kubeprof.report.diff_render import render_diff_html, render_diff_json, render_diff_text
     from kubeprof.report.session_diff import diff_reports
 
     d = diff_reports(
-        load(store_url, a_ref, keep_interpreter=keep_interpreter),
-        load(store_url, b_ref, keep_interpreter=keep_interpreter),
+        load(store_url, a_ref, keep_interpreter=keep_interpreter, whole_session=whole_session),
+        load(store_url, b_ref, keep_interpreter=keep_interpreter, whole_session=whole_session),
         by=by,
     )
     if fmt == "json":

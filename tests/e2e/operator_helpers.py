@@ -116,6 +116,22 @@ def running_pods(cluster: Cluster, namespace: str, app: str) -> list[dict]:
     return [p for p in pods.get("items", []) if p["status"].get("phase") == "Running"]
 
 
+def deployed_node(cluster: Cluster, namespace: str, app: str) -> str:
+    """Deploy one pod of `app` in `namespace`; the node it runs on, once it is Running."""
+    cluster.kubectl("apply", "-f", "-", stdin=deployment_yaml(app, namespace))
+    pod = poll(lambda: running_pods(cluster, namespace, app), 60, f"{app} pod Running")[0]
+    return str(pod["spec"]["nodeName"])
+
+
+def running_session(cluster: Cluster, namespace: str, name: str, duration: str) -> tuple[str, str]:
+    """One `trainer` pod and a session `name` selecting it; once the session is Running,
+    the pod's node and the session's agent token."""
+    node = deployed_node(cluster, namespace, "trainer")
+    cluster.kubectl("apply", "-f", "-", stdin=session_yaml(name, namespace, "trainer", duration))
+    poll(lambda: phase(cluster, namespace, name) == "Running", 60, f"{name} Running")
+    return node, session_token(cluster, namespace, name)
+
+
 def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     sec = poll(
         lambda: get_json(cluster, "get", "secret", "-n", namespace, f"kubeprof-{name}-ingest"),
@@ -179,6 +195,10 @@ class Operator:
     drain_s: float = 4.0
     interval_s: float = 1.0
     args: tuple[str, ...] = ()  # more `kubeprof operator` flags
+    # These tests play the agents from this machine, outside any pod (kwok runs no kubelet
+    # to project a ServiceAccount token), so they send the session token: the fallback
+    # mode. test_agent_identity runs "serviceaccount", the default, with TokenRequest tokens.
+    agent_auth: str = "session-token"
     proc: Proc | None = None
 
     @property
@@ -201,6 +221,8 @@ class Operator:
             str(self.drain_s),
             "--agent-image",
             "registry.invalid/kubeprof:e2e",
+            "--agent-auth",
+            self.agent_auth,
             *self.args,
         ]
         # test_chart_rbac runs these tests once with the chart's ServiceAccount credentials.

@@ -31,6 +31,7 @@ SESSION_TESTS = [
     "test_operator_targets.py",
     "test_operator_resilience.py",
     "test_light_deep.py",  # a light agent going deep takes no API right of the operator
+    "test_agent_identity.py",  # TokenReview of agents' tokens (create tokenreviews)
 ]
 
 
@@ -84,6 +85,7 @@ def test_the_token_is_the_service_accounts_and_grants_only_the_rules(sa_kubeconf
         ("patch", "profilingsessions.kubeprof.dev/status"),
         ("list", "nodes"),
         ("list", "events"),
+        ("create", "tokenreviews.authentication.k8s.io"),
     ):
         r = _as_sa(sa_kubeconfig, "auth", "can-i", verb, res, "-A")
         assert r.stdout.strip() == "yes", (verb, res, r.stdout, r.stderr)

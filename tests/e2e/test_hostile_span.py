@@ -146,8 +146,10 @@ def test_span_batches_are_refused_and_an_innocent_session_is_stored(
         assert innocent["phase"] == attacker["phase"] == "Completed", (innocent, attacker)
         assert innocent["samples"] == 100
         # What each stored, against the per-session quota (refused batches count nothing).
-        assert innocent["quota"] == {"records": 120, "maxRecords": 100_000_000}
-        assert attacker["quota"] == {"records": 1, "maxRecords": 100_000_000}
+        limits = {"maxRecords": 100_000_000, "maxFrames": 500_000, "maxStacks": 1_000_000}
+        # the innocent session's first batch added the one frame and stack both use
+        assert innocent["quota"] == {"records": 120, "frames": 1, "stacks": 1, **limits}
+        assert attacker["quota"] == {"records": 1, "frames": 0, "stacks": 0, **limits}
         with psycopg.connect(postgres_dsn.libpq) as conn:
             sid = conn.execute(
                 "SELECT id FROM sessions WHERE name = %s", (attacker["storeSession"],)

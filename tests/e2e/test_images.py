@@ -14,8 +14,10 @@
 
 kwok's nodes run no containers, so this machine stands for the node: the one substitution
 is the network (kwok pods have none; the containers use the host's, where the operator
-listens on 127.0.0.1). Anything else the pod spec says that this translation does not know
-fails the test, so a wrong capability, a missing mount or a missing file in the image does.
+listens on 127.0.0.1). The agent's projected ServiceAccount token is minted as the kubelet
+mints it (TokenRequest bound to the agent pod), and the operator reviews it. Anything else
+the pod spec says that this translation does not know fails the test, so a wrong
+capability, a missing mount or a missing file in the image does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,10 @@ def pod_run_args(
     volumes_dir: Path,
     secrets: dict[str, dict[str, bytes]],
     container_name: str,
+    mint: Callable[[dict[str, Any]], str] | None = None,
 ) -> tuple[list[str], str, list[str]]:
-    """(podman run options, image, arguments after it) for one container of `pod`."""
+    """(podman run options, image, arguments after it) for one container of `pod`;
+    `mint` makes the token of a projected serviceAccountToken source, as the kubelet does."""
     spec = pod["spec"]
     [c] = [c for c in spec["containers"] if c["name"] == container_name]
     opts: list[str] = ["--network", "host"]  # see the module docstring
@@ -221,12 +225,42 @@ def pod_run_args(
             src = volumes_dir / m["name"]
             src.mkdir(mode=0o777)
             src.chmod(0o777)
+        elif "projected" in v and mint is not None:
+            src = volumes_dir / m["name"]
+            src.mkdir(mode=0o700)
+            for source in v["projected"]["sources"]:
+                sat = source["serviceAccountToken"]  # the only projection agents use
+                (src / sat["path"]).write_text(mint(sat))
+                (src / sat["path"]).chmod(v["projected"].get("defaultMode", 0o644))
         else:
             raise AssertionError(f"volume {v} is not translated")
         opts += ["--volume", f"{src}:{m['mountPath']}{ro}"]
     if c.get("command"):
         opts += ["--entrypoint", json.dumps(c["command"])]
     return opts, c["image"], list(c.get("args") or [])
+
+
+def pod_token(cluster: Cluster, pod: dict[str, Any], source: dict[str, Any]) -> str:
+    """A projected ServiceAccount token of `pod`, as the kubelet asks for it: TokenRequest
+    for the pod's ServiceAccount, bound to the pod, with the source's audience and life."""
+    meta = pod["metadata"]
+    return cluster.kubectl(
+        "create",
+        "token",
+        pod["spec"].get("serviceAccountName") or "default",
+        "-n",
+        meta["namespace"],
+        "--audience",
+        source["audience"],
+        "--duration",
+        f"{source.get('expirationSeconds', 3600)}s",
+        "--bound-object-kind",
+        "Pod",
+        "--bound-object-name",
+        meta["name"],
+        "--bound-object-uid",
+        meta["uid"],
+    ).stdout.strip()
 
 
 def secrets_of(cluster: Cluster, namespace: str, pod_spec: dict[str, Any]) -> dict:
@@ -349,7 +383,12 @@ def test_operator_and_agent_images_profile_a_real_process_from_the_daemonset_spe
         vols = workdir / "volumes"
         vols.mkdir()
         opts, image, args = pod_run_args(
-            agent_pod, node, vols, secrets_of(c, NS, agent_pod["spec"]), "agent"
+            agent_pod,
+            node,
+            vols,
+            secrets_of(c, NS, agent_pod["spec"]),
+            "agent",
+            mint=lambda source: pod_token(c, agent_pod, source),
         )
         (workdir / "agent-run.json").write_text(json.dumps([*opts, image, *args], indent=1))
         agent = run_detached(f"kubeprof-e2e-agent-{uuid.uuid4().hex[:6]}", *opts, image, *args)

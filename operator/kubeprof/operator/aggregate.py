@@ -19,7 +19,7 @@ from kubeprof.analysis import findings as fa
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis import session_summary as ss
 from kubeprof.analysis.gpu_trace import WORK_KINDS
-from kubeprof.analysis.pod_idle import pod_idle
+from kubeprof.analysis.pod_idle import pods_idle
 from kubeprof.analysis.session_summary import Summary
 from kubeprof.model import GpuActivity, GpuMetricSample
 from kubeprof.storage import queries as q
@@ -36,9 +36,10 @@ def aggregate(conn: Connection, session_id: int, top_n: int = 5) -> Summary:
     for node, scope in s.nodes.items():
         top = q.top_stacks(conn, session_id, 1, node=node)
         scope.top_stack = ss.stack_label(top[0][0]) if top else ""
+    pod_tops = q.top_stack_per_pod(conn, session_id)
     for uid, scope in s.pods.items():
-        top = q.top_stacks(conn, session_id, 1, pids=ss.pod_pids(pid_pods, uid))
-        scope.top_stack = ss.stack_label(top[0][0]) if top else ""
+        pod_top = pod_tops.get(uid)
+        scope.top_stack = ss.stack_label(pod_top[0]) if pod_top else ""
     activities = q.gpu_activities_by_node(conn, session_id, stacks=True)
     all_metrics = q.gpu_metrics_by_node(conn, session_id)
     headlines: dict[str, gpu_idle.IdleFigure | None] = {}
@@ -53,9 +54,7 @@ def aggregate(conn: Connection, session_id: int, top_n: int = 5) -> Summary:
     users = q.gpu_users(conn, session_id)
     ss.add_gpu_idle(s, headlines, gpus, users, pid_pods)
     pods = sorted(set(pid_pods.values()) | s.pods.keys())
-    ss.add_pod_idle(
-        s, {uid: pod_idle(uid, pid_pods, activities, all_metrics, users) for uid in pods}
-    )
+    ss.add_pod_idle(s, pods_idle(pid_pods, activities, all_metrics, users, pods))
     return s
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubeprof.operator import owners
+from kubeprof.operator import agent_identity, owners
 from kubeprof.operator.config import (
     KIND,
     LABEL_COMPONENT,
@@ -30,6 +30,9 @@ from kubeprof.protocol.settings import (
 )
 
 TOKEN_MOUNT = "/var/run/kubeprof"
+# Life of the agents' projected ServiceAccount token (the API server's minimum); the
+# kubelet rewrites the file at 80 % of it and the agent reads it at every request.
+AGENT_TOKEN_SECONDS = 600
 # Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK, which bcc raises (needs
 # SYS_RESOURCE); from 5.11 on maps are charged to the memory cgroup instead.
 MEMCG_BPF_KERNEL = (5, 11)
@@ -189,6 +192,22 @@ def gpu_tracer_wiring(
     return env, mount, _host("gpu-rx", f"{host}/{RX_SUBDIR}", "DirectoryOrCreate")
 
 
+def token_volume(session: Mapping[str, Any], config: OperatorConfig) -> dict[str, Any]:
+    """What the agent finds at TOKEN_MOUNT/token: its pod's own ServiceAccount token for the
+    ingest audience (`--agent-auth serviceaccount`), else the session's shared Secret."""
+    if config.agent_auth == "serviceaccount":
+        source = {
+            "audience": agent_identity.AUDIENCE,
+            "expirationSeconds": AGENT_TOKEN_SECONDS,
+            "path": TOKEN_KEY,
+        }
+        return {
+            "name": "token",
+            "projected": {"defaultMode": 0o400, "sources": [{"serviceAccountToken": source}]},
+        }
+    return {"name": "token", "secret": {"secretName": secret_name(session), "defaultMode": 0o400}}
+
+
 def _host(name: str, path: str, kind: str = "Directory") -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
@@ -270,10 +289,10 @@ def build_daemonset(
         "affinity": node_affinity(nodes),
         "tolerations": [{"operator": "Exists"}],  # GPU nodes are often tainted
         "terminationGracePeriodSeconds": 60,  # time to flush the last batches
-        "automountServiceAccountToken": False,  # agents talk only to the ingest API
+        "automountServiceAccountToken": False,  # no API token: only the ingest-audience one
         "containers": [container],
         "volumes": [
-            {"name": "token", "secret": {"secretName": secret_name(session), "defaultMode": 0o400}},
+            token_volume(session, config),
             _host("tracefs", "/sys/kernel/tracing"),
             _host("modules", "/lib/modules"),
             _host("usr-src", "/usr/src"),

@@ -48,6 +48,7 @@ DEFAULT_DRAIN_S = 15.0  # late batches after a session's end (reconcile and inge
 DEFAULT_INGEST_WRITERS = 2
 DEFAULT_LIGHT_STALE_S = 20.0  # light agent heartbeat age before its nodes fall back
 DEFAULT_LIGHT_GRACE_S = 15.0  # placement held after a start while light agents call in
+AGENT_AUTH = ("serviceaccount", "session-token")  # --agent-auth (agent_identity.py)
 UI_ACCESS = ("port-forward", "any", "off")  # who may read the web UI (ui_routes.py)
 DEFAULT_UI_ACCESS = UI_ACCESS[0]
 
@@ -123,6 +124,24 @@ class OperatorConfig:
             "KUBEPROF_AGENT_SERVICE_ACCOUNT",
             "ServiceAccount of agent pods; agents need no API rights (env "
             "{env}, default: the namespace default)",
+        ),
+    )
+    # How agents prove who they are to the ingest API (agent_identity.py). "serviceaccount":
+    # each agent pod sends its projected, pod-bound ServiceAccount token (audience
+    # kubeprof.dev/ingest), checked with TokenReview and bound to the pod's node; the
+    # session's shared token is then accepted only from light agents on the nodes handed
+    # to them. "session-token": the shared per-session token only, for clusters where
+    # TokenReview or projected tokens are not available (any holder may send for any node).
+    agent_auth: str = field(
+        default=AGENT_AUTH[0],
+        metadata=flag(
+            "--agent-auth",
+            "KUBEPROF_AGENT_AUTH",
+            "how agents authenticate: serviceaccount (each agent pod's projected "
+            "ServiceAccount token, checked with TokenReview and bound to its pod and node; "
+            "needs `create tokenreviews`) or session-token (the session's shared token, "
+            "only where TokenReview is unavailable) (env {env}, default %(default)s)",
+            choices=AGENT_AUTH,
         ),
     )
     agent_image_pull_policy: str = field(

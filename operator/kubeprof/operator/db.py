@@ -119,9 +119,12 @@ class BatchWriter:
         batch: Batch,
         *,
         committing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+        interned: Callable[[int, int], None] = lambda _frames, _stacks: None,
     ) -> Stored:
         """Store `batch` once per (session, batch id). The commit runs inside
-        `committing()`, which may refuse it (the session was sealed meanwhile)."""
+        `committing()`, which may refuse it (the session was sealed meanwhile);
+        `interned(frames, stacks)` is told what the batch added to the shared tables
+        before that and may refuse it too (a quota): nothing of it is then committed."""
         interner = self._interner()
         try:
             with self.engine.connect() as conn, conn.begin() as tx:
@@ -146,14 +149,18 @@ class BatchWriter:
                         )
                     )
                     return Stored(True, int(prev or 0))
+                frames0, stacks0 = interner.added_frames, interner.added_stacks
                 rows = write_batch(conn, interner, session_id, batch, node=agent)
+                frames = interner.added_frames - frames0
+                stacks = interner.added_stacks - stacks0
+                interned(frames, stacks)
                 conn.execute(
                     update(IngestedBatchRow)
                     .where(
                         IngestedBatchRow.session_id == session_id,
                         IngestedBatchRow.batch_id == batch_id,
                     )
-                    .values(rows=rows)
+                    .values(rows=rows, frames=frames, stacks=stacks)
                 )
                 with committing():
                     tx.commit()
@@ -183,16 +190,26 @@ def known_origins(engine: Engine, session_id: int) -> tuple[set[str], set[str]]:
     return nodes, pods
 
 
-def session_usage(engine: Engine, session_id: int) -> tuple[int, dict[str, tuple[int, int]]]:
-    """Records stored for a session, and each node's earliest and latest timestamp: what
-    bounds its next batches after an operator restart (`kubeprof.operator.usage`)."""
+def session_usage(
+    engine: Engine, session_id: int
+) -> tuple[tuple[int, int, int], dict[str, tuple[int, int]]]:
+    """Records stored for a session and the frames and stacks it added to the shared
+    tables, and each node's earliest and latest timestamp: what bounds its next batches
+    after an operator restart (`kubeprof.operator.usage`)."""
     extents: dict[str, tuple[int, int]] = {}
     with engine.connect() as conn:
-        rows = conn.scalar(
-            select(func.coalesce(func.sum(IngestedBatchRow.rows), 0)).where(
-                IngestedBatchRow.session_id == session_id
-            )
-        )
+        used = conn.execute(
+            select(
+                *(
+                    func.coalesce(func.sum(c), 0)
+                    for c in (
+                        IngestedBatchRow.rows,
+                        IngestedBatchRow.frames,
+                        IngestedBatchRow.stacks,
+                    )
+                )
+            ).where(IngestedBatchRow.session_id == session_id)
+        ).one()
         for table, lo, hi in (
             (SampleRow, SampleRow.ts_ns, SampleRow.ts_ns),
             (GpuActivityRow, GpuActivityRow.start_ns, GpuActivityRow.end_ns),
@@ -214,4 +231,4 @@ def session_usage(engine: Engine, session_id: int) -> tuple[int, dict[str, tuple
                 extents[node] = (
                     (first, last) if old is None else (min(old[0], first), max(old[1], last))
                 )
-    return int(rows or 0), extents
+    return (int(used[0]), int(used[1]), int(used[2])), extents

@@ -7,6 +7,12 @@ the next job of the waiting session that has the fewest jobs running (ties in
 round-robin order). A session alone may use every worker; as soon as another one waits,
 it gets the next worker that frees up, so it waits at most for one batch already being
 written (the ingest's row limit bounds that), never for a backlog.
+
+That bound is still one large batch as long as every worker is busy, and three sessions
+sending at full rate keep them all busy. So `reserve` workers are kept for keys that are
+*light*: nothing running and a single job waiting (an agent that sends one batch at a time
+and waits for the answer). Keys with a backlog share the other workers; a light key's job
+starts as soon as it comes while a reserved worker is free.
 """
 
 from __future__ import annotations
@@ -20,12 +26,18 @@ from typing import Any
 
 class FairPool:
     """Fewest-running-first, round-robin among equals; optionally at most `per_key` jobs
-    of one key at once (None: no cap, a lone key may use every worker)."""
+    of one key at once (None: no cap, a lone key may use every worker), and `reserve` of
+    the workers only for light keys (nothing running, one job waiting)."""
 
-    def __init__(self, workers: int, *, per_key: int | None = None, name: str = "fair") -> None:
+    def __init__(
+        self, workers: int, *, per_key: int | None = None, reserve: int = 0, name: str = "fair"
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
+        if not 0 <= reserve < workers:
+            raise ValueError(f"reserve must be 0 to {workers - 1}, got {reserve}")
         self.per_key = per_key or workers
+        self.workers, self.reserve = workers, reserve
         self._cond = threading.Condition()
         self._queues: dict[Hashable, deque[tuple[Future[Any], Callable[[], Any]]]] = {}
         self._turns: deque[Hashable] = deque()  # keys with queued jobs, next first
@@ -59,10 +71,14 @@ class FairPool:
 
     def _take(self) -> tuple[Hashable, Future[Any], Callable[[], Any]] | None:
         """The next job: of the waiting key with the fewest running, earliest in turn
-        among equals (called with the lock held)."""
+        among equals; only a light key's while no more than `reserve` workers are idle
+        (called with the lock held)."""
         best, fewest = -1, self.per_key
+        scarce = self.workers - sum(self._running.values()) <= self.reserve
         for i, key in enumerate(self._turns):
             running = self._running.get(key, 0)
+            if scarce and (running or len(self._queues[key]) > 1):
+                continue  # the reserved workers wait for a light key
             if running < fewest:
                 best, fewest = i, running
                 if running == 0:

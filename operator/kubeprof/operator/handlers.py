@@ -85,7 +85,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             body["metadata"]["namespace"], body["metadata"]["name"]
         )
         if entry is not None and entry.uid == body["metadata"]["uid"]:
-            quota = memo.api.usage.quota(entry)  # what it stored against its row quota
+            quota = memo.api.usage.quota(entry)  # used and limit: records, frames, stacks
             if quota is not None:
                 status["quota"] = quota
         old = body.get("status") or {}

@@ -3,10 +3,13 @@
   POST /v1/sessions/{namespace}/{name}/batches   gzip JSON batch -> stored once
   GET  /v1/sessions/{namespace}/{name}/targets?node=N   target pods on N, phase, end time
 
-Agents authenticate with the session's bearer token (the Secret the operator created for
-that session and mounted into its agent pods). The token is checked first, against the
-session the operator has loaded, with no API-server lookup: an unknown session and a wrong
-token get the same 403, so the API tells nobody which sessions exist. Answers tell agents
+Agents authenticate with their pod's projected ServiceAccount token, checked with
+TokenReview and bound to the pod and its node (`agent_identity`, `--agent-auth
+serviceaccount`): such an agent may send only for its own node. Where TokenReview is not
+available (`--agent-auth session-token`) the session's shared bearer token (the Secret the
+operator created for it) stands in, for any of the session's nodes. The session is looked
+up first, in memory: an unknown session and a wrong token get the same 403, so the API
+tells nobody which sessions exist. Answers tell agents
 what to do: 2xx stored (or already stored); 503/429 retry later (database down, operator
 starting, too busy); 400/413/415/422 this batch is bad, set it aside (the message names the
 field); 401/403 credentials; 409/410 the session no longer takes data.
@@ -30,7 +33,8 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +42,8 @@ from aiohttp import web
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
 from kubeprof.model import Batch
-from kubeprof.operator import db, metrics, slow_clients, usage
+from kubeprof.operator import agent_identity, build, db, metrics, slow_clients, usage
+from kubeprof.operator.agent_identity import AgentIdentity, Denied, TokenReviews
 from kubeprof.operator.config import DEFAULT_DRAIN_S, DEFAULT_INGEST_WRITERS
 from kubeprof.operator.db import BatchWriter, Stored
 from kubeprof.operator.fairpool import FairPool
@@ -88,6 +93,24 @@ class RateLimitedLog:
         log.warning(msg, *args, exc_info=exc_info)
 
 
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """Who sent a request: an agent pod (reviewed token) or a holder of the session token."""
+
+    identity: AgentIdentity | None  # None: the session's shared token
+    nodes: frozenset[str] | None  # the only nodes it may send for; None: any of the session's
+
+    def describe(self) -> str:
+        if self.identity is not None:
+            return self.identity.describe()
+        if self.nodes is not None:
+            return "the session token, taken only for nodes light agents run the session on"
+        return "the session token's holder"
+
+
+_SHARED = Sender(None, None)
+
+
 @dataclass
 class Origins:
     """Nodes and pods a session has targeted so far (targets come and go; a late batch
@@ -121,15 +144,18 @@ class IngestApi:
         per_client: int = 8,
         timeouts: slow_clients.ReadTimeouts | None = None,
         metrics_token: str = "",
+        reviews: TokenReviews | None = None,
+        agent_service_account: str = "default",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry, self.writer = registry, writer
         self.limits = limits or IngestLimits()
         self.limits.check()
         # One session may write on `writers` threads at once, as many as before there was
-        # more than one; one more thread is kept for the other sessions, so their batches
-        # start at once even while one session keeps every writer busy.
-        self.pool = FairPool(writers + 1, per_key=writers, name="ingest")
+        # more than one; one more thread is kept for sessions with nothing running and one
+        # batch waiting, so their batches start at once even while sessions with a backlog
+        # keep every other writer busy (however many such sessions there are).
+        self.pool = FairPool(writers + 1, per_key=writers, reserve=1, name="ingest")
         self.max_pending, self.session_pending = max_pending, session_pending
         # Checked before the global limit, so neither one session (however many agents
         # send for it) nor one address (however many sessions it holds tokens of) can take
@@ -140,6 +166,14 @@ class IngestApi:
         self._clients: dict[str, int] = {}  # requests in flight per client address
         # /metrics names sessions, namespaces and pods: with a token, only its holder reads it.
         self.metrics_token = metrics_token.encode()
+        # With reviews (--agent-auth serviceaccount) agents send their pod's ServiceAccount
+        # token; the session token then counts only on nodes light agents run the session
+        # on (light_deep sets `session_token_nodes`). Reviews run on their own few threads.
+        self.reviews, self.agent_service_account = reviews, agent_service_account
+        self.session_token_nodes: Callable[[SessionEntry], Collection[str] | None] = lambda _e: ()
+        self._review_pool = ThreadPoolExecutor(4, thread_name_prefix="tokenreview")
+        self._reviewing = 0  # reviews asked for and not answered yet (bounded)
+        self.max_reviewing = 64
         self.clock = clock
         self.loading_until = clock() + startup_grace_s
         self.pending = 0  # requests past authentication, not answered yet
@@ -154,7 +188,7 @@ class IngestApi:
             drain_s,
             (lambda sid: db.session_usage(engine, sid))
             if engine is not None
-            else (lambda _sid: (0, {})),
+            else (lambda _sid: ((0, 0, 0), {})),
         )
 
     def app(self) -> web.Application:
@@ -166,15 +200,16 @@ class IngestApi:
         return app
 
     # -- authentication -----------------------------------------------------------------
-    def _authorize(self, request: web.Request) -> SessionEntry | web.Response:
-        """The session, if the bearer token is its token; no lookup beyond memory."""
+    async def _authorize(self, request: web.Request) -> tuple[SessionEntry, Sender] | web.Response:
+        """The session and who sends for it; an answer (401/403/503) when refused."""
         ns, name = request.match_info["namespace"], request.match_info["name"]
         auth = request.headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             metrics.INGEST_REJECTIONS.labels(reason="no_token").inc()
-            return _json(401, "missing bearer token (Authorization: Bearer <session token>)")
+            return _json(401, "missing bearer token (Authorization: Bearer <agent token>)")
+        token = auth.removeprefix("Bearer ").strip()
         # Header bytes that are not UTF-8 arrive as surrogates: compare them as sent.
-        given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
+        given = token.encode("utf-8", "surrogateescape")
         entry = self.registry.get(ns, name)
         if entry is None and self.clock() < self.loading_until:
             # The operator just started and may not have loaded every session yet: retry.
@@ -182,19 +217,91 @@ class IngestApi:
             metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
             return _json(503, "operator starting, sessions not loaded yet; retry")
         expected = entry.token.encode() if entry is not None else b"\0" * 32
-        if not hmac.compare_digest(given, expected) or entry is None:
+        if hmac.compare_digest(given, expected) and entry is not None:
+            return self._shared_token(request, entry)
+        if entry is not None and self.reviews is not None and agent_identity.looks_like_jwt(token):
+            return await self._agent_token(request, entry, token)
+        metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
+        self.auth_log.warning(
+            "refused a request for %r/%r: no such session or the token does not match (from %s)",
+            ns[:63],
+            name[:253],
+            request.remote,
+        )
+        return _json(
+            403, f"token is not valid for session {ns}/{name} (or there is no such session)"
+        )
+
+    def _shared_token(
+        self, request: web.Request, entry: SessionEntry
+    ) -> tuple[SessionEntry, Sender] | web.Response:
+        """The session token: any node under --agent-auth session-token, else only the
+        nodes light agents run the session on."""
+        if self.reviews is None:
+            return entry, _SHARED
+        handed = self.session_token_nodes(entry)
+        if handed is None:  # light agents' hand-over not known yet (operator starting)
+            metrics.INGEST_REJECTIONS.labels(reason="not_loaded").inc()
+            return _json(503, "operator starting, light agents' nodes not known yet; retry")
+        nodes = frozenset(handed)
+        if nodes:
+            return entry, Sender(None, nodes)
+        metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
+        self.auth_log.warning(
+            "refused the session token of %s/%s (from %s): --agent-auth serviceaccount",
+            entry.namespace,
+            entry.name,
+            request.remote,
+        )
+        return _json(
+            401,
+            "the session token is not accepted here (operator runs --agent-auth "
+            "serviceaccount): send the agent pod's projected ServiceAccount token "
+            f"(audience {agent_identity.AUDIENCE})",
+        )
+
+    async def _agent_token(
+        self, request: web.Request, entry: SessionEntry, token: str
+    ) -> tuple[SessionEntry, Sender] | web.Response:
+        """A ServiceAccount token: reviewed (cached), then bound to an agent pod of this
+        session; the sender may speak only for the node its pod runs on."""
+        assert self.reviews is not None
+        try:
+            who = self.reviews.cached(token, entry.namespace)
+            if who is None:
+                if self._reviewing >= self.max_reviewing:
+                    metrics.INGEST_REJECTIONS.labels(reason="busy").inc()
+                    return _json(503, "too many tokens being checked; retry")
+                self._reviewing += 1
+                try:
+                    loop = asyncio.get_running_loop()
+                    who = await loop.run_in_executor(
+                        self._review_pool, self.reviews.identity, token, entry.namespace
+                    )
+                finally:
+                    self._reviewing -= 1
+            agent_identity.check_agent(
+                who,
+                entry.namespace,
+                build.label_value(entry.name),
+                lambda shard: build.daemonset_name({"metadata": {"name": entry.name}}, shard),
+                self.agent_service_account,
+            )
+        except Denied as exc:
             metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
             self.auth_log.warning(
-                "refused a request for %r/%r: no such session or the "
-                "token does not match (from %s)",
-                ns[:63],
-                name[:253],
+                "refused an agent token for %s/%s (from %s): %s",
+                entry.namespace,
+                entry.name,
                 request.remote,
+                exc,
             )
-            return _json(
-                403, f"token is not valid for session {ns}/{name} (or there is no such session)"
-            )
-        return entry
+            return _json(exc.status, f"{exc} (session {entry.namespace}/{entry.name})")
+        except Exception as exc:  # noqa: BLE001 - API server down or slow: the agent retries
+            metrics.INGEST_REJECTIONS.labels(reason="review_failed").inc()
+            self.error_log.warning("TokenReview failed: %s: %s", type(exc).__name__, exc)
+            return _json(503, "cannot check the agent token with the API server now; retry")
+        return entry, Sender(who, frozenset({who.node}))
 
     # -- batches ------------------------------------------------------------------------
     def _precheck(self, request: web.Request, entry: SessionEntry) -> web.Response | None:
@@ -240,9 +347,10 @@ class IngestApi:
         return None
 
     async def post_batch(self, request: web.Request) -> web.Response:
-        entry = self._authorize(request)
-        if isinstance(entry, web.Response):
-            return await slow_clients.answer_and_close(request, entry)
+        authorized = await self._authorize(request)
+        if isinstance(authorized, web.Response):
+            return await slow_clients.answer_and_close(request, authorized)
+        entry, sender = authorized
         refused = self._precheck(request, entry)
         if refused is not None:
             return refused
@@ -259,7 +367,7 @@ class IngestApi:
         client = request.remote or ""
         self._clients[client] = self._clients.get(client, 0) + 1
         try:
-            return await self._receive(request, entry)
+            return await self._receive(request, entry, sender)
         finally:
             self.pending -= 1
             n = self._clients.pop(client) - 1
@@ -267,7 +375,9 @@ class IngestApi:
                 self._clients[client] = n
             entry.leave()
 
-    async def _receive(self, request: web.Request, entry: SessionEntry) -> web.Response:
+    async def _receive(
+        self, request: web.Request, entry: SessionEntry, sender: Sender
+    ) -> web.Response:
         try:
             body = await slow_clients.read_body(
                 request.content, self.limits.max_body_bytes, self.timeouts
@@ -293,7 +403,8 @@ class IngestApi:
             # frame, and would keep the future, its exception and the body in a cycle.
             stored = await asyncio.wrap_future(
                 self.pool.submit(
-                    (entry.namespace, entry.name), lambda: self._decode_and_store(entry, body)
+                    (entry.namespace, entry.name),
+                    lambda: self._decode_and_store(entry, body, sender),
                 )
             )
         except codec.CodecError as exc:
@@ -347,21 +458,26 @@ class IngestApi:
             phase=entry.phase.value,
         )
 
-    def _decode_and_store(self, entry: SessionEntry, body: bytes) -> Stored:
+    def _decode_and_store(self, entry: SessionEntry, body: bytes, sender: Sender) -> Stored:
         """On a pool thread: decode under the limits, check the claims (origin, the
-        session's time window and row quota), store once."""
+        session's time window and quotas), store once."""
         batch_id, node, batch = codec.decode(body, limits=self.limits)
-        self._check_origin(entry, node, batch)
-        rows = self.usage.admit(entry, node, batch)
+        self._check_origin(entry, node, batch, sender)
+        charge = self.usage.admit(entry, node, batch)
         try:
             stored = self.writer.store(
-                entry.db_id, batch_id, node, batch, committing=entry.committing
+                entry.db_id,
+                batch_id,
+                node,
+                batch,
+                committing=entry.committing,
+                interned=self.usage.interning(entry, charge),
             )
         except BaseException:
-            self.usage.release(entry, rows)
+            self.usage.release(entry, charge)
             raise
         if stored.duplicate:
-            self.usage.release(entry, rows)
+            self.usage.release(entry, charge)
         return stored
 
     def _origins_of(self, entry: SessionEntry) -> Origins:
@@ -372,8 +488,18 @@ class IngestApi:
         o.add(entry)
         return o
 
-    def _check_origin(self, entry: SessionEntry, node: str, batch: Batch) -> None:
-        """The node (and each pod a process names) must be among the session's targets."""
+    def _check_origin(
+        self, entry: SessionEntry, node: str, batch: Batch, sender: Sender = _SHARED
+    ) -> None:
+        """The node (and each pod a process names) must be among the session's targets,
+        and the sender's own node when its token binds it to one (403 otherwise)."""
+        if sender.nodes is not None and node not in sender.nodes:
+            raise _Refused(
+                403,
+                "identity",
+                f"node: {node[:253]!r} is not the node of the sender ({sender.describe()}); "
+                "an agent sends only for its own node",
+            )
         o = self._origins_of(entry)
         if node not in o.nodes and self.clock() - o.loaded_at > 5:
             # Maybe targeted before an operator restart: what the database remembers.
@@ -393,7 +519,7 @@ class IngestApi:
             where = o.pod_nodes.get(p.pod_uid)
             if where and where != node:
                 raise _Refused(
-                    422,
+                    422 if sender.identity is None else 403,
                     "origin",
                     f"processes[{i}].pod_uid: pod {p.pod_uid} runs on node {where}, not on {node}",
                 )
@@ -401,10 +527,17 @@ class IngestApi:
 
     # -- the rest -------------------------------------------------------------------------
     async def get_targets(self, request: web.Request) -> web.Response:
-        entry = self._authorize(request)
-        if isinstance(entry, web.Response):
-            return await slow_clients.answer_and_close(request, entry)
+        authorized = await self._authorize(request)
+        if isinstance(authorized, web.Response):
+            return await slow_clients.answer_and_close(request, authorized)
+        entry, sender = authorized
         node = request.query.get("node", "")
+        if sender.nodes is not None and node not in sender.nodes:
+            metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()
+            return _json(
+                403,
+                f"node {node[:253]!r} is not the node of the sender ({sender.describe()})",
+            )
         self._origins_of(entry)  # what an agent is told to profile, its batches may claim
         pods = [
             {"uid": t.uid, "name": t.name, "namespace": t.namespace} for t in entry.targets_on(node)

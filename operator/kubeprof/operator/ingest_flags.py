@@ -18,6 +18,8 @@ _HELP = {
     "max_stack_depth": "most frames in one stack",
     "max_string_chars": "longest name, path or command line, in characters",
     "max_session_rows": "most records one session may store, all its batches together",
+    "max_session_frames": "most frames one session may add to the shared frame table",
+    "max_session_stacks": "most stacks one session may add to the shared stack table",
     "max_skew_s": "clock skew allowed between one node's records of a session, seconds: "
     "all must fit in the session's duration + drain + this",
 }

@@ -96,6 +96,13 @@ class Kube:
     def list_pods(self, namespace: str, selector: str) -> list[dict]:
         return _call(self._core.list_namespaced_pod, namespace, label_selector=selector)["items"]
 
+    def get_pod(self, namespace: str, name: str) -> dict | None:
+        """One pod by name, listed (the operator may list pods, not get them); None: absent."""
+        items = _call(
+            self._core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}"
+        )["items"]
+        return items[0] if items else None
+
     def node_labels(self) -> dict[str, dict[str, str]]:
         items = _call(self._core.list_node)["items"]
         return {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in items}
@@ -109,6 +116,17 @@ class Kube:
             )
             for n in items
         }
+
+    # -- agents' credentials -----------------------------------------------------------------
+    def token_review(self, token: str, audience: str) -> dict:
+        """The API server's TokenReview status of `token` for `audience` (agent_identity)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [audience]},
+        }
+        api = client.AuthenticationV1Api(self._api())
+        return _call(api.create_token_review, body).get("status") or {}
 
     # -- why agent pods are missing ----------------------------------------------------------
     def daemonset_events(self, namespace: str, name: str) -> list[dict]:

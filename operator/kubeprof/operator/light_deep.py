@@ -32,7 +32,7 @@ from aiohttp import web
 from kubeprof.operator.config import DEFAULT_LIGHT_GRACE_S, DEFAULT_LIGHT_STALE_S
 from kubeprof.operator.ingest import IngestApi, RateLimitedLog
 from kubeprof.operator.phases import condition
-from kubeprof.operator.registry import Registry
+from kubeprof.operator.registry import Registry, SessionEntry
 from kubeprof.operator.spec import SessionSpec
 from kubeprof.protocol import routes
 from kubeprof.protocol.light import Answer, Assignment, Heartbeat, LightWireError
@@ -149,6 +149,15 @@ class LightAgents:
         with self._lock:
             self._handed.pop((namespace, name), None)
 
+    def light_nodes(self, entry: SessionEntry) -> frozenset[str] | None:
+        """Nodes whose light agent runs `entry`: where its session token is accepted
+        under `--agent-auth serviceaccount` (light agents send the session's token).
+        None while not known yet (just after an operator start, before the hand-over)."""
+        h = self.handed(entry.namespace, entry.name)
+        if h is not None and h.uid == entry.uid:
+            return h.nodes
+        return frozenset() if self.loaded() else None
+
     def token_ok(self, given: bytes) -> bool:
         return hmac.compare_digest(given, self._token)
 
@@ -259,6 +268,7 @@ def mount(server: IngestApi, light: LightAgents) -> None:
     """Make `server.app()` serve `routes.LIGHT_ASSIGNMENTS` next to the ingest routes."""
     build = server.app
     auth_log = RateLimitedLog()
+    server.session_token_nodes = light.light_nodes
 
     async def post_heartbeat(request: web.Request) -> web.Response:
         auth = request.headers.get("Authorization", "")

@@ -104,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         limits=config.ingest_limits,
         drain_s=config.drain_s,
         metrics_token=metrics_token,
+        reviews=_token_reviews(config, kube),
+        agent_service_account=config.agent_service_account or "default",
     )
     ui_routes.mount(api, store.engine, access=config.ui_access)  # read-only web UI, same port
     ctx = Context(kube, store.engine, registry, config)
@@ -138,6 +140,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         api.pool.shutdown(wait=False)
         store.close()
     return 0
+
+
+def _token_reviews(config: OperatorConfig, kube: Any) -> Any:
+    """TokenReview of agents' ServiceAccount tokens (`--agent-auth serviceaccount`), else
+    None: the session token alone."""
+    if config.agent_auth != "serviceaccount":
+        return None
+    from kubeprof.operator.agent_identity import TokenReviews
+
+    return TokenReviews(kube.token_review, kube.get_pod)
 
 
 def _start_webhook(_flags: argparse.Namespace, config: OperatorConfig) -> Any:

@@ -92,11 +92,6 @@ def samples_by_scope(
     return s
 
 
-def pod_pids(pid_pods: Mapping[tuple[str, int], str], uid: str) -> list[tuple[str, int]]:
-    """The (node, pid)s of one pod."""
-    return [key for key, u in pid_pods.items() if u == uid]
-
-
 def node_gpus(
     node: str, activities: Sequence[GpuActivity], metrics: Sequence[GpuMetricSample]
 ) -> list[GpuIdle]:

@@ -55,6 +55,13 @@ class IngestLimits:
     # Most records one session may store, all batches together (a day at 99 Hz on 100
     # busy threads with a GPU tracer stays below it); past it, batches are refused (413).
     max_session_rows: int = 100_000_000
+    # Most frames and stacks one session may add to the tables all sessions share (a row
+    # another session added first costs it nothing): a real training job interns a few
+    # thousand to tens of thousands; the red team's 800,000 of each took 561 MiB of
+    # PostgreSQL, these bound one session near half that. Past either, batches are refused
+    # (413) and nothing of them is stored.
+    max_session_frames: int = 500_000
+    max_session_stacks: int = 1_000_000
     # Clock skew allowed between a node's records of one session, seconds: all of them
     # must fit in the session's duration + the drain after it + this
     # (`kubeprof.protocol.bounds`).
@@ -70,6 +77,8 @@ class IngestLimits:
             "max_stack_depth",
             "max_string_chars",
             "max_session_rows",
+            "max_session_frames",
+            "max_session_stacks",
             "max_skew_s",
         ):
             if getattr(self, name) <= 0:

@@ -53,6 +53,10 @@ def _sides_text(a: Side, b: Side) -> list[str]:
         f"A: {a.session} ({a.duration_s:.1f} s)",
         f"B: {b.session} ({b.duration_s:.1f} s)",
         "",
+        "CPU rows cover",
+        f"  A: {a.cpu_window}",
+        f"  B: {b.cpu_window}",
+        "",
         "GPU idle (steady state)",
         f"  A: {a.idle}",
         f"  B: {b.idle}",
@@ -116,6 +120,7 @@ def diff_dict(d: SessionDiff) -> dict[str, object]:
         "sessions": [d.a.session, d.b.session],
         "duration_s": [d.a.duration_s, d.b.duration_s],
         "gpu_idle": [d.a.idle, d.b.idle],
+        "cpu_window": [d.a.cpu_window, d.b.cpu_window],
         "findings": [list(d.a.findings), list(d.b.findings)],
         "sort": d.by,
         "tables": [
@@ -147,7 +152,7 @@ def render_diff_html(d: SessionDiff, *, top: int = 50) -> str:
     e = html.escape
     sides = "".join(
         f'<div class="side" id="side-{tag}"><h2>{tag}: {e(s.session)}</h2>'
-        f"<p>{s.duration_s:.1f} s</p><p class=idle>{e(s.idle)}</p><ul>"
+        f"<p>{s.duration_s:.1f} s; CPU rows: {e(s.cpu_window)}</p><p class=idle>{e(s.idle)}</p><ul>"
         + ("".join(f"<li>{e(f)}</li>" for f in s.findings) or "<li>no findings</li>")
         + "</ul></div>"
         for tag, s in (("A", d.a), ("B", d.b))

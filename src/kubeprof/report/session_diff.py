@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from kubeprof.model import FrameKind
 from kubeprof.report.text import function_key, function_label, function_times
 from kubeprof.report.units import in_unit, percent
-from kubeprof.reportdata import Report, WeightedStack
+from kubeprof.reportdata import CPU_WINDOW, Report, WeightedStack
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,8 @@ class Side:
     duration_s: float
     idle: str  # e.g. "GPU idle 14.0 % of 11 steady steps", or why it is not measured
     findings: tuple[str, ...]  # "severity: message", most severe first
+    # what the CPU rows cover: "whole session", or the GPU window they were cut to
+    cpu_window: str = "whole session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,8 @@ def _side(report: Report) -> Side:
         else:
             idle = f"GPU idle: not measured ({h.reason})"
     findings = tuple(f"{f.severity.value}: {f.message}" for f in (a.findings if a else ()))
-    return Side(report.session, report.profile.duration_s, idle, findings)
+    window = report.profile.meta.get(CPU_WINDOW) or "whole session"
+    return Side(report.session, report.profile.duration_s, idle, findings, window)
 
 
 def diff_reports(a: Report, b: Report, *, by: str = "self") -> SessionDiff:

@@ -80,6 +80,10 @@ class Interner:
         self.frame_ids: dict[int, int] = {}
         self.stack_ids: dict[int, int] = {}
         self.epoch: int | None = None
+        # Rows this Interner inserted (a session's share of the shared tables, which its
+        # quota bounds); a row two writers insert at the same instant counts for both.
+        self.added_frames = 0
+        self.added_stacks = 0
 
     def stack_ids_for(self, conn: Connection, stacks: Iterable[Stack]) -> dict[int, int]:
         """Intern `stacks`; returns stack hash -> stack id for all of them. Holds the
@@ -109,6 +113,7 @@ class Interner:
                 new_hashes.append(h)
             if rows:
                 _insert(conn, StackRow, rows)
+                self.added_stacks += len(rows)
                 self._fetch(conn, StackRow, new_hashes, self.stack_ids)
         return self.stack_ids
 
@@ -130,6 +135,7 @@ class Interner:
         ]
         if rows:
             _insert(conn, FrameRow, rows)
+            self.added_frames += len(rows)
             self._fetch(conn, FrameRow, new_hashes, self.frame_ids)
 
     @staticmethod

@@ -215,6 +215,9 @@ class IngestedBatchRow(Base):
     batch_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     agent: Mapped[str] = mapped_column(String(253), default="")
     rows: Mapped[int] = mapped_column(default=0)
+    # Frames and stacks this batch added to the shared tables (the session's quota on them).
+    frames: Mapped[int] = mapped_column(default=0, server_default="0")
+    stacks: Mapped[int] = mapped_column(default=0, server_default="0")
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

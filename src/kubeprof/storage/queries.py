@@ -387,6 +387,35 @@ def top_stacks(
     return [(stacks[r.stack_id], int(r.n)) for r in rows]
 
 
+def top_stack_per_pod(conn: Connection, session_id: int) -> dict[str, tuple[Stack, int]]:
+    """Each pod's stack with most CPU samples (ties: the lowest stack id, as `top_stacks`),
+    in one pass over the session's samples; a query per pod cost pods x samples."""
+    n = func.count().label("n")
+    per_pod = (
+        select(ProcessRow.pod_uid, SampleRow.stack_id, n)
+        .join(
+            ProcessRow,
+            and_(
+                ProcessRow.session_id == SampleRow.session_id,
+                ProcessRow.node == SampleRow.node,
+                ProcessRow.pid == SampleRow.pid,
+            ),
+        )
+        .where(SampleRow.session_id == session_id, ProcessRow.pod_uid != "")
+        .group_by(ProcessRow.pod_uid, SampleRow.stack_id)
+        .subquery()
+    )
+    rank = func.row_number().over(
+        partition_by=per_pod.c.pod_uid, order_by=(per_pod.c.n.desc(), per_pod.c.stack_id)
+    )
+    ranked = select(per_pod, rank.label("rank")).subquery()
+    rows = conn.execute(
+        select(ranked.c.pod_uid, ranked.c.stack_id, ranked.c.n).where(ranked.c.rank == 1)
+    ).all()
+    stacks = load_stacks(conn, (r.stack_id for r in rows))
+    return {r.pod_uid: (stacks[r.stack_id], int(r.n)) for r in rows}
+
+
 def counters(conn: Connection, session_id: int) -> dict[str, int]:
     """Counters summed over nodes."""
     q = (

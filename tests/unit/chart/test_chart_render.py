@@ -182,7 +182,18 @@ CLUSTER_RULES = [
         "resources": ["customresourcedefinitions"],
         "verbs": ["list", "watch"],
     },
+    # agent.auth=serviceaccount (the default): the ingest reviews agents' tokens.
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
 ]
+
+
+def test_session_token_auth_takes_the_tokenreview_right_away():
+    docs = chart.render({"agent": {"auth": "session-token"}})
+    cluster = chart.find(docs, "ClusterRole", "kp-kubeprof-cluster")["rules"]
+    assert cluster == CLUSTER_RULES[:-1]
+    assert _env(chart.find(docs, "Deployment"))["KUBEPROF_AGENT_AUTH"] == "session-token"
+    default = chart.find(chart.render(), "Deployment")
+    assert _env(default)["KUBEPROF_AGENT_AUTH"] == "serviceaccount"
 
 
 def test_rbac_is_exactly_the_calls_the_operator_makes():

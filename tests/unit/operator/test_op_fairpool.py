@@ -60,3 +60,40 @@ def test_round_robin_between_keys_and_errors_reach_the_caller():
         pool.submit("a", boom).result(timeout=5)
     assert pool.queued("a") == 0
     pool.shutdown()
+
+
+def test_a_reserved_worker_starts_a_light_keys_job_while_three_backlogs_run():
+    """Three keys with backlogs (three hostile sessions at full rate) get two of the three
+    workers; a key with nothing running and one job waiting starts on the third at once,
+    without waiting for any of their jobs to end."""
+    pool = FairPool(3, per_key=2, reserve=1)
+    gate = threading.Event()
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def job(tag: str, wait: bool):
+        def run():
+            with lock:
+                started.append(tag)
+            if wait:
+                gate.wait(10)
+            return tag
+
+        return run
+
+    with pool._cond:  # all queued before any worker looks (as after a burst of sends)
+        heavy = [pool.submit(k, job(f"{k}{i}", True)) for i in range(3) for k in ("h1", "h2", "h3")]
+    while len(started) < 2:
+        threading.Event().wait(0.01)
+    threading.Event().wait(0.2)  # the third worker stays idle: every waiting key has a backlog
+    assert sorted(started) == ["h10", "h20"], started
+    light = pool.submit("victim", job("victim", False))
+    assert light.result(timeout=5) == "victim"  # while all of h1/h2/h3 are still blocked
+    assert len(started) == 3 and not gate.is_set()
+    gate.set()
+    assert sorted(f.result(timeout=5) for f in heavy) == sorted(
+        f"{k}{i}" for i in range(3) for k in ("h1", "h2", "h3")
+    )
+    with pytest.raises(ValueError, match="reserve must be 0 to 2"):
+        FairPool(3, reserve=3)
+    pool.shutdown()

@@ -1,4 +1,5 @@
-"""The ingest refuses what the session does not allow (time span, rows), storing none of it."""
+"""The ingest refuses what the session does not allow (time span, rows, frames, stacks),
+storing none of it."""
 
 import asyncio
 from datetime import UTC, datetime
@@ -7,7 +8,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
-from kubeprof.model import Batch, CpuSample, GpuActivity
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuActivity
 from kubeprof.operator.db import BatchWriter, ensure_session
 from kubeprof.operator.ingest import SERVER_OPTIONS, IngestApi
 from kubeprof.operator.phases import Phase
@@ -16,7 +17,13 @@ from kubeprof.operator.targets import Target
 from kubeprof.protocol.codec import encode
 from kubeprof.protocol.limits import IngestLimits
 from kubeprof.storage import Store
-from kubeprof.storage.models import GpuActivityRow, IngestedBatchRow, SampleRow
+from kubeprof.storage.models import (
+    FrameRow,
+    GpuActivityRow,
+    IngestedBatchRow,
+    SampleRow,
+    StackRow,
+)
 
 S = 1_000_000_000
 T0 = 5_000 * S  # a node's monotonic clock, some time after boot
@@ -51,6 +58,20 @@ def _entry(store: Store, reg: Registry, name: str) -> SessionEntry:
 LIMITS = IngestLimits(max_skew_s=20)
 
 
+def _poster(client: TestClient):
+    """post(session name, batch, batch id) -> (status, answer) with the sessions' token."""
+
+    async def post(name: str, batch: Batch, bid: str):
+        r = await client.post(
+            f"/v1/sessions/ns/{name}/batches",
+            data=encode(batch, batch_id=bid, node="n1"),
+            headers={"Authorization": "Bearer tok", "Content-Encoding": "gzip"},
+        )
+        return r.status, await r.json()
+
+    return post
+
+
 def _run(store, fn, limits=LIMITS):
     reg = Registry()
     api = IngestApi(
@@ -59,16 +80,7 @@ def _run(store, fn, limits=LIMITS):
 
     async def go():
         async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
-
-            async def post(name: str, batch: Batch, bid: str):
-                r = await client.post(
-                    f"/v1/sessions/ns/{name}/batches",
-                    data=encode(batch, batch_id=bid, node="n1"),
-                    headers={"Authorization": "Bearer tok", "Content-Encoding": "gzip"},
-                )
-                return r.status, await r.json()
-
-            return await fn(post, reg)
+            return await fn(_poster(client), reg)
 
     try:
         return asyncio.run(go())
@@ -185,6 +197,91 @@ def test_the_quota_figures_are_what_the_session_stored(store):
     try:
         assert api.usage.quota(entry) is None  # nothing seen yet: no figure to show
         asyncio.run(go())
-        assert api.usage.quota(entry) == {"records": 7, "maxRecords": 1000}
+        assert api.usage.quota(entry) == {
+            "records": 7,
+            "maxRecords": 1000,
+            "frames": 0,  # _samples' one (empty) stack, added by b-1 alone
+            "maxFrames": 500_000,
+            "stacks": 1,
+            "maxStacks": 1_000_000,
+        }
     finally:
         api.pool.shutdown()
+
+
+def _stacks(t: int, names: list[str], depth: int = 2) -> Batch:
+    """One sample per stack `name`, each stack `depth` frames of its own."""
+    return Batch(
+        samples=tuple(
+            CpuSample(
+                t + i,
+                7,
+                7,
+                "py",
+                0,
+                tuple(Frame(f"{n}.{d}", FrameKind.PYTHON) for d in range(depth)),
+            )
+            for i, n in enumerate(names)
+        )
+    )
+
+
+def test_frames_and_stacks_a_session_adds_are_capped_and_a_refused_batch_leaves_nothing(store):
+    limits = IngestLimits(max_skew_s=20, max_session_frames=12, max_session_stacks=5)
+    reg = Registry()
+    api = IngestApi(
+        reg, BatchWriter(store.engine), writers=1, startup_grace_s=0, drain_s=10, limits=limits
+    )
+    s, t = _entry(store, reg, "s"), _entry(store, reg, "t")
+
+    async def go():
+        async with TestClient(TestServer(api.app(), **SERVER_OPTIONS)) as client:
+            post = _poster(client)
+            out = {"s1": await post("s", _stacks(T0, ["a", "b", "c"]), "b-1")}
+            shared = (_rows(store, StackRow), _rows(store, FrameRow), _rows(store, SampleRow))
+            # 6 stacks > 5 (its 12 frames would fit)
+            out["s2"] = await post("s", _stacks(T0, ["d", "e", "f"]), "b-2")
+            out["after_s2"] = (
+                _rows(store, StackRow),
+                _rows(store, FrameRow),
+                _rows(store, SampleRow),
+                _rows(store, IngestedBatchRow),
+            )
+            out["shared"] = shared
+            # stacks it added before cost it nothing to use again
+            out["s3"] = await post("s", _stacks(T0, ["a", "b", "c"] * 20), "b-3")
+            # another session adds d, e, f (its own quota); then s uses them for free
+            out["t1"] = await post("t", _stacks(T0, ["d", "e", "f"]), "b-1")
+            out["s4"] = await post("s", _stacks(T0, ["d", "e", "f"]), "b-4")
+            # 2 new stacks would fit (3 + 2 <= 5), but their 8 frames would not (6 + 8 > 12)
+            out["s5"] = await post("s", _stacks(T0, ["g", "h"], depth=4), "b-5")
+            return out
+
+    try:
+        out = asyncio.run(go())
+        assert out["s1"][0] == 200 and out["t1"][0] == 200, out
+        status, ans = out["s2"]
+        assert status == 413, ans
+        assert ans["message"].startswith("stacks: session ns/s added 3 stacks"), ans
+        assert "this batch's 3 new ones would pass the limit of 5 per session" in ans["message"]
+        assert "(--ingest-max-session-stacks)" in ans["message"]
+        # nothing of the refused batch: no stack, frame, sample or batch id
+        assert out["after_s2"] == (*out["shared"], 1), out
+        assert out["s3"][0] == out["s4"][0] == 200, out
+        status, ans = out["s5"]
+        assert status == 413 and ans["message"].startswith("frames: session ns/s added 6"), ans
+        assert "(--ingest-max-session-frames)" in ans["message"], ans
+        used = {"maxRecords": 100_000_000, "maxFrames": 12, "maxStacks": 5}
+        assert api.usage.quota(s) == {"records": 66, "frames": 6, "stacks": 3, **used}
+        assert api.usage.quota(t) == {"records": 3, "frames": 6, "stacks": 3, **used}
+    finally:
+        api.pool.shutdown()
+    # An operator restarted mid-session reads what each session added from the database.
+    again = IngestApi(
+        reg, BatchWriter(store.engine), writers=1, startup_grace_s=0, drain_s=10, limits=limits
+    )
+    try:
+        again.usage.admit(s, "n1", Batch())
+        assert again.usage.quota(s) == {"records": 66, "frames": 6, "stacks": 3, **used}
+    finally:
+        again.pool.shutdown()

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from kubeprof import model
 from kubeprof.analysis import gpu_idle
-from kubeprof.analysis.pod_idle import PROC_SM_METRIC, pod_idle
+from kubeprof.analysis.pod_idle import PROC_SM_METRIC, pod_idle, pods_idle
 from kubeprof.model import Batch, GpuActivity, GpuMetricSample, ProcessInfo
 from kubeprof.operator import aggregate, metrics
 from kubeprof.operator.db import BatchWriter, ensure_session
 from kubeprof.storage import Store
+from kubeprof.storage import queries as q
 from tests.fixtures.gpu import trace_io
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "gpu"
@@ -163,3 +165,61 @@ def test_aggregation_status_and_metrics_label_each_pods_source(tmp_path: Path) -
     metrics.forget_session("ml", "s")
     with store.engine.begin() as conn:
         aggregate.store(conn, sid, s)
+
+
+def test_all_pods_at_once_give_each_pods_own_figure_and_top_stack(tmp_path: Path) -> None:
+    """Aggregation reads the records once for all pods (16,000 pods cost 83.5 s when each
+    pod scanned every record): each pod's figure and top stack are still what that pod
+    alone gives, including a shared GPU, NVML-only pods, pods without data and ties."""
+    half, _ = traced("half", 101)
+    starved, _ = traced("starved", 202)
+    readings, _ = nvml_readings("half", 303)
+    device_only = [replace(m, device=1) for m in nvml_readings("starved", 0)[0] if m.pid == 0]
+    pid_pods = {(NODE, 101): "a", (NODE, 202): "b", (NODE, 303): "c", (NODE, 404): "d"}
+    pid_pods |= {(NODE, 505): "e", ("n2", 505): "e", (NODE, 606): "f", (NODE, 707): "g"}
+    acts = {NODE: half + starved}
+    metrics_ = {NODE: readings + device_only}
+    users = {(NODE, 0, 101), (NODE, 0, 202), (NODE, 0, 303), (NODE, 1, 404)}
+    users |= {(NODE, 2, 606), (NODE, 2, 999), (NODE, 3, 707)}
+    pods = ["a", "b", "c", "d", "e", "f", "g", "absent"]
+    together = pods_idle(pid_pods, acts, metrics_, users, pods)
+    alone = {uid: pod_idle(uid, pid_pods, acts, metrics_, users) for uid in pods}
+    assert together == alone
+    assert {u: f.source for u, f in together.items()} == {
+        "a": "cupti",
+        "b": "cupti",
+        "c": "nvml",
+        "d": "nvml",
+        "e": "",
+        "f": "",
+        "g": "",
+        "absent": "",
+    }
+    assert "shared with other processes" in together["f"].missing
+
+    store = Store.open(f"sqlite:///{tmp_path}/k.db")
+    sid = ensure_session(
+        store.engine, "ml", "s", "uid-s", hz=99, started_at=datetime.now(UTC), meta={}
+    )
+    frames = [model.Frame(f"f{i}", model.FrameKind.PYTHON, "/m.py", i) for i in range(4)]
+    # pod "a": two stacks tied at 3 samples; "b": a clear top; pid 9 belongs to no pod
+    per_pid = {101: [0, 0, 0, 1, 1, 1], 102: [2], 202: [3, 3, 1], 9: [2, 2, 2, 2]}
+    samples = tuple(
+        model.CpuSample(i, pid, pid, "python", 0, (frames[k],))
+        for pid, ks in per_pid.items()
+        for i, k in enumerate(ks)
+    )
+    procs = tuple(
+        ProcessInfo(pid, 1, "python", "python", "c", uid)
+        for pid, uid in ((101, "a"), (102, "a"), (202, "b"), (9, ""))
+    )
+    BatchWriter(store.engine).store(sid, "b1", NODE, Batch(samples=samples, processes=procs))
+    with store.engine.begin() as conn:
+        tops = q.top_stack_per_pod(conn, sid)
+        pod_of = {(NODE, 101): "a", (NODE, 102): "a", (NODE, 202): "b"}
+        one_by_one = {
+            uid: q.top_stacks(conn, sid, 1, pids=[k for k, u in pod_of.items() if u == uid])[0]
+            for uid in ("a", "b")
+        }
+    assert tops == one_by_one
+    assert tops["b"] == ((frames[3],), 2)

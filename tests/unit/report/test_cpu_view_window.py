@@ -39,3 +39,29 @@ def test_serving_loop_not_start_up(tmp_path):
     text = render(cut, "text")
     assert isinstance(text, str) and "--whole-session" in text
     assert cut.profile.gpu == whole.profile.gpu  # the GPU view is not cut
+
+
+def test_diff_says_which_window_its_cpu_rows_cover(tmp_path, capsys):
+    """`kubeprof diff` compares the CPU rows `report` shows (the GPU window by default) and
+    says so per side; `--whole-session` compares whole sessions."""
+    import json
+
+    from kubeprof import cli
+
+    url = f"sqlite:///{tmp_path / 'kp.db'}"
+    store_fixture(url, "serve")
+    store_fixture(url, "compute")
+    assert cli.main(["diff", "serve", "compute", "-f", "json", "--store", url]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert (
+        cli.main(["diff", "serve", "compute", "-f", "json", "--store", url, "--whole-session"]) == 0
+    )
+    whole = json.loads(capsys.readouterr().out)
+    assert "active window after warm-up" in cut["cpu_window"][0]
+    assert whole["cpu_window"] == ["whole session", "whole session"]
+    cpu_cut, cpu_whole = cut["tables"][0], whole["tables"][0]
+    assert cpu_cut["title"] == cpu_whole["title"] == "CPU time per function"
+    assert cpu_cut["whole_s"][0] < cpu_whole["whole_s"][0]
+    assert cli.main(["diff", "serve", "compute", "--store", url]) == 0
+    text = capsys.readouterr().out
+    assert "CPU rows cover" in text and "active window after warm-up" in text

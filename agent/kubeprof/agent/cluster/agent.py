@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kubeprof.agent.cluster.client import IngestClient, Outcome
 from kubeprof.agent.cluster.discovery import Discovery
@@ -195,8 +194,3 @@ class NodeAgent:
             self.spool.folder,
         )
         return 0 if self.sink.delivered else 3
-
-
-def read_token(path: Path) -> str:
-    """The session token from its mounted Secret file (whitespace stripped)."""
-    return path.read_text().strip()

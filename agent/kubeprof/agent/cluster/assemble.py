@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from kubeprof.agent.cluster import spool_sweep
 from kubeprof.agent.cluster.agent import AgentConfig, NodeAgent
 from kubeprof.agent.cluster.client import IngestClient
 from kubeprof.agent.cluster.discovery import Discovery
@@ -25,7 +26,7 @@ _TIMING = ("poll_interval_s", "rescan_interval_s", "end_time", "drain_timeout_s"
 
 def build_node_agent(
     s: AgentSettings,
-    token: str,
+    token: str | Callable[[], str],
     *,
     static_targets: tuple[str, ...] = (),
     stop_event: threading.Event | None = None,
@@ -40,10 +41,10 @@ def build_node_agent(
         s.node_name, s.namespace, s.session, **timing, static_targets=static_targets
     )
     client = IngestClient(s.ingest_url, s.namespace, s.session, token)
-    spool = Spool(
-        s.spool_dir / spool_folder(s.namespace, s.session, s.session_uid),
-        max_bytes=s.spool_max_mb << 20,
-    )
+    folder = spool_folder(s.namespace, s.session, s.session_uid)
+    spool = Spool(s.spool_dir / folder, max_bytes=s.spool_max_mb << 20)
+    # Folders of the old form (no session UID) beside ours, long idle: nobody ships them.
+    spool_sweep.sweep_legacy(s.spool_dir, keep=folder)
     names = list(s.collectors)
     if s.gpu_socket and "gpu" not in names:
         names.append("gpu")

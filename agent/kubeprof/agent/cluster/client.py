@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from kubeprof.protocol import routes
@@ -53,13 +55,40 @@ def classify(status: int) -> Outcome:
     return Outcome.RETRY
 
 
-class OperatorClient:
-    """Calls the operator's API with one bearer token; every answer is an `Answer`."""
+class TokenFile:
+    """A bearer token read from its file at every request: the kubelet rewrites a projected
+    ServiceAccount token before it expires, so a copy read once would stop working. When
+    the file cannot be read for a moment (being swapped), the last token read is used."""
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._last = ""
+        self()
+
+    def __call__(self) -> str:
+        try:
+            self._last = self.path.read_text().strip()
+        except OSError:
+            if not self._last:
+                raise
+        return self._last
+
+
+class OperatorClient:
+    """Calls the operator's API with one bearer token (a string, or a callable giving the
+    current one); every answer is an `Answer`."""
+
+    def __init__(
+        self, base_url: str, token: str | Callable[[], str], *, timeout_s: float = 30.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._auth = f"Bearer {token}"
+        self._token = token
         self.timeout_s = timeout_s
+
+    @property
+    def _auth(self) -> str:
+        token = self._token if isinstance(self._token, str) else self._token()
+        return f"Bearer {token}"
 
     def call(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Answer:
         """One request; a network error is an answer with status 0 (RETRY), never raised."""
@@ -89,7 +118,13 @@ class IngestClient(OperatorClient):
     """Talks to one session's ingest endpoints with the session's bearer token."""
 
     def __init__(
-        self, base_url: str, namespace: str, session: str, token: str, *, timeout_s: float = 30.0
+        self,
+        base_url: str,
+        namespace: str,
+        session: str,
+        token: str | Callable[[], str],
+        *,
+        timeout_s: float = 30.0,
     ) -> None:
         super().__init__(base_url, token, timeout_s=timeout_s)
         self.namespace, self.session = namespace, session

@@ -75,8 +75,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         "--token-file",
         type=Path,
         default=s.token_file,
-        help="file holding the session's ingest token, mounted from the "
-        f"session's Secret (env {e('token_file')}, default %(default)s)",
+        help="file holding the agent's ingest token, read at every request: its pod's "
+        "projected ServiceAccount token (rotated by the kubelet), or the session's "
+        f"shared token from its Secret (env {e('token_file')}, default %(default)s)",
     )
     p.add_argument(
         "--spool-dir",
@@ -245,11 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kubeprof agent: error: {problem}", file=sys.stderr)
         return 2
 
-    from kubeprof.agent.cluster.agent import read_token
     from kubeprof.agent.cluster.assemble import build_node_agent
+    from kubeprof.agent.cluster.client import TokenFile
 
+    # Read at every request: a projected ServiceAccount token is rotated by the kubelet.
     agent = build_node_agent(
-        _settings(args), read_token(args.token_file), static_targets=tuple(args.pod_uid)
+        _settings(args), TokenFile(args.token_file), static_targets=tuple(args.pod_uid)
     )
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -87,6 +87,16 @@ def read_symbols(path: str, open_path: str | None = None) -> ElfSymbols:
         raise ElfError(f"{path}: truncated ELF ({e})") from e
 
 
+def parse_symbols(path: str, data: bytes) -> ElfSymbols:
+    """`read_symbols` of an ELF image already in memory (the vDSO); raise ElfError."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ElfError(f"{path}: not a 64-bit little-endian ELF image")
+    try:
+        return _parse(path, data)
+    except struct.error as e:
+        raise ElfError(f"{path}: truncated ELF ({e})") from e
+
+
 def _parse(path: str, data: bytes) -> ElfSymbols:
     (e_type,) = struct.unpack_from("<H", data, 16)
     e_phoff, e_shoff = struct.unpack_from("<QQ", data, 32)

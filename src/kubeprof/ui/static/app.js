@@ -270,7 +270,7 @@
       var found = d.findings[i].length ? d.findings[i] : ["none"];
       return el("div", { "class": "kp-diff-side", id: "kp-side-" + tag }, [
         el("h2", { text: tag + ": " + d.sessions[i] }),
-        el("p", { "class": "kp-note", text: d.duration_s[i].toFixed(1) + " s" }),
+        el("p", { "class": "kp-note", text: d.duration_s[i].toFixed(1) + " s; CPU rows: " + d.cpu_window[i] }),
         el("p", { "class": "kp-diff-idle", text: d.gpu_idle[i] }),
         el("ul", { "class": "kp-diff-findings" }, found.map(function (f) { return el("li", { text: f }); }))]);
     }));
