@@ -53,7 +53,7 @@ def test_gpu_rows_stored_before_launch_times_read_as_not_recorded(tmp_path):
         "registers, shared_mem, bytes"
     )
     with engine.begin() as conn:
-        migrate.upgrade(conn, "shared_gc")
+        migrate.upgrade(conn, "batch_interned")
         conn.execute(
             text(
                 "INSERT INTO sessions (id, name, kind, command, hz, host, status, "
@@ -72,6 +72,6 @@ def test_gpu_rows_stored_before_launch_times_read_as_not_recorded(tmp_path):
         rows = conn.execute(text("SELECT launch_ns, launch_tid FROM gpu_activities")).all()
         assert [tuple(r) for r in rows] == [(0, 0)]
     with engine.begin() as conn:
-        migrate.downgrade(conn, "shared_gc")
+        migrate.downgrade(conn, "batch_interned")
         assert "launch_ns" not in {c["name"] for c in inspect(conn).get_columns("gpu_activities")}
         assert conn.execute(text("SELECT count(*) FROM gpu_activities")).scalar() == 1

@@ -1,7 +1,7 @@
 """launch_time: when and on which thread each GPU record's launching API call was made
 
 Revision ID: launch_time
-Revises: shared_gc
+Revises: batch_interned
 
 `launch_ns` (host CLOCK_MONOTONIC, as CPU samples) and `launch_tid` (the host's thread id)
 come from the tracer's launch rows since GPU wire version 2; 0 where they were not recorded,
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "launch_time"
-down_revision = "shared_gc"
+down_revision = "batch_interned"
 branch_labels = None
 depends_on = None
 
