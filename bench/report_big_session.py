@@ -6,17 +6,19 @@ Usage: .venv/bin/python bench/report_big_session.py [--kernels 1000000] [--sampl
 
 The session is bench/analysis_scale.py's: a training loop of 50 kernels per step (10 names,
 20 µs each, 5 µs gaps) with a 50 ms host step, and `threads` threads of the launching
-process sampled at 99 Hz over the same span, 1,000 distinct stacks. It is written through
-`Store.write_batch` (the path `kubeprof record` and the operator's ingest use) into
-PostgreSQL 15: the --pg-url database, or a server started in a temp folder.
+process sampled at 99 Hz over the same span, 1,000 distinct stacks. The server makes its
+rows itself (`write_session`: the rows `Store.write_batch` would store, in minutes rather
+than hours at 10 M samples) in PostgreSQL 15: the --pg-url database, or a server started in
+a temp folder.
 
 Measured, each as a fresh process as a user runs it (Python start-up and loading from the
 store included), wall time and the child's peak RSS (wait4):
   report text   kubeprof report --store URL SESSION --format text --out FILE
   report json   kubeprof report --store URL SESSION --format json --out FILE
   ui            kubeprof ui --store URL --listen 127.0.0.1:P: from the process's start until
-                the session page's first flame graph is answered (the page's two requests in
-                its order: the summary, then /flamegraph?view=cpu), and the two alone.
+                the session page's first flame graph is answered (the page's two requests as
+                it sends them, at once: the summary, ?whole-session=1, and the flame graph,
+                /flamegraph?view=cpu), and each request from when both were sent.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -35,16 +38,28 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind, GpuActivity  # noqa: E402
+import psycopg  # noqa: E402
+
+from kubeprof.model import (  # noqa: E402
+    Batch,
+    CpuSample,
+    Frame,
+    FrameKind,
+    GpuActivity,
+    Stack,
+    stack_hash,
+)
 from kubeprof.storage import Store  # noqa: E402
+from kubeprof.storage.stack_counts import BUCKET_NS  # noqa: E402
 
 KUBEPROF = [sys.executable, "-m", "kubeprof.cli"]
 PER_STEP, KERNEL_NS, GAP_NS, HOST_NS = 50, 20_000, 5_000, 50_000_000
 HZ, PID, BATCH = 99, 4242, 50_000
+T0 = 1_000_000_000
 
 
-def write_session(url: str, kernels: int, samples: int, threads: int) -> tuple[str, float]:
-    """Write the session; returns its name and the seconds writing took."""
+def session_shape() -> tuple[Stack, list[Stack], list[str]]:
+    """The launch stack, the 1,000 CPU stacks and the 10 kernel names."""
     script = "/app/train.py"
     launch = (
         Frame("<module>", FrameKind.PYTHON, script, 90),
@@ -55,12 +70,23 @@ def write_session(url: str, kernels: int, samples: int, threads: int) -> tuple[s
     stacks = [
         (root, Frame(f"fn_{i}", FrameKind.PYTHON, f"/app/mod_{i % 37}.py", i)) for i in range(1000)
     ]
-    names = [f"kernel_{i}" for i in range(10)]
+    return launch, stacks, [f"kernel_{i}" for i in range(10)]
+
+
+def end_of(kernels: int) -> int:
+    """The session's last timestamp: one kernel period after the last kernel's start."""
+    return T0 + kernels * (KERNEL_NS + GAP_NS) + max(kernels - 1, 0) // PER_STEP * HOST_NS
+
+
+def write_session_batches(url: str, kernels: int, samples: int, threads: int) -> str:
+    """The session written through `Store.write_batch` (the path `kubeprof record` and the
+    operator's ingest use): slow (about 1 M rows in 10 min here), kept to check that
+    `write_session` stores the same rows."""
+    launch, stacks, names = session_shape()
     store = Store.open(url)
     name = f"big-{time.time_ns()}"
     sid = store.create_session(name, hz=HZ, command="python /app/train.py")
-    t_write = time.perf_counter()
-    t0 = t = 1_000_000_000
+    t = T0
     acts: list[GpuActivity] = []
     for i in range(kernels):
         if i and i % PER_STEP == 0:
@@ -74,19 +100,88 @@ def write_session(url: str, kernels: int, samples: int, threads: int) -> tuple[s
             acts = []
     if acts:
         store.write_batch(sid, Batch(gpu_activities=tuple(acts)))
-    t1 = t
     per = samples // threads
-    step = (t1 - t0) // per
+    step = (end_of(kernels) - T0) // per
     for j0 in range(0, per, BATCH // threads):
         rows = tuple(
             CpuSample(
-                t0 + k + j * step, PID, PID + k, f"worker-{k}", k % 2, stacks[(j * 7 + k) % 1000]
+                T0 + k + j * step, PID, PID + k, f"worker-{k}", k % 2, stacks[(j * 7 + k) % 1000]
             )
             for j in range(j0, min(per, j0 + BATCH // threads))
             for k in range(threads)
         )
         store.write_batch(sid, Batch(samples=rows))
-    store.finish_session(sid, end_ns=t1)
+    store.finish_session(sid, end_ns=end_of(kernels))
+    store.close()
+    return name
+
+
+def write_session(url: str, kernels: int, samples: int, threads: int) -> tuple[str, float]:
+    """Write the session; returns its name and the seconds writing took.
+
+    The same rows as `write_session_batches` (kernel i starts at T0 + i x 25 us + its step's
+    host gaps; sample j of thread k at T0 + k + j x step with stack (7j + k) mod 1000), made
+    by the server itself (generate_series) and the `stack_counts` rows counted from them in
+    SQL, so 10 M samples take minutes instead of hours. Only the stacks are interned from
+    Python, by the store's own interner."""
+    launch, stacks, _ = session_shape()
+    store = Store.open(url)
+    name = f"big-{time.time_ns()}"
+    sid = store.create_session(name, hz=HZ, command="python /app/train.py")
+    t_write = time.perf_counter()
+    with store.engine.begin() as conn:
+        ids = store.interner.stack_ids_for(conn, [launch, *stacks])
+    launch_id = ids[stack_hash(launch)]
+    cpu_ids = [ids[stack_hash(s)] for s in stacks]
+    per = samples // threads
+    step = (end_of(kernels) - T0) // per if per else 0
+    sql = [
+        (
+            "INSERT INTO gpu_activities (session_id, node, kind, name, demangled, start_ns,"
+            " end_ns, device, pid, correlation_id, stream, grid_x, grid_y, grid_z, block_x,"
+            " block_y, block_z, registers, shared_mem, bytes, stack_id)"
+            " SELECT %(sid)s, '', 'kernel', 'kernel_' || (i %% 10), '', s, s + %(kns)s, 0,"
+            " %(pid)s, i, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, %(launch)s FROM ("
+            "  SELECT i, %(t0)s + i * %(period)s + (i / %(per_step)s) * %(host)s AS s"
+            "  FROM generate_series(0::bigint, %(kernels)s - 1) AS i) AS k ORDER BY i"
+        ),
+        (
+            "INSERT INTO samples (session_id, node, ts_ns, pid, tid, cpu, thread, stack_id)"
+            " SELECT %(sid)s, '', %(t0)s + k + j * %(step)s, %(pid)s, %(pid)s + k, k %% 2,"
+            " 'worker-' || k, (%(cpu_ids)s::bigint[])[(j * 7 + k) %% 1000 + 1]"
+            " FROM generate_series(0::bigint, %(per)s - 1) AS j,"
+            " generate_series(0::bigint, %(threads)s - 1) AS k ORDER BY j, k"
+        ),
+        (
+            "INSERT INTO stack_counts (session_id, bucket, node, pid, tid, stack_id, thread,"
+            " samples) SELECT session_id, b, node, pid, tid, stack_id, max(thread), count(*)"
+            " FROM samples, LATERAL (VALUES (-1::bigint), (ts_ns / %(bucket)s)) AS v(b)"
+            " WHERE session_id = %(sid)s GROUP BY session_id, b, node, pid, tid, stack_id"
+        ),
+    ]
+    args = {
+        "sid": sid,
+        "kns": KERNEL_NS,
+        "pid": PID,
+        "launch": launch_id,
+        "t0": T0,
+        "period": KERNEL_NS + GAP_NS,
+        "per_step": PER_STEP,
+        "host": HOST_NS,
+        "kernels": kernels,
+        "step": step,
+        "cpu_ids": cpu_ids,
+        "per": per,
+        "threads": threads,
+        "bucket": BUCKET_NS,
+    }
+    raw = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+    with raw, raw.cursor() as cur:
+        cur.execute("SET work_mem = '256MB'")
+        for stmt in sql:
+            cur.execute(stmt, args)
+        cur.execute("ANALYZE")
+    store.finish_session(sid, end_ns=end_of(kernels))
     store.close()
     return name, time.perf_counter() - t_write
 
@@ -160,15 +255,28 @@ def time_ui(url: str, session: str) -> tuple[float, float, float, int]:
                     raise SystemExit("kubeprof ui exited") from None
                 time.sleep(0.05)
         t1 = time.perf_counter()
-        get(f"{base}/api/v1/sessions/local/{session}")
-        t2 = time.perf_counter()
-        body = get(f"{base}/api/v1/sessions/local/{session}/flamegraph?view=cpu")
-        t3 = time.perf_counter()
+        # as the page asks: the summary and the flame graph at once (app.js sessionPage)
+        done: dict[str, tuple[float, bytes]] = {}
+
+        def ask(what: str, path: str) -> None:
+            body = get(base + path)
+            done[what] = (time.perf_counter(), body)
+
+        page = f"/api/v1/sessions/local/{session}"
+        asks = [
+            threading.Thread(target=ask, args=("summary", page + "?whole-session=1")),
+            threading.Thread(target=ask, args=("flame", page + "/flamegraph?view=cpu")),
+        ]
+        for th in asks:
+            th.start()
+        for th in asks:
+            th.join()
+        (t_sum, _), (t_flame, body) = done["summary"], done["flame"]
         assert b"fn_" in body, body[:300]
     finally:
         p.terminate()
         _, err = p.communicate(timeout=60)
-    return t3 - t0, t2 - t1, t3 - t2, peak_of(err)
+    return t_flame - t0, t_sum - t1, t_flame - t1, peak_of(err)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from kubeprof.analysis.cpu_window import samples_in, window_stacks
 from kubeprof.analysis.findings import Window, analyse
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_stacks
+from kubeprof.gc_pause import gc_paused
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 from kubeprof.reportdata import CPU_WINDOW, Profile, Report, WeightedStack
 from kubeprof.storage import Store
@@ -174,6 +175,13 @@ def load_report(
     CPython's own frames are folded out of stacks with Python frames unless
     `keep_interpreter` (analysis.interpreter_frames says why). The CPU view follows the
     window the GPU analysis judged unless `whole_session` (`cpu_follows_window`)."""
+    with gc_paused():  # kubeprof.gc_pause says why
+        return _prepared(conn, info, keep_interpreter, whole_session)
+
+
+def _prepared(
+    conn: Connection, info: q.SessionInfo, keep_interpreter: bool, whole_session: bool
+) -> Report:
     profile = q.load_profile(conn, info)
     if not keep_interpreter:
         profile = fold_profile(profile)

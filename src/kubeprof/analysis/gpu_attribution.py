@@ -79,22 +79,38 @@ def attribution(
 ) -> Attribution:
     """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
     tot = att = n = na = via = bwd = xla = 0
+    # Launch stacks are shared tuples (one per distinct stack): classify each tuple once.
+    seen: dict[int, int] = {}  # id(stack) -> 0 unattributed, 1 own line, 2 main, 3 bwd, 4 xla
     for a in activities:
         if a.kind in kinds:
             d = a.end_ns - a.start_ns
             tot += d
             n += 1
-            if has_python_stack(a.stack):
+            how = seen.get(id(a.stack))
+            if how is None:
+                how = seen[id(a.stack)] = _how(a.stack)
+            if how:
                 att += d
                 na += 1
-                marker = _marker(a.stack)
-                if marker.startswith(FOREIGN_PREFIX):
+                if how == 2:
                     via += d
-                elif marker.startswith(BACKWARD_PREFIX):
+                elif how == 3:
                     bwd += d
-                elif marker.startswith(XLA_PREFIX):
+                elif how == 4:
                     xla += d
     return Attribution(tot, att, n, na, via, bwd, xla)
+
+
+def _how(stack: Stack) -> int:
+    """How a launch stack attributes its kernel: 0 not at all (no Python frame), 1 to its
+    own line, 2 through the main-thread fallback, 3 backward, 4 XLA (``attribution``)."""
+    if not has_python_stack(stack):
+        return 0
+    marker = _marker(stack)
+    for how, prefix in ((2, FOREIGN_PREFIX), (3, BACKWARD_PREFIX), (4, XLA_PREFIX)):
+        if marker.startswith(prefix):
+            return how
+    return 1
 
 
 def _marker(stack: Stack) -> str:
@@ -118,7 +134,11 @@ def gpu_stacks(
 ) -> tuple[WeightedStack, ...]:
     """WeightedStacks for Profile.gpu: one per (process, device, stack); value = GPU ns."""
     names = process_names or {}
-    acc: dict[tuple[int, int, Stack], list[int]] = defaultdict(lambda: [0, 0])
+    # Grouped by the launch stack's identity first (activities share one tuple per distinct
+    # stack; hashing a stack hashes every frame), then by value in first-seen order.
+    by_ref: dict[tuple[int, int, int, int], list[int]] = {}
+    launches: dict[int, Stack] = {}
+    leaves: dict[int, Frame] = {}
     leaf_cache: dict[tuple[str, str, str], Frame] = {}
     for a in activities:
         if a.kind not in kinds:
@@ -127,10 +147,21 @@ def gpu_stacks(
         leaf = leaf_cache.get(key)
         if leaf is None:
             leaf = leaf_cache[key] = gpu_frame(a)
-        launch = a.stack if has_python_stack(a.stack) else (UNATTRIBUTED, *a.stack)
-        slot = acc[(a.pid, a.device, (*launch, leaf))]
+            leaves[id(leaf)] = leaf
+        ref = (a.pid, a.device, id(a.stack), id(leaf))
+        slot = by_ref.get(ref)
+        if slot is None:
+            launches.setdefault(id(a.stack), a.stack)
+            slot = by_ref[ref] = [0, 0]
         slot[0] += 1
         slot[1] += a.end_ns - a.start_ns
+    acc: dict[tuple[int, int, Stack], list[int]] = defaultdict(lambda: [0, 0])
+    for (pid, device, stack_ref, leaf_ref), (n, ns) in by_ref.items():
+        st = launches[stack_ref]
+        launch = st if has_python_stack(st) else (UNATTRIBUTED, *st)
+        slot = acc[(pid, device, (*launch, leaves[leaf_ref]))]
+        slot[0] += n
+        slot[1] += ns
     out = [
         WeightedStack(
             stack=stack,

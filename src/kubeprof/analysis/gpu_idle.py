@@ -23,8 +23,6 @@ from kubeprof.analysis.gpu_timeline import (
     BUSY_KINDS,
     Interval,
     busy_by_device,
-    clip,
-    total,
 )
 from kubeprof.analysis.steady_idle import CUPTI, NVML, IdleFigure
 from kubeprof.model import GpuActivity, GpuMetricSample
@@ -46,31 +44,55 @@ class IdleRatio:
         return 1.0 - self.busy_ns / self.window_ns if self.window_ns > 0 else 0.0
 
 
-def _ratio(busy: dict[int, list[Interval]], start: int, end: int) -> IdleRatio:
+def ratio_in(busy: gpu_trace.BusyIndex, start: int, end: int) -> IdleRatio:
+    """Idle ratio over [start, end) of all the devices in an index (bisections only)."""
     span = max(0, end - start)
-    used = sum(total(clip(iv, start, end)) for iv in busy.values())
-    return IdleRatio(used, span * len(busy), len(busy))
+    n = len(busy.intervals)
+    return IdleRatio(busy.ns(start, end), span * n, n)
+
+
+def device_ratios(busy: gpu_trace.BusyIndex, start: int, end: int) -> dict[int, IdleRatio]:
+    """Idle ratio over [start, end) of each device in an index."""
+    span = max(0, end - start)
+    return {dev: IdleRatio(busy.device_ns(dev, start, end), span, 1) for dev in busy.intervals}
+
+
+def busy_by_process(
+    activities: Sequence[GpuActivity],
+    kinds: frozenset[str] = BUSY_KINDS,
+    *,
+    every: gpu_trace.BusyIndex | None = None,
+) -> dict[int, gpu_trace.BusyIndex]:
+    """Busy intervals of each process that ran any of ``kinds``, indexed (one pass each).
+
+    ``every``: the index of all of them together, when the caller has it: a session of one
+    process (the usual one) is that index."""
+    pids = {a.pid for a in activities if a.kind in kinds}
+    if every is not None and len(pids) == 1:
+        return {pids.pop(): every}
+    per_pid: dict[int, list[GpuActivity]] = defaultdict(list)
+    for a in activities:
+        if a.kind in kinds:
+            per_pid[a.pid].append(a)
+    return {
+        pid: gpu_trace.index_busy(busy_by_device(acts, kinds=kinds))
+        for pid, acts in sorted(per_pid.items())
+    }
 
 
 def by_device(
     activities: Sequence[GpuActivity], start: int, end: int, kinds: frozenset[str] = BUSY_KINDS
 ) -> dict[int, IdleRatio]:
     """Idle ratio of each device that ran anything, over [start, end)."""
-    busy = busy_by_device(activities, kinds=kinds)
-    return {dev: _ratio({dev: iv}, start, end) for dev, iv in busy.items()}
+    return device_ratios(gpu_trace.index_busy(busy_by_device(activities, kinds=kinds)), start, end)
 
 
 def by_process(
     activities: Sequence[GpuActivity], start: int, end: int, kinds: frozenset[str] = BUSY_KINDS
 ) -> dict[int, IdleRatio]:
     """Idle ratio of each process over [start, end) on the devices it used."""
-    per_pid: dict[int, list[GpuActivity]] = defaultdict(list)
-    for a in activities:
-        if a.kind in kinds:
-            per_pid[a.pid].append(a)
     return {
-        pid: _ratio(busy_by_device(acts, kinds=kinds), start, end)
-        for pid, acts in sorted(per_pid.items())
+        pid: ratio_in(busy, start, end) for pid, busy in busy_by_process(activities, kinds).items()
     }
 
 
@@ -78,7 +100,7 @@ def session(
     activities: Sequence[GpuActivity], start: int, end: int, kinds: frozenset[str] = BUSY_KINDS
 ) -> IdleRatio:
     """Idle ratio over all devices used in the session."""
-    return _ratio(busy_by_device(activities, kinds=kinds), start, end)
+    return ratio_in(gpu_trace.index_busy(busy_by_device(activities, kinds=kinds)), start, end)
 
 
 def window(activities: Sequence[GpuActivity]) -> Interval:

@@ -14,6 +14,7 @@ from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
 from kubeprof.analysis.gpu_idle import IdleFigure, IdleRatio
 from kubeprof.analysis.gpu_timeline import buckets, busy_by_device
+from kubeprof.analysis.gpu_trace import index_busy
 from kubeprof.analysis.top_kernels import KernelStat, top_kernels
 from kubeprof.model import GpuActivity, GpuMetricSample, WeightedStack
 
@@ -89,18 +90,20 @@ def gpu_summary(
     )
     att = attribution(activities)
     busy = busy_by_device(activities)
+    whole = index_busy(busy)  # one merge and index, asked about both windows
+    per_pid = gpu_idle.busy_by_process(activities, every=whole)
     tl_end = max(s1, a1)
     return GpuSummary(
         session_start_ns=s0,
         session_end_ns=s1,
         active_start_ns=a0,
         active_end_ns=a1,
-        session=gpu_idle.session(activities, s0, s1),
+        session=gpu_idle.ratio_in(whole, s0, s1),
         headline=headline,
-        devices=gpu_idle.by_device(activities, s0, s1),
-        devices_active=gpu_idle.by_device(activities, a0, a1),
-        processes=gpu_idle.by_process(activities, s0, s1),
-        processes_active=gpu_idle.by_process(activities, a0, a1),
+        devices=gpu_idle.device_ratios(whole, s0, s1),
+        devices_active=gpu_idle.device_ratios(whole, a0, a1),
+        processes={pid: gpu_idle.ratio_in(b, s0, s1) for pid, b in per_pid.items()},
+        processes_active={pid: gpu_idle.ratio_in(b, a0, a1) for pid, b in per_pid.items()},
         top_kernels=tuple(top_kernels(activities, top)),
         kernels=att.count,
         kernel_ns=att.total_ns,

@@ -36,18 +36,21 @@ class BusyIndex:
 
     def ns(self, start: int, end: int) -> int:
         """Busy time in [start, end), summed over devices."""
-        out = 0
-        for dev, iv in self.intervals.items():
-            i, j = self.slice(dev, start, end)
-            if i >= j:
-                continue
-            cum = self.index[dev][1]
-            inner = cum[j] - cum[i]
-            inner -= max(0, start - iv[i][0]) + max(0, iv[j - 1][1] - end)
-            if i == j - 1 and inner < 0:
-                inner = min(iv[i][1], end) - max(iv[i][0], start)
-            out += max(0, inner)
-        return out
+        return sum(self.device_ns(dev, start, end) for dev in self.intervals)
+
+    def device_ns(self, dev: int, start: int, end: int) -> int:
+        """Busy time of one device in [start, end): two bisections and the running totals
+        (the same as clipping every interval to the window and adding them up)."""
+        iv = self.intervals[dev]
+        i, j = self.slice(dev, start, end)
+        if i >= j:
+            return 0
+        cum = self.index[dev][1]
+        inner = cum[j] - cum[i]
+        inner -= max(0, start - iv[i][0]) + max(0, iv[j - 1][1] - end)
+        if i == j - 1 and inner < 0:
+            inner = min(iv[i][1], end) - max(iv[i][0], start)
+        return max(0, inner)
 
     def slice(self, dev: int, start: int, end: int) -> tuple[int, int]:
         """Index range of the device's busy intervals that overlap [start, end)."""
@@ -60,7 +63,11 @@ class BusyIndex:
 
 def busy_index(work: Sequence[GpuActivity]) -> BusyIndex:
     """Index of the union of ``work`` (sorted by start) per device."""
-    busy = _merge_sorted(work)
+    return index_busy(_merge_sorted(work))
+
+
+def index_busy(busy: dict[int, list[Interval]]) -> BusyIndex:
+    """Index of merged busy intervals per device (running totals for window questions)."""
     index = {}
     for dev, iv in busy.items():
         cum = [0]

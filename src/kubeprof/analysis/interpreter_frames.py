@@ -37,18 +37,22 @@ def fold_stack(stack: Stack) -> Stack:
     """The stack without interpreter frames, if it has a Python frame; else unchanged."""
     if not any(f.kind is FrameKind.PYTHON for f in stack):
         return stack
-    return tuple(f for f in stack if not is_interpreter_frame(f))
+    kept = tuple(f for f in stack if not is_interpreter_frame(f))
+    return stack if len(kept) == len(stack) else kept
 
 
 def fold_stacks(stacks: tuple[WeightedStack, ...]) -> tuple[WeightedStack, ...]:
     """Fold each stack; stacks of one thread that become equal are merged, first-seen order."""
     merged: dict[tuple[object, ...], WeightedStack] = {}
+    folds: dict[int, Stack] = {}  # by the stack tuple's identity: threads share stack tuples
     for ws in stacks:
-        folded = fold_stack(ws.stack)
+        folded = folds.get(id(ws.stack))
+        if folded is None:
+            folded = folds[id(ws.stack)] = fold_stack(ws.stack)
         key = (folded, ws.pid, ws.tid, ws.thread, ws.process)
         prev = merged.get(key)
         if prev is None:
-            merged[key] = replace(ws, stack=folded)
+            merged[key] = ws if folded is ws.stack else replace(ws, stack=folded)
         else:
             merged[key] = replace(
                 prev, samples=prev.samples + ws.samples, value_ns=prev.value_ns + ws.value_ns

@@ -273,6 +273,9 @@ def _anchor(work: Sequence[GpuActivity], starts: Sequence[int]) -> _Candidate | 
     """
     by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
     ids: dict[tuple[str, tuple[int, int, int], tuple[int, int, int]], int] = {}
+    # Records share their grid and block tuples (storage loads one per shape): look the
+    # identity up by the tuples' own identity first, hashing their values once each.
+    by_ref: dict[tuple[str, int, int], int] = {}
     cum = [0]
     acc = 0
     last_end = 0
@@ -282,7 +285,10 @@ def _anchor(work: Sequence[GpuActivity], starts: Sequence[int]) -> _Candidate | 
         # name in many configurations). Keyed also by the class of gap before it: the first
         # kernel of a step that launches one kernel many times follows the host gap
         # (coarse classes, and powers of two for gaps within a class).
-        ident = ids.setdefault((k.name, k.grid, k.block), len(ids))
+        ref = (k.name, id(k.grid), id(k.block))
+        ident = by_ref.get(ref)
+        if ident is None:
+            ident = by_ref[ref] = ids.setdefault((k.name, k.grid, k.block), len(ids))
         gap = k.start_ns - last_end
         by_key[(ident, -1)].append(i)
         by_key[(ident, 0 if gap < low else 1 if gap < high else 2)].append(i)
@@ -294,12 +300,13 @@ def _anchor(work: Sequence[GpuActivity], starts: Sequence[int]) -> _Candidate | 
     cands = []
     seen: set[tuple[int, int, int, int]] = set()
     names = {v: name for (name, _, _), v in ids.items()}
+    kernel_names = [k.name for k in work]
     for (ident, _), idx in by_key.items():
         # the same occurrences under another key (every gap in one class): look once
         same = (ident, len(idx), idx[0], idx[-1])
         if len(idx) >= MIN_OCCURRENCES and same not in seen:
             seen.add(same)
-            cand = _regular_span(names[ident], idx, work, starts, cum)
+            cand = _regular_span(names[ident], idx, kernel_names, starts, cum)
             if cand is not None:
                 cands.append(cand)
     repeats: dict[tuple[int, int], bool] = {}
@@ -313,14 +320,15 @@ def _anchor(work: Sequence[GpuActivity], starts: Sequence[int]) -> _Candidate | 
 
 
 def _regular_span(
-    name: str, idx: list[int], kernels: Sequence[GpuActivity], starts: Sequence[int], cum: list[int]
+    name: str, idx: list[int], kernels: Sequence[str], starts: Sequence[int], cum: list[int]
 ) -> _Candidate | None:
+    """The candidate anchored on ``idx`` (its occurrences; ``kernels``: every record's name)."""
     pairs = list(itertools.pairwise(idx))
     periods = [starts[b] - starts[a] for a, b in pairs]
     counts = [b - a for a, b in pairs]
     work = [cum[b] - cum[a] for a, b in pairs]  # kernel time per period
     # The kernels right after and right before the anchor: the same step's neighbours.
-    around = [(kernels[a + 1].name, kernels[b - 1].name) for a, b in pairs]
+    around = [(kernels[a + 1], kernels[b - 1]) for a, b in pairs]
     median = sorted(periods)[len(periods) // 2]
     usual = sorted(counts)[len(counts) // 2]
     usual_work = sorted(work)[len(work) // 2]

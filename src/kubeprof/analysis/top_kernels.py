@@ -43,7 +43,7 @@ def top_kernels(
     for raw, acts in groups.items():
         durs = [a.end_ns - a.start_ns for a in acts]
         tot = sum(durs)
-        configs = Counter((a.grid, a.block) for a in acts)
+        configs = _configs(acts)
         (grid, block), _ = configs.most_common(1)[0]
         demangled = acts[0].demangled or raw
         stats.append(
@@ -69,3 +69,14 @@ def top_kernels(
         raise ValueError(f"by must be one of {sorted(key)}")
     stats.sort(key=lambda s: (-key[by](s), s.raw))
     return stats[:n]
+
+
+def _configs(acts: list[GpuActivity]) -> Counter[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Launches per (grid, block), in first-seen order. Counted by the tuples' identity
+    first (records share one tuple per shape), so each launch costs no tuple hashing."""
+    by_ref: Counter[tuple[int, int]] = Counter((id(a.grid), id(a.block)) for a in acts)
+    shape = {(id(a.grid), id(a.block)): (a.grid, a.block) for a in acts}
+    out: Counter[tuple[tuple[int, int, int], tuple[int, int, int]]] = Counter()
+    for ref, n in by_ref.items():
+        out[shape[ref]] += n
+    return out

@@ -7,7 +7,6 @@ functions, so both analyse the same rows.
 from __future__ import annotations
 
 import json
-from array import array
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -17,11 +16,12 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
-from kubeprof.analysis.cpu_samples import SampleColumns, ThreadSamples
+from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.model import GpuActivity, GpuMetricSample, GpuTracerState, Stack
 from kubeprof.reportdata import Profile, WeightedStack
 from kubeprof.storage import offcpu
 from kubeprof.storage import stack_counts as sc
+from kubeprof.storage.bulk_read import driver_rows, thread_columns
 from kubeprof.storage.intern import load_stacks
 from kubeprof.storage.models import (
     CounterRow,
@@ -227,41 +227,47 @@ def _gpu_activity_rows(
     (its own clock), for the rolling figure.
     """
     t = GpuActivityRow.__table__
-    q = select(t).where(t.c.session_id == session_id)
+    c = t.c
+    q = select(
+        c.node,
+        c.kind,
+        c.name,
+        c.start_ns,
+        c.end_ns,
+        c.device,
+        c.pid,
+        c.correlation_id,
+        c.stream,
+        c.demangled,
+        c.grid_x,
+        c.grid_y,
+        c.grid_z,
+        c.block_x,
+        c.block_y,
+        c.block_z,
+        c.registers,
+        c.shared_mem,
+        c.bytes,
+        c.stack_id,
+        c.launch_ns,
+        c.launch_tid,
+    ).where(c.session_id == session_id)
     if node is not None:
-        q = q.where(t.c.node == node)
+        q = q.where(c.node == node)
     if since_ns is not None:
-        q = q.where(t.c.end_ns >= since_ns)
-    q = q.order_by(t.c.start_ns, t.c.id)
-    rows = conn.execute(q).all()
-    by_id = (
-        load_stacks(conn, (r.stack_id for r in rows if r.stack_id is not None)) if stacks else {}
-    )
-    return [
-        (
-            r.node,
-            GpuActivity(
-                kind=r.kind,
-                name=r.name,
-                start_ns=r.start_ns,
-                end_ns=r.end_ns,
-                device=r.device,
-                pid=r.pid,
-                correlation_id=r.correlation_id,
-                stream=r.stream,
-                demangled=r.demangled,
-                grid=(r.grid_x, r.grid_y, r.grid_z),
-                block=(r.block_x, r.block_y, r.block_z),
-                registers=r.registers,
-                shared_mem=r.shared_mem,
-                bytes=r.bytes,
-                stack=by_id.get(r.stack_id, ()) if r.stack_id is not None else (),
-                launch_ns=r.launch_ns,
-                launch_tid=r.launch_tid,
-            ),
-        )
-        for r in rows
-    ]
+        q = q.where(c.end_ns >= since_ns)
+    rows = driver_rows(conn, q.order_by(c.start_ns, c.id))
+    by_id = load_stacks(conn, {r[19] for r in rows if r[19] is not None}) if stacks else {}
+    dims: dict[tuple[int, ...], tuple[int, ...]] = {}  # one grid/block tuple per shape
+    out = []
+    # (node, GpuActivity's fields in order, grid and block flat, stack id, launch time, tid)
+    for r in rows:
+        grid, block, sid = r[10:13], r[13:16], r[19]
+        stack = by_id.get(sid, ()) if sid is not None else ()
+        grid, block = dims.setdefault(grid, grid), dims.setdefault(block, block)
+        act = GpuActivity(*r[1:10], grid, block, *r[16:19], stack, *r[20:22])  # type: ignore[call-arg]
+        out.append((r[0], act))
+    return out
 
 
 def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
@@ -502,33 +508,14 @@ def recent_gpu_records(
 def sample_columns(conn: Connection, session: SessionInfo) -> SampleColumns | None:
     """A session's CPU samples as columns for the analysis, per thread in time order.
 
-    Read straight from the samples table in (pid, tid, ts) order into ``array('q')`` columns,
-    so ten million samples never become objects. ``hz`` is the session's sampling rate and
+    Read per thread into ``array('q')`` columns (``bulk_read.thread_columns``), so ten
+    million samples never become objects. ``hz`` is the session's sampling rate and
     ``source`` its ``cpu_source`` meta (``bpf`` unless the py-spy fallback ran). None when
     the session has no CPU samples. Nodes are not told apart: a local session has one.
     """
-    t = SampleRow.__table__
-    q = (
-        select(t.c.pid, t.c.tid, t.c.thread, t.c.ts_ns, t.c.stack_id)
-        .where(t.c.session_id == session.id)
-        .order_by(t.c.pid, t.c.tid, t.c.ts_ns, t.c.id)
-    )
-    threads: list[ThreadSamples] = []
-    stack_index: dict[int, int] = {}
-    key: tuple[int, int] | None = None
-    name = ""
-    ts: array[int] = array("q")
-    ids: array[int] = array("q")
-    for pid, tid, thread, ts_ns, stack_id in conn.execute(q):
-        if (pid, tid) != key:
-            if key is not None:
-                threads.append(ThreadSamples(key[0], key[1], name, ts, ids))
-            key, name, ts, ids = (pid, tid), thread, array("q"), array("q")
-        ts.append(ts_ns)
-        ids.append(stack_index.setdefault(stack_id, len(stack_index)))
-    if key is None:
+    threads, stack_index = thread_columns(conn, session.id)
+    if not threads:
         return None
-    threads.append(ThreadSamples(key[0], key[1], name, ts, ids))
     loaded = load_stacks(conn, stack_index)
     stacks: list[Stack] = [()] * len(stack_index)
     for stack_id, i in stack_index.items():

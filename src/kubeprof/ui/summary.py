@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -48,10 +48,15 @@ PAGE = Prepared(whole_session=True)
 
 @dataclass
 class Cache:
-    """Summaries of finished sessions, computed once (the analysis reads every sample)."""
+    """Summaries of finished sessions, computed once (the analysis reads every sample).
+
+    One computation per session at a time: a request for a summary being computed (by the
+    background warm-up, or another request) waits for it instead of analysing it again,
+    which on a big session doubled the memory and halved everyone's share of the CPU."""
 
     summaries: dict[tuple[int, str, int, Prepared], dict[str, Any]]
     lock: threading.Lock
+    pending: dict[tuple[int, str, int, Prepared], threading.Lock] = field(default_factory=dict)
 
     @classmethod
     def new(cls) -> Cache:
@@ -66,6 +71,38 @@ class Cache:
             return
         with self.lock:
             self.summaries[(info.id, info.status, info.end_ns, how)] = value
+
+    def once(
+        self,
+        info: q.SessionInfo,
+        how: Prepared,
+        compute: Callable[[], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The cached summary, else ``compute()``'s, computed by one caller at a time per
+        session and view (a running session's is not kept: it changes)."""
+        if info.status == "running":
+            return compute()
+        key = (info.id, info.status, info.end_ns, how)
+        with self.lock:
+            if key in self.summaries:
+                return self.summaries[key]
+            gate = self.pending.get(key)
+            mine = gate is None
+            if gate is None:
+                gate = self.pending[key] = threading.Lock()
+                gate.acquire()
+        if not mine:
+            with gate:  # the one computing it is done (or failed: then compute here)
+                pass
+            return self.get(info, how) or compute()
+        try:
+            value = compute()
+            self.put(info, value, how)
+            return value
+        finally:
+            with self.lock:
+                del self.pending[key]
+            gate.release()
 
 
 def _pods(conn: Connection, info: q.SessionInfo) -> list[dict[str, str]]:
@@ -109,9 +146,12 @@ def summary(
     """The session page: header, findings (as data and as the report's own HTML), GPU
     section, top functions and kernels, and what the flame graph can be narrowed to; from
     the view `kubeprof report` prepares (`reporting.load_report`), with the same flags."""
-    cached = cache.get(info, how) if cache is not None else None
-    if cached is not None:
-        return cached
+    if cache is not None:
+        return cache.once(info, how, lambda: _summary(conn, info, how))
+    return _summary(conn, info, how)
+
+
+def _summary(conn: Connection, info: q.SessionInfo, how: Prepared) -> dict[str, Any]:
     report = load_report(
         conn, info, keep_interpreter=how.keep_interpreter, whole_session=how.whole_session
     )
@@ -121,8 +161,6 @@ def summary(
     out["pods"] = _pods(conn, info)
     out["gpus"] = _gpus(conn, info)
     out["prepared"] = {"keepInterpreter": how.keep_interpreter, "wholeSession": how.whole_session}
-    if cache is not None:
-        cache.put(info, out, how)
     return out
 
 

@@ -157,11 +157,30 @@
       if (keep.box.checked) p.set("keep-interpreter", "1"); else p.delete("keep-interpreter");
       location.search = p.toString();
     });
+    var sel = { pod: params.get("pod") || "", gpu: params.get("gpu") || "", from: params.get("from") || "", to: params.get("to") || "" };
+    function flameQuery(v) {
+      var q = new URLSearchParams();
+      q.set("view", v);
+      Object.keys(sel).forEach(function (k) { if (sel[k]) q.set(k, sel[k]); });
+      if (keep.box.checked) q.set("keep-interpreter", "1");
+      return q.toString();
+    }
+    // The flame graph is asked for at once, beside the summary: it reads pre-counted stacks
+    // and answers in a second, where the summary's analysis of a big session takes longer.
+    var early = { view: params.get("view") || "cpu" };
+    early.query = flameQuery(early.view);
+    early.answer = getJSON(base + "/flamegraph?" + early.query);
+    var earlyHolder = el("section", { "class": "kp-flame-holder" }, [el("h2", { text: "Flame graph" }),
+      el("p", { "class": "kp-note", id: "kp-analysing", text: "Analysing the session for its findings\u2026" })]);
+    app.textContent = "";
+    app.appendChild(earlyHolder);
+    early.answer.then(function (data) {
+      if (earlyHolder.parentNode) { showFlame(earlyHolder, data, early.view); legend(false); }
+    }, function () { /* shown again, with its error, once the summary has come */ });
     // The page is `kubeprof report NAME --whole-session`: its flame graph covers the whole
     // session (narrowed by time here), so the header and tables do too.
     getJSON(base + "?whole-session=1" + (keep.box.checked ? "&keep-interpreter=1" : "")).then(function (s) {
       var view = params.get("view") || (s.views.indexOf("cpu") >= 0 ? "cpu" : s.views[0]);
-      var sel = { pod: params.get("pod") || "", gpu: params.get("gpu") || "", from: params.get("from") || "", to: params.get("to") || "" };
       document.title = "kubeprof: " + ns + "/" + name;
       app.textContent = "";
       app.appendChild(el("h1", {}, [el("span", { "class": "kp-ns", text: ns + " / " }), name, " ", el("span", { "class": "kp-phase kp-phase-" + s.phase, text: s.phase })]));
@@ -216,12 +235,12 @@
 
       function update(search) {
         Array.prototype.forEach.call(viewBtns.children, function (b) { b.setAttribute("aria-pressed", String(b.dataset.view === view)); });
-        var q = new URLSearchParams();
-        q.set("view", view);
-        Object.keys(sel).forEach(function (k) { if (sel[k]) q.set(k, sel[k]); });
-        if (keep.box.checked) q.set("keep-interpreter", "1");
-        history.replaceState(null, "", location.pathname + "?" + q.toString());
-        getJSON(base + "/flamegraph?" + q.toString()).then(function (data) {
+        var q = flameQuery(view);
+        history.replaceState(null, "", location.pathname + "?" + q);
+        // the first graph: the answer already asked for, when it is of the same view
+        var answer = early && early.query === q ? early.answer : getJSON(base + "/flamegraph?" + q);
+        early = null;
+        answer.then(function (data) {
           showFlame(holder, data, view);
           legend(false);
           showTop(data.top);
