@@ -9,7 +9,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY=${1:-python3}
-SRC="$ROOT/agent/kubeprof/agent/gpu/_launchhook.c"
+SRC=${LAUNCHHOOK_SRC:-$ROOT/agent/kubeprof/agent/gpu/_launchhook.c}  # another copy: benchmarks
 OUTDIR=${2:-$(dirname "$SRC")}
 read -r INC OK < <("$PY" -c 'import sys, sysconfig as s; print(s.get_paths()["include"], int(sys.version_info >= (3, 10)))')
 CC=${CC:-cc}

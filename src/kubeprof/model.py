@@ -146,6 +146,11 @@ class GpuActivity:
     shared_mem: int = 0  # static + dynamic shared memory bytes
     bytes: int = 0  # bytes moved (memcpy/memset)
     stack: Stack = ()  # launching stack (Python -> CUDA API), root first; () if unknown
+    # When the launching API call was entered (host CLOCK_MONOTONIC ns, as CPU samples) and
+    # on which thread (the host's kernel thread id); 0 if not recorded (tracers before wire
+    # version 2, every fixture recorded before them)
+    launch_ns: int = 0
+    launch_tid: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,8 @@ def test_postgres_store_round_trip_and_shared_interning(postgres_dsn):
         pid=7,
         correlation_id=1,
         stack=stacks[0],
+        launch_ns=3,  # its launch's call, 2 ns before it ran, and the thread that made it
+        launch_tid=8,
     )
     store.write_batch(sid, Batch(gpu_activities=(kernel,)))
     with store.engine.connect() as conn:

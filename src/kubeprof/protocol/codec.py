@@ -45,7 +45,11 @@ from kubeprof.model import (
 from kubeprof.protocol import limits as lim
 from kubeprof.protocol.limits import IngestLimits
 
-VERSION = 1  # bumped on any incompatible change; the ingest refuses other versions
+VERSION = 2  # bumped on any incompatible change; the ingest refuses versions not in READS
+# Model fields added after version 1 (each at the end of its record), with the version that
+# added it: an older agent's rows lack them and decode with their defaults.
+ADDED = {"launch_ns": 2, "launch_tid": 2}
+READS = (1, 2)  # versions the ingest decodes (an agent of the previous release still ships)
 MAX_BATCH_ID = lim.BATCH_ID_MAX  # characters; batch ids are stored in an indexed column
 
 
@@ -89,8 +93,9 @@ _I64 = (
     "bytes",
     "blocked_ns",
     "weight_ns",
+    "launch_ns",
 )
-_PIDS = ("pid", "tid", "ppid")
+_PIDS = ("pid", "tid", "ppid", "launch_tid")
 _I32 = ("cpu", "device", "line", "registers")
 _SHORT_TEXT = {
     "kind": lim.KIND_MAX,
@@ -149,13 +154,14 @@ class _Record:
             tuple(f.name for f in fs),
         )
 
-    def row_type(self, limits: IngestLimits, no_nul: bool) -> Any:
-        """The tuple type one row must match."""
+    def row_type(self, limits: IngestLimits, no_nul: bool, version: int = VERSION) -> Any:
+        """The tuple type one row of a ``version`` batch must match."""
         return GenericAlias(
             tuple,
             tuple(
                 _wire_type(f.name, str(f.type), limits, no_nul)
                 for f in dataclasses.fields(self.cls)
+                if ADDED.get(f.name, 1) <= version
             ),
         )
 
@@ -173,12 +179,12 @@ _BY_KEY = {r.key: r for r in (*RECORDS, _FRAME)}
 
 
 @functools.lru_cache(maxsize=8)
-def _doc_type(limits: IngestLimits, no_nul: bool) -> Any:
+def _doc_type(limits: IngestLimits, no_nul: bool, version: int = VERSION) -> Any:
     """The whole body's type. Missing record lists are empty; unknown keys are ignored."""
 
     def rows(rec: _Record) -> Any:
         return Annotated[
-            GenericAlias(list, rec.row_type(limits, no_nul)),
+            GenericAlias(list, rec.row_type(limits, no_nul, version)),
             msgspec.Meta(max_length=limits.max_rows),
         ]
 
@@ -303,8 +309,8 @@ def _check_spans(rows: Sequence[tuple[Any, ...]]) -> None:
 
 
 def _from_doc(doc: Any, limits: IngestLimits) -> tuple[str, str, Batch]:
-    if doc.v != VERSION:
-        raise CodecError(f"not a kubeprof batch of version {VERSION}")
+    if doc.v not in READS:
+        raise CodecError(_WRONG_VERSION)
     total = sum(len(getattr(doc, r.key)) for r in RECORDS)
     if total > limits.max_rows:
         raise CodecError(
@@ -358,9 +364,12 @@ def _invalid(exc: msgspec.ValidationError) -> CodecError:
     )
 
 
+_WRONG_VERSION = f"not a kubeprof batch of version {' or '.join(map(str, READS))}"
+
+
 def _malformed(exc: msgspec.ValidationError, version: object) -> CodecError:
-    if version != VERSION:
-        return CodecError(f"not a kubeprof batch of version {VERSION}")
+    if version not in READS:
+        return CodecError(_WRONG_VERSION)
     return _invalid(exc)
 
 
@@ -436,7 +445,15 @@ def decode(
         )
     try:
         _count_values(raw, limits)
-        doc = msgspec.json.decode(raw, type=_doc_type(limits, b"\\u0000" in raw))
+        no_nul = b"\\u0000" in raw
+        try:
+            doc = msgspec.json.decode(raw, type=_doc_type(limits, no_nul))
+        except msgspec.ValidationError:
+            version = _version(raw)
+            if type(version) is not int or version not in READS or version == VERSION:
+                raise
+            # an older agent's batch: its rows lack the fields added since
+            doc = msgspec.json.decode(raw, type=_doc_type(limits, no_nul, version))
     except msgspec.ValidationError as exc:
         raise _malformed(exc, _version(raw)) from exc
     except msgspec.DecodeError as exc:

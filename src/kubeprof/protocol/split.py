@@ -18,7 +18,7 @@ from kubeprof.model import Batch
 # stacks, and the headroom covers the frame table each piece carries.
 MAX_ROWS = 10_000
 MAX_VALUES = 1_000_000
-_FIELDS = 16  # values per row besides its stack (GpuActivity has the most, with tuples)
+_FIELDS = 18  # values per row besides its stack (GpuActivity has the most, with tuples)
 
 _T = TypeVar("_T")
 

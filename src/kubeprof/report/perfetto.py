@@ -8,14 +8,14 @@ Tracks, top to bottom:
 - per profiled process: each sampled thread's CPU stacks as nested begin/end slices (a
   flame chart: consecutive samples that share a frame extend its slice, a gap longer than
   two sampling periods ends every slice), its off-CPU waits beside them (named by why it
-  waited), a "CUDA launches" thread with one slice per launch and a flow arrow from it to
-  its kernel (``bind_id`` with ``flow_out``/``flow_in``), NVTX ranges and host syncs as
-  async slices (they overlap).
+  waited), each launch as an instant slice on the thread that called it, when it called
+  it, with a flow arrow from it to its kernel (``bind_id`` with ``flow_out``/``flow_in``),
+  NVTX ranges and host syncs as async slices (they overlap).
 
-The tracer does not record when a launch was called, only which stack called it: a launch
-is drawn at its kernel's start (the latest time it can have been called), and its thread's
-name says so. Times are µs from the session start. Pure: records in, events out, written
-one by one.
+Records of tracers before GPU wire version 2 (every fixture recorded before it) carry no
+launch time: their launches go on a "CUDA launches" thread at their kernel's start (the
+latest time they can have been called), and that thread's name says so. Times are µs from
+the session start. Pure: records in, events out, written one by one.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
     """Per GPU and stream the device work, per process its launches (with flow arrows to
     the work they queued), NVTX ranges and host syncs."""
     streams: set[tuple[int, int]] = set()
-    launchers: set[int] = set()
+    untimed: set[int] = set()  # processes with launches drawn at their kernel's start
+    threadless: set[int] = set()  # ... with launch times but no thread id
     async_id = 0
     # A session has a few hundred kernel names and launching stacks, repeated per step.
     names: dict[str, str] = {}
@@ -165,32 +166,15 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
             else:
                 # The arrow: both slices carry one bind_id (flow_out on the launch,
                 # flow_in on the work), the form Chrome itself writes.
-                launchers.add(a.pid)
                 flow = f"0x{(a.pid << 32) | a.correlation_id:x}"
                 work.update(bind_id=flow, flow_in=True)
                 yield work
-                api = (
-                    a.stack[-1].name
-                    if a.stack and a.stack[-1].kind is FrameKind.CUDA_API
-                    else "launch"
-                )
-                yield (
-                    {
-                        "ph": "X",
-                        "cat": "launch",
-                        "name": api,
-                        "pid": a.pid,
-                        "tid": LAUNCH_TID,
-                        "ts": ts,
-                        "dur": 0,
-                        "bind_id": flow,
-                        "flow_out": True,
-                        "args": {
-                            "correlation_id": a.correlation_id,
-                            "launched_at": site(a.stack),
-                        },
-                    }
-                )
+                launch = launch_event(a, site(a.stack), t0)
+                if not a.launch_ns:
+                    untimed.add(a.pid)
+                elif not a.launch_tid:
+                    threadless.add(a.pid)
+                yield {**launch, "bind_id": flow, "flow_out": True}
         elif a.kind in ("nvtx", "sync"):
             async_id += 1
             name = a.name if a.kind == "nvtx" else f"host sync: {a.name}"
@@ -210,15 +194,32 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
         yield _meta(gpu, None, "process_sort_index", -1)
     for device, stream in sorted(streams):
         yield _meta(GPU_PID + max(device, 0), stream, "thread_name", f"stream {stream}")
-    for pid in sorted(launchers):
-        yield (
-            _meta(
-                pid,
-                LAUNCH_TID,
-                "thread_name",
-                "CUDA launches (drawn at kernel start: call time not recorded)",
-            )
-        )
+    for pid in sorted(untimed | threadless):
+        why = [
+            *(["calling thread not recorded"] if pid in threadless else []),
+            *(["drawn at kernel start: call time not recorded"] if pid in untimed else []),
+        ]
+        yield _meta(pid, LAUNCH_TID, "thread_name", f"CUDA launches ({'; '.join(why)})")
+
+
+def launch_event(a: GpuActivity, launched_at: str, t0: int) -> Event:
+    """The launch of device work ``a`` as an instant slice: on the thread that called it,
+    when it called it; else on its process's "CUDA launches" thread, at the latest time it
+    can have been called (the work's start)."""
+    api = a.stack[-1].name if a.stack and a.stack[-1].kind is FrameKind.CUDA_API else "launch"
+    args: dict[str, object] = {"correlation_id": a.correlation_id, "launched_at": launched_at}
+    if a.launch_ns:
+        args["queued_us"] = round((a.start_ns - a.launch_ns) / 1000.0, 3)
+    return {
+        "ph": "X",
+        "cat": "launch",
+        "name": api,
+        "pid": a.pid,
+        "tid": (a.launch_tid or LAUNCH_TID) if a.launch_ns else LAUNCH_TID,
+        "ts": _us(a.launch_ns or a.start_ns, t0),
+        "dur": 0,
+        "args": args,
+    }
 
 
 def thread_slices(

@@ -161,6 +161,9 @@ class GpuActivityRow(Base):
     shared_mem: Mapped[int] = mapped_column(default=0)
     bytes: Mapped[int] = mapped_column(default=0)
     stack_id: Mapped[int | None] = mapped_column(ForeignKey("stacks.id"), nullable=True)
+    # the launching call's entry (host CLOCK_MONOTONIC) and host thread id; 0: not recorded
+    launch_ns: Mapped[int] = mapped_column(default=0, server_default="0")
+    launch_tid: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     __table_args__ = (
         Index("ix_gpu_activities_session_start", "session_id", "start_ns"),
         Index("ix_gpu_activities_stack_id", "stack_id"),

@@ -249,20 +249,24 @@ def _gpu_activity_rows(
         c.shared_mem,
         c.bytes,
         c.stack_id,
+        c.launch_ns,
+        c.launch_tid,
     ).where(c.session_id == session_id)
     if node is not None:
         q = q.where(c.node == node)
     if since_ns is not None:
         q = q.where(c.end_ns >= since_ns)
     rows = driver_rows(conn, q.order_by(c.start_ns, c.id))
-    by_id = load_stacks(conn, {r[-1] for r in rows if r[-1] is not None}) if stacks else {}
+    by_id = load_stacks(conn, {r[19] for r in rows if r[19] is not None}) if stacks else {}
     dims: dict[tuple[int, ...], tuple[int, ...]] = {}  # one grid/block tuple per shape
     out = []
-    for r in rows:  # (node, GpuActivity's fields in order, grid and block flat, stack id)
+    # (node, GpuActivity's fields in order, grid and block flat, stack id, launch time, tid)
+    for r in rows:
         grid, block, sid = r[10:13], r[13:16], r[19]
         stack = by_id.get(sid, ()) if sid is not None else ()
         grid, block = dims.setdefault(grid, grid), dims.setdefault(block, block)
-        out.append((r[0], GpuActivity(*r[1:10], grid, block, *r[16:19], stack)))  # type: ignore[call-arg]
+        act = GpuActivity(*r[1:10], grid, block, *r[16:19], stack, *r[20:22])  # type: ignore[call-arg]
+        out.append((r[0], act))
     return out
 
 

@@ -160,6 +160,8 @@ def write_batch(
             "shared_mem": a.shared_mem,
             "bytes": a.bytes,
             "stack_id": sid[id(a.stack)] if a.stack else None,
+            "launch_ns": a.launch_ns,
+            "launch_tid": a.launch_tid,
         }
         for a in batch.gpu_activities
     ]

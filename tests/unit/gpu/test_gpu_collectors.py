@@ -111,7 +111,7 @@ def test_receiver_counts_targets_that_die_without_goodbye(tmp_path):
     rx = GpuReceiver(sock)
     rx.start()
     tx = Sender(sock)
-    tx.put("launch", (1, 0, 0, 1))
+    tx.put("launch", (1, 0, 0, 1, 5, 1))
     tx.drain_and_send()
     tx._drop_connection()  # as if SIGKILLed: no final frame
     batch = rx.stop(2.0)

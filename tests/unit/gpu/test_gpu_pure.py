@@ -96,14 +96,24 @@ def test_demangle_batches_and_keeps_unmangled():
 
 
 def test_wire_round_trip_and_corruption():
-    frame = encode_frame({"t": "data", "pid": 3}, {"launch": [(1, 2, 3, 4), (5, 6, 7, 8)]})
+    rows = [(1, 2, 3, 4, 9_000, 41), (5, 6, 7, 8, 9_001, 42)]
+    frame = encode_frame({"t": "data", "pid": 3, "wire": 2}, {"launch": rows})
     dec = FrameDecoder()
     got = list(dec.feed(frame[:7])) + list(dec.feed(frame[7:]))
-    assert got == [
-        ({"t": "data", "pid": 3, "counts": {"launch": 2}}, {"launch": [(1, 2, 3, 4), (5, 6, 7, 8)]})
-    ]
+    assert got == [({"t": "data", "pid": 3, "wire": 2, "counts": {"launch": 2}}, {"launch": rows})]
     with pytest.raises(FrameError):
         list(FrameDecoder().feed(b"XXXX" + frame[4:]))
+
+
+def test_a_version_1_tracers_launch_rows_decode_without_a_time():
+    """Frames of a tracer before wire version 2 (no "wire" in the header): 4-field launch
+    rows, read with time and thread 0; an unknown version is refused, not misread."""
+    frame = encode_frame({"t": "data", "pid": 3}, {"launch": [(1, 2, 3, 4), (5, 6, 7, 8)]})
+    ((_, records),) = FrameDecoder().feed(frame)
+    assert records == {"launch": [(1, 2, 3, 4, 0, 0), (5, 6, 7, 8, 0, 0)]}
+    future = encode_frame({"t": "data", "wire": 3}, {"launch": [(1, 2, 3, 4, 5, 6)]})
+    with pytest.raises(FrameError, match="wire version 3 unknown"):
+        list(FrameDecoder().feed(future))
 
 
 class _Defs:

@@ -16,6 +16,8 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
+import time
 import types
 from array import array
 from pathlib import Path
@@ -163,7 +165,7 @@ def _launch_rows(tx) -> list[tuple[int, ...]]:
     """Launch records waiting in the tracer: the C hook's packed rows, then the deque's."""
     blob, n = hook.take("launch", 1 << 20)
     flat = array("q", blob)
-    return [tuple(flat[i : i + 4]) for i in range(0, 4 * n, 4)] + list(tx.queues["launch"])
+    return [tuple(flat[i : i + 6]) for i in range(0, 6 * n, 6)] + list(tx.queues["launch"])
 
 
 def test_every_kernel_joined_to_its_python_stack_through_the_c_hook(cfake, wire):
@@ -183,6 +185,34 @@ def test_every_kernel_joined_to_its_python_stack_through_the_c_hook(cfake, wire)
     st = tr._hook_stats
     assert st["launches"] == 101 and st["sites"] == 2 and st["errors"] == 0
     assert st["hits"] == 99 and tr.stacks.stats["walks"] == 2
+
+
+def test_a_launch_carries_its_call_time_and_calling_thread(cfake, wire):
+    """Each launch row, a nested copy's driver alias too, holds host CLOCK_MONOTONIC at the
+    call (between two clock reads around it) and the calling thread's kernel id, the clock
+    and id CPU samples carry; the receiver puts both on the kernel's record."""
+    rx, tx = wire
+    tr = _started(tx, kinds=("kernel",))
+    me = threading.get_native_id()
+    before = time.monotonic_ns()
+    corr = cfake.launch()
+    between = time.monotonic_ns()
+    copy = cfake.memcpy()
+    after = time.monotonic_ns()
+    rows = {r[0]: r for r in _launch_rows(tx)}
+    assert before <= rows[corr][4] <= between and rows[corr][5] == me
+    assert between <= rows[copy][4] <= rows[copy + 1][4] <= after
+    assert rows[copy][5] == rows[copy + 1][5] == me
+    tx.start()
+    before = time.monotonic_ns()
+    model_forward(cfake, 3)
+    after = time.monotonic_ns()
+    tr.stop()
+    # (the first launch's row was taken above: its kernel arrives without one)
+    acts = [a for a in rx.stop(2.0).gpu_activities if a.correlation_id > copy]
+    assert len(acts) == 4
+    assert all(before <= a.launch_ns <= after and a.launch_tid == me for a in acts)
+    assert [a.launch_ns for a in acts] == sorted(a.launch_ns for a in acts)
 
 
 def test_exits_and_nested_driver_launches_send_nothing(cfake, wire):
@@ -221,6 +251,23 @@ def test_a_native_thread_launch_takes_the_main_threads_stack(cfake, wire):
         and "test_a_native_thread_launch_takes_the_main_threads_stack" in names
     )
     assert tr._hook_stats["slow"] >= 1
+
+
+def test_a_native_threads_launch_has_its_own_time_and_thread(cfake, wire):
+    """The Python fallback (a thread with no frames) keeps the hook's stamp and the calling
+    thread's id, not the main thread's whose stack it borrows."""
+    rx, tx = wire
+    tr = _started(tx, kinds=("kernel",))
+    tx.start()
+    cfake.native_thread = True
+    before = time.monotonic_ns()
+    cfake.launch()
+    after = time.monotonic_ns()
+    cfake.native_thread = False
+    tr.stop()
+    (a,) = rx.stop(2.0).gpu_activities
+    assert before <= a.launch_ns <= after
+    assert a.launch_tid > 0 and a.launch_tid != threading.get_native_id()
 
 
 def test_pause_resume_and_unknown_ids_through_the_c_hook(cfake, wire):
@@ -262,6 +309,19 @@ def test_hook_c_without_the_module_names_the_fix(monkeypatch):
     assert tracer_mod.load_hook("auto") is None
     with pytest.raises(TracerError, match="KUBEPROF_GPU_HOOK"):
         TracerConfig.from_env({"KUBEPROF_GPU_HOOK": "fast"})
+
+
+def test_a_hook_built_from_an_older_source_is_not_used(monkeypatch):
+    """A build left from before launch times packs 4-field launch rows the receiver would
+    misread: refused by name (KUBEPROF_GPU_HOOK=c) or left for the Python callback."""
+    import kubeprof.agent.gpu as gpu_pkg
+
+    assert tracer_mod.load_hook("c") is hook and hook.WIRE_VERSION == 2
+    stale = types.ModuleType("_launchhook")  # a build without WIRE_VERSION: version 1
+    monkeypatch.setattr(gpu_pkg, "_launchhook", stale, raising=False)
+    with pytest.raises(TracerError, match=r"older source \(wire version 1, not 2\)"):
+        tracer_mod.load_hook("c")
+    assert tracer_mod.load_hook("auto") is None
 
 
 def test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -37,6 +38,29 @@ def test_every_kernel_joined_to_its_python_stack(fake, wire):
     assert acts[0].shared_mem == 256 and acts[0].grid == (2, 1, 1)
     # CUPTI timestamps are moved onto the host's CLOCK_MONOTONIC by the receiver
     assert abs(acts[0].start_ns - time.monotonic_ns()) < 60e9
+
+
+def test_the_python_callback_stamps_each_launch_with_its_time_and_thread(fake, wire):
+    """The pure-Python path sends what the C hook sends: the call's host CLOCK_MONOTONIC
+    (between two clock reads around it) and the calling thread's kernel id, for a nested
+    copy's driver alias as well; a native thread's launch has that thread's id."""
+    rx, tx = wire
+    tr = CuptiTracer(tx, TracerConfig(kinds=("kernel", "memcpy"), hook="python"))
+    tr.start()
+    tx.start()
+    me = threading.get_native_id()
+    before = time.monotonic_ns()
+    kernel = fake.launch()
+    copy = fake.memcpy()
+    after = time.monotonic_ns()
+    fake.native_thread = True
+    native = fake.launch()
+    fake.native_thread = False
+    tr.stop()
+    acts = {a.correlation_id: a for a in rx.stop(2.0).gpu_activities}
+    assert before <= acts[kernel].launch_ns <= acts[copy].launch_ns <= after
+    assert acts[kernel].launch_tid == acts[copy].launch_tid == me
+    assert after <= acts[native].launch_ns and acts[native].launch_tid not in (0, me)
 
 
 def test_nested_driver_callbacks_are_not_sent(fake, wire):

@@ -46,6 +46,8 @@ def _batch() -> Batch:
                 128,
                 0,
                 STACK,
+                launch_ns=1_000_000_000_000,  # the launch's call: a host time, a thread
+                launch_tid=12,
             ),
         ),
         gpu_metrics=(GpuMetricSample(5, 0, "gpu_util_pct", 42.5),),
@@ -62,6 +64,20 @@ def test_round_trip_is_exact():
     body = codec.encode(_batch(), batch_id="n1-abc", node="n1")
     batch_id, node, batch = codec.decode(body)
     assert (batch_id, node, batch) == ("n1-abc", "n1", _batch())
+
+
+def test_an_older_agents_batch_decodes_without_launch_times():
+    """Version 1 (agents before launch times): GPU rows lack launch_ns/launch_tid and
+    decode with 0s; a version the ingest does not read is refused by name."""
+    doc = codec.to_dict(_batch(), batch_id="x", node="n")
+    doc["v"] = 1
+    doc["gpu_activities"] = [row[:-2] for row in doc["gpu_activities"]]
+    _, _, batch = codec.decode(json.dumps(doc).encode(), gzipped=False)
+    want = dataclasses.replace(_batch().gpu_activities[0], launch_ns=0, launch_tid=0)
+    assert batch.gpu_activities == (want,) and batch.samples == _batch().samples
+    doc["v"] = 3
+    with pytest.raises(codec.CodecError, match="not a kubeprof batch of version 1 or 2"):
+        codec.decode(json.dumps(doc).encode(), gzipped=False)
 
 
 def test_frames_are_listed_once():
@@ -111,8 +127,8 @@ def test_rows_follow_the_model_fields():
 
 
 def test_wrong_version_and_dangling_frame_index_are_named():
-    bad_version = json.dumps({"v": 2, "batch_id": "x", "frames": []}).encode()
-    with pytest.raises(codec.CodecError, match="version 1"):
+    bad_version = json.dumps({"v": 99, "batch_id": "x", "frames": []}).encode()
+    with pytest.raises(codec.CodecError, match="version 1 or 2"):
         codec.decode(bad_version, gzipped=False)
     doc = codec.to_dict(_batch(), batch_id="x", node="n")
     doc["frames"] = doc["frames"][:1]

@@ -72,3 +72,37 @@ def test_upgrade_downgrade_upgrade_with_data(tmp_path):
         "ingested_batches",
         "processes",
     } <= tables
+
+
+def test_gpu_rows_stored_before_launch_times_read_as_not_recorded(tmp_path):
+    """launch_time adds launch_ns/launch_tid to gpu_activities: rows already there get 0
+    (not recorded), and going back down keeps the rows."""
+    engine = create_engine(f"sqlite:///{tmp_path}/m.db")
+    columns = (
+        "session_id, node, kind, name, demangled, start_ns, end_ns, device, pid, "
+        "correlation_id, stream, grid_x, grid_y, grid_z, block_x, block_y, block_z, "
+        "registers, shared_mem, bytes"
+    )
+    with engine.begin() as conn:
+        migrate.upgrade(conn, "batch_interned")
+        conn.execute(
+            text(
+                "INSERT INTO sessions (id, name, kind, command, hz, host, status, "
+                "started_at, start_ns, end_ns, meta) VALUES (1, 'a', 'local', '', 99, "
+                "'', 'running', CURRENT_TIMESTAMP, 0, 0, '{}')"
+            )
+        )
+        conn.execute(
+            text(
+                f"INSERT INTO gpu_activities ({columns}) VALUES "
+                "(1, '', 'kernel', 'k', '', 10, 20, 0, 7, 3, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0)"
+            )
+        )
+    with engine.begin() as conn:
+        migrate.upgrade(conn)
+        rows = conn.execute(text("SELECT launch_ns, launch_tid FROM gpu_activities")).all()
+        assert [tuple(r) for r in rows] == [(0, 0)]
+    with engine.begin() as conn:
+        migrate.downgrade(conn, "batch_interned")
+        assert "launch_ns" not in {c["name"] for c in inspect(conn).get_columns("gpu_activities")}
+        assert conn.execute(text("SELECT count(*) FROM gpu_activities")).scalar() == 1

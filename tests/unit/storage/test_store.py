@@ -89,6 +89,8 @@ def test_gpu_records_and_counters_round_trip(store):
         block=(256, 1, 1),
         registers=32,
         stack=launch,
+        launch_ns=8,  # called 2 ns before it ran, by thread 101
+        launch_tid=101,
     )
     metric = GpuMetricSample(ts_ns=15, device=0, metric="gpu_util_pct", value=87.5)
     store.write_batch(

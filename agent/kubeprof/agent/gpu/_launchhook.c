@@ -60,8 +60,12 @@ __asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
 __asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
 __asm__(".symver dlerror,dlerror@GLIBC_2.2.5");
 #endif
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- the CUPTI ABI we use (cupti_callbacks.h; stable since CUDA 4) ---- */
 typedef int CUptiResult;
@@ -92,7 +96,7 @@ static CUptiResult (*p_enable)(uint32_t, CUpti_SubscriberHandle, int, uint32_t);
 enum { R_KERNEL, R_MEMCPY, R_MEMSET, R_SYNC, R_MARKER, R_AUTOGRAD, R_LAUNCH, R_KINDS };
 static const char *ROW_NAMES[R_KINDS] = {"kernel", "memcpy", "memset", "sync",
                                          "marker", "autograd", "launch"};
-static const int ROW_WIDTH[R_KINDS] = {17, 9, 6, 6, 5, 4, 4};
+static const int ROW_WIDTH[R_KINDS] = {17, 9, 6, 6, 5, 4, 6};
 typedef struct {
     int64_t *data;
     size_t n, cap; /* rows */
@@ -118,6 +122,25 @@ static __thread int tl_in_rt;
 static __thread int64_t tl_sid, tl_api, tl_seq;
 static __thread int tl_has_peek;
 static __thread uint64_t tl_last_peek;
+static __thread int64_t tl_os_tid; /* gettid(), once per thread (0: not read yet) */
+
+/* A launch's time: host CLOCK_MONOTONIC ns, the clock CPU samples and (after the receiver
+ * adds the offset) kernel records are in. clock_gettime goes through the vDSO: no syscall. */
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The kernel's id of this thread (what CPU samples carry): one syscall per thread. */
+static int64_t os_tid(void) {
+    if (tl_os_tid == 0)
+        tl_os_tid = (int64_t)syscall(SYS_gettid);
+    return tl_os_tid;
+}
+
+/* A forked child's thread inherits its parent's cached id: read it again there. */
+static void os_tid_forget(void) { tl_os_tid = 0; }
 
 /* ---- call-site table: open addressing, keys of (code, lasti) pairs ---- */
 typedef struct {
@@ -177,14 +200,23 @@ static int64_t *row(int kind) {
     return r->data + (r->n++) * ROW_WIDTH[kind];
 }
 
-static void put4(int kind, int64_t a, int64_t b, int64_t c, int64_t d) {
+/* One row of `kind`, its ROW_WIDTH values. */
+static void put_row(int kind, const int64_t *values) {
     int64_t *p = row(kind);
-    if (p != NULL) {
-        p[0] = a;
-        p[1] = b;
-        p[2] = c;
-        p[3] = d;
-    }
+    if (p != NULL)
+        memcpy(p, values, ROW_WIDTH[kind] * sizeof(int64_t));
+}
+
+static void put4(int kind, int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t v[4] = {a, b, c, d};
+    put_row(kind, v);
+}
+
+/* A launch row (wire.SCHEMAS["launch"]): correlation id, stack, api, Python thread ident,
+ * entry time, kernel thread id. */
+static void put_launch(uint32_t corr, int64_t sid, int64_t api, int64_t tid, int64_t t) {
+    const int64_t v[6] = {corr, sid, api, tid, t, os_tid()};
+    put_row(R_LAUNCH, v);
 }
 
 static void count_error(void) {
@@ -312,16 +344,18 @@ static void forward_seq(uint32_t corr, int64_t tid) {
     }
 }
 
-/* An API call that may start GPU work, not nested in a runtime call; GIL held. */
-static void launch(int domain, uint32_t cbid, const CbData *d) {
+/* An API call that may start GPU work, not nested in a runtime call, entered at `t`; GIL
+ * held. */
+static void launch(int domain, uint32_t cbid, const CbData *d, int64_t t) {
     uint32_t corr = d->correlationId;
     int64_t tid = (int64_t)PyThread_get_thread_ident();
     PyFrameObject *f = PyThreadState_GetFrame(PyThreadState_Get());
     s_launches++;
     if (f == NULL) { /* no Python frames on this thread: the Python fallbacks */
         s_slow++;
-        PyObject *r = PyObject_CallFunction(g_slow, "iIIs", domain, cbid, corr,
-                                            d->functionName ? d->functionName : "");
+        PyObject *r = PyObject_CallFunction(g_slow, "iIIsLL", domain, cbid, corr,
+                                            d->functionName ? d->functionName : "",
+                                            (long long)t, (long long)os_tid());
         long long sid = 0, api = 0, seq = NONE_SEQ;
         if (r == NULL || !PyArg_ParseTuple(r, "LLL", &sid, &api, &seq))
             count_error();
@@ -345,7 +379,7 @@ static void launch(int domain, uint32_t cbid, const CbData *d) {
         tl_api = api;
         tl_seq = NONE_SEQ;
     }
-    put4(R_LAUNCH, corr, sid, api, tid);
+    put_launch(corr, sid, api, tid, t);
 }
 
 static void on_api(void *ud, int domain, uint32_t cbid, const void *p) {
@@ -365,21 +399,23 @@ static void on_api(void *ud, int domain, uint32_t cbid, const void *p) {
             return;
         if (!Py_IsInitialized())
             return;
+        int64_t t = now_ns(); /* before the GIL: waiting for it is not the call's time */
         PyGILState_STATE g = PyGILState_Ensure();
         if (g_on) {
             int64_t tid = (int64_t)PyThread_get_thread_ident();
             if (tl_seq != NONE_SEQ)
                 put4(R_AUTOGRAD, d->correlationId, tl_seq, tid, 1);
-            put4(R_LAUNCH, d->correlationId, tl_sid, tl_api, tid);
+            put_launch(d->correlationId, tl_sid, tl_api, tid, t);
         }
         PyGILState_Release(g);
         return;
     }
     if (!Py_IsInitialized())
         return;
+    int64_t t = now_ns();
     PyGILState_STATE g = PyGILState_Ensure();
     if (g_on)
-        launch(domain, cbid, d);
+        launch(domain, cbid, d, t);
     PyGILState_Release(g);
 }
 
@@ -553,6 +589,9 @@ static PyObject *install(PyObject *self, PyObject *args, PyObject *kw) {
     }
     if (g_lib == NULL && (g_lib = dlopen(path, RTLD_NOLOAD | RTLD_LAZY)) == NULL)
         return PyErr_Format(PyExc_OSError, "libcupti is not loaded: %s", dlerror());
+    static int at_fork;
+    if (!at_fork && pthread_atfork(NULL, NULL, os_tid_forget) == 0)
+        at_fork = 1;
     if (!(p_subscribe = sym("cuptiSubscribe")) || !(p_unsubscribe = sym("cuptiUnsubscribe")) ||
         !(p_enable = sym("cuptiEnableCallback")))
         return NULL;
@@ -800,4 +839,11 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_launchhook", "CUPTI launch callbacks in C.", -1, methods,
     NULL,                  NULL,          NULL,                           NULL};
 
-PyMODINIT_FUNC PyInit__launchhook(void) { return PyModule_Create(&module); }
+/* WIRE_VERSION: the wire.SCHEMAS version of the rows packed here (launch rows with their
+ * time since 2); the tracer refuses a build whose version is not its own. */
+PyMODINIT_FUNC PyInit__launchhook(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "WIRE_VERSION", 2) < 0)
+        Py_CLEAR(m);
+    return m;
+}

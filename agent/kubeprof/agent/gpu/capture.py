@@ -27,7 +27,7 @@ from typing import Any
 
 from kubeprof.agent.gpu.inbox import Channel, FrameInbox
 from kubeprof.agent.gpu.join import GpuJoin
-from kubeprof.agent.gpu.wire import SCHEMAS
+from kubeprof.agent.gpu.wire import SCHEMAS, known_schemas
 from kubeprof.model import Batch
 
 ENV_CAPTURE = "KUBEPROF_GPU_CAPTURE"
@@ -83,8 +83,9 @@ def read_capture(path: str | Path) -> Iterator[tuple[bytes, int, int, bytes]]:
         (hlen,) = struct.unpack("<I", f.read(4))
         head = json.loads(f.read(hlen))
         schemas = {k: tuple(v) for k, v in head.get("schemas", {}).items()}
-        # a capture from before a record kind was added replays (its frames have none)
-        if any(SCHEMAS.get(k) != v for k, v in schemas.items()):
+        # a capture from before a record kind was added replays (its frames have none), and
+        # one of an older wire version (its frames say which)
+        if not known_schemas(schemas):
             raise CaptureError(
                 f"{path}: written with other wire schemas ({head.get('schemas')}); "
                 "replay it with the kubeprof version that recorded it"

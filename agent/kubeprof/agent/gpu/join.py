@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kubeprof.agent.gpu.demangle import demangle_many
+from kubeprof.agent.gpu.launch_threads import launch_of
 from kubeprof.agent.gpu.stack_join import ConnState, StackJoin, string
 from kubeprof.agent.gpu.xla_hlo import XlaIndex
 from kubeprof.model import Batch, GpuActivity, GpuMetricSample, Stack
@@ -164,6 +165,8 @@ class GpuJoin:
             # In a pod the tracer's own pid is its container's; the kernel's is the host's,
             # the one the agent's process records and CPU samples carry.
             conn.pid = conn.peer_pid or int(header.get("pid", 0))
+            conn.tracer_pid = int(header.get("pid", 0))
+            conn.host_tids.clear()
             self.targets[conn.pid] = {
                 k: header[k]
                 for k in ("argv", "ppid", "versions", "config", "skipped_cbids", "hook")
@@ -350,8 +353,10 @@ def _timed(
     **extra: Any,
 ) -> GpuActivity:
     """A record of ``conn``'s process; ``times``: (start, end, clock offset), the CUPTI
-    timestamps moved to the host clock (kernel, memcpy, memset and sync rows all need it)."""
+    timestamps moved to the host clock (kernel, memcpy, memset and sync rows all need it);
+    its launch's time and thread when the tracer sent them."""
     start, end, off = times
+    extra.update(launch_of(conn, corr))
     return GpuActivity(
         kind=kind,
         name=name,

@@ -1,7 +1,8 @@
 """The launch callbacks: at each CUDA API call, the Python stack (an id) and the API, queued.
 
 The callback runs synchronously on the launching thread, the only moment the Python stack is
-available; the kernel record comes later, in an activity buffer, and the receiver joins the
+available (and the call's time: host CLOCK_MONOTONIC, as CPU samples, with the thread's
+kernel id); the kernel record comes later, in an activity buffer, and the receiver joins the
 two by correlation id. A runtime launch also fires a nested driver callback with a different
 correlation id; the kernel record carries the runtime one, so nested driver callbacks are
 skipped (a per-thread "inside a runtime call" flag set on runtime enter, cleared on runtime
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,8 +51,9 @@ def _frameless(
 
 def make_slow_launch(
     stacks: StackTable, sender: Sender, autograd: AutogradSeq | None, foreign_main: bool
-) -> Callable[[int, int, int, str], tuple[int, int, int]]:
-    """The C hook's path for threads with no Python frames (-> (stack, api, seq))."""
+) -> Callable[[int, int, int, str, int, int], tuple[int, int, int]]:
+    """The C hook's path for threads with no Python frames (-> (stack, api, seq)); the hook
+    stamped the call's time and kernel thread id before taking the GIL."""
     get_ident = threading.get_ident
     queue = sender.queues["launch"]
     max_queued = sender.max_queued
@@ -58,14 +61,16 @@ def make_slow_launch(
     intern = sender.intern
     frameless = _frameless(stacks, sender, autograd, foreign_main)
 
-    def slow(_domain: int, cbid: int, corr: int, fname: str) -> tuple[int, int, int]:
+    def slow(
+        _domain: int, cbid: int, corr: int, fname: str, t: int, os_tid: int
+    ) -> tuple[int, int, int]:
         tid = get_ident()
         sid, seq = frameless(corr, tid)
         api = intern(fname or str(cbid))
         if len(queue) >= max_queued:
             counters["dropped"] += 1
         else:
-            queue.append((corr, sid, api, tid))
+            queue.append((corr, sid, api, tid, t, os_tid))
         return sid, api, seq
 
     return slow
@@ -79,11 +84,14 @@ def make_api_callback(
     foreign_main: bool,
     alias: set[int],
 ) -> Callable[[Any, int, int, Any], None]:
-    """CUPTI's callback (the Python path): queue (correlation id, stack id, api, thread)."""
+    """CUPTI's callback (the Python path): queue (correlation id, stack id, api, thread,
+    time, kernel thread id)."""
     runtime = int(cupti.CallbackDomain.RUNTIME_API)
     enter = int(cupti.ApiCallbackSite.API_ENTER)
     getframe = sys._getframe
     get_ident = threading.get_ident
+    get_native_id = threading.get_native_id
+    monotonic_ns = time.monotonic_ns
     capture = stacks.capture
     queue = sender.queues["launch"]
     max_queued = sender.max_queued
@@ -99,6 +107,7 @@ def make_api_callback(
     last_peek: dict[int, int] = {}  # thread -> forward seq last sent
 
     def on_api(_userdata: Any, domain: int, cbid: int, cbdata: Any) -> None:
+        t = monotonic_ns()
         site = cbdata.callback_site
         tid = get_ident()
         if domain == runtime:
@@ -113,7 +122,8 @@ def make_api_callback(
                 if cbid in alias and len(queue) < max_queued:
                     if outer[2] != NONE:
                         aqueue.append((cbdata.correlation_id, outer[2], tid, 1))
-                    queue.append((cbdata.correlation_id, outer[0], outer[1], tid))
+                    row = (cbdata.correlation_id, outer[0], outer[1], tid, t, get_native_id())
+                    queue.append(row)
                 return
         corr = cbdata.correlation_id
         seq = NONE
@@ -138,6 +148,6 @@ def make_api_callback(
         if len(queue) >= max_queued:
             counters["dropped"] += 1
             return
-        queue.append((corr, sid, api, tid))
+        queue.append((corr, sid, api, tid, t, get_native_id()))
 
     return on_api

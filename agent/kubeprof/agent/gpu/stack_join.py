@@ -38,10 +38,13 @@ class ConnState:
 
     pid: int = 0
     peer_pid: int = 0  # the connecting process in our pid namespace (SO_PEERCRED); 0: replay
+    tracer_pid: int = 0  # the same process in its own pid namespace (its hello's)
+    host_tids: dict[int, int] = field(default_factory=dict)  # its thread ids -> the host's
     strings: list[str] = field(default_factory=list)
     raw_stacks: dict[int, list[list[int]]] = field(default_factory=dict)
     stacks: dict[int, Stack] = field(default_factory=dict)
-    launches: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # correlation id -> (stack id, api, entry time or 0, kernel thread id or 0)
+    launches: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
     ctx_device: dict[int, int] = field(default_factory=dict)
     open_markers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     # autograd (see autograd.py): per forward thread, the peeks sent (increasing) and the
@@ -74,7 +77,7 @@ class StackJoin:
     def launches(self, conn: ConnState, rows: Any) -> None:
         """Remember a frame's launch rows (the oldest forgotten past MAX_LAUNCHES)."""
         for rec in rows:
-            conn.launches[rec[0]] = (rec[1], rec[2])
+            conn.launches[rec[0]] = (rec[1], rec[2], rec[4], rec[5])
         if len(conn.launches) > MAX_LAUNCHES:
             for key in list(conn.launches)[: len(conn.launches) - MAX_LAUNCHES]:
                 del conn.launches[key]
@@ -136,13 +139,15 @@ class StackJoin:
             )
         return stack
 
-    def stack(self, conn: ConnState, corr: int, launch: tuple[int, int] | None = None) -> Stack:
+    def stack(
+        self, conn: ConnState, corr: int, launch: tuple[int, int, int, int] | None = None
+    ) -> Stack:
         """The stack of the launch with correlation id ``corr`` (or of ``launch``); ()."""
         if launch is None:
             launch = conn.launches.get(corr)
         if launch is None:
             return ()
-        sid, api = launch
+        sid, api = launch[0], launch[1]
         if not sid:
             seq = conn.bwd_seq.get(corr)
             if seq is not None:

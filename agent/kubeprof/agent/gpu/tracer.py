@@ -31,7 +31,7 @@ from kubeprof.agent.gpu.cupti_errors import TracerError, import_failure, one_lin
 from kubeprof.agent.gpu.launch_stacks import make_api_callback, make_slow_launch
 from kubeprof.agent.gpu.pm_sampling import PmSampler
 from kubeprof.agent.gpu.stacks import StackTable
-from kubeprof.agent.gpu.wire import Sender
+from kubeprof.agent.gpu.wire import WIRE_VERSION, Sender
 
 HOOK_MODES = ("auto", "c", "python")
 
@@ -86,13 +86,19 @@ def load_hook(mode: str) -> Any:
     try:
         from kubeprof.agent.gpu import _launchhook  # type: ignore[attr-defined]
     except ImportError as exc:
-        if mode == "c":
-            raise TracerError(
-                f"KUBEPROF_GPU_HOOK=c but the C launch hook is not built ({one_line(exc)}): "
-                "run scripts/build_launchhook.sh, or set KUBEPROF_GPU_HOOK=auto"
-            ) from None
-        return None
-    return _launchhook
+        why = f"is not built ({one_line(exc)})"
+    else:
+        # a build left from an older source packs rows the receiver would misread
+        built = getattr(_launchhook, "WIRE_VERSION", 1)
+        if built == WIRE_VERSION:
+            return _launchhook
+        why = f"was built from an older source (wire version {built}, not {WIRE_VERSION})"
+    if mode == "c":
+        raise TracerError(
+            f"KUBEPROF_GPU_HOOK=c but the C launch hook {why}: "
+            "run scripts/build_launchhook.sh, or set KUBEPROF_GPU_HOOK=auto"
+        )
+    return None
 
 
 def preflight() -> None:

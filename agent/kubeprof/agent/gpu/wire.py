@@ -32,11 +32,17 @@ _PREFIX = struct.Struct("<4sII")
 MAX_HEADER = 64 << 20  # refuse absurd frames instead of allocating them
 MAX_PAYLOAD = 512 << 20
 
-# Record layouts, one int64 per field. Names are string ids (see "strings" in headers);
-# times are host CLOCK_MONOTONIC ns (the tracer converts CUPTI timestamps).
+# Record layouts, one int64 per field. Names are string ids (see "strings" in headers).
+# Every frame's header says the version it was written in ("wire"; absent: 1), so frames and
+# captures of an older tracer still decode: fields a version lacks read as 0.
+WIRE_VERSION = 2
 SCHEMAS: dict[str, tuple[str, ...]] = {
-    # an API call that can start GPU work, with the Python stack seen at its entry
-    "launch": ("correlation_id", "stack_id", "api", "tid"),
+    # an API call that can start GPU work, with the Python stack seen at its entry; tid is
+    # the thread's Python ident (keys autograd rows), time the call's entry in host
+    # CLOCK_MONOTONIC ns (stamped by the tracer, already the host clock: no offset added),
+    # os_tid the kernel's id of that thread (gettid, in the tracer's pid namespace), the one
+    # CPU samples carry. time and os_tid are 0 in version 1 frames.
+    "launch": ("correlation_id", "stack_id", "api", "tid", "time", "os_tid"),
     # PyTorch autograd sequence number at a launch (see autograd.py): backward = 0, a forward
     # launch's at::sequence_number::peek() (sent when it changed on that thread); backward
     # = 1, the sequence number of the autograd node that launched it (from the engine's
@@ -82,7 +88,11 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
     # CUPTI PM sampling: one metric (name) over [start, end], value in thousandths
     "pm": ("start", "end", "device", "value_milli", "name"),
 }
-# Times in records are CUPTI timestamps (ns); each frame's header carries
+# What older versions wrote, where it differs from SCHEMAS (a prefix of the current layout).
+OLD_SCHEMAS: dict[int, dict[str, tuple[str, ...]]] = {
+    1: {"launch": ("correlation_id", "stack_id", "api", "tid")},
+}
+# Times in GPU records are CUPTI timestamps (ns); each frame's header carries
 # "clock_offset_ns" = host CLOCK_MONOTONIC - CUPTI clock, which the receiver adds.
 # Drain order inside a frame: GPU records first, launches after, so every record in a
 # frame has its launch (appended earlier) in the same frame or an earlier one.
@@ -166,17 +176,39 @@ def decode_frame(
         arr.byteswap()
     records: dict[str, list[tuple[int, ...]]] = {}
     pos = 0
+    old = _old_schemas(header.get("wire", 1))
     for kind in DRAIN_ORDER:
         n = int(header.get("counts", {}).get(kind, 0))
         if not n:
             continue
-        width = len(SCHEMAS[kind])
+        width = len(old.get(kind, SCHEMAS[kind]))
         flat = arr[pos : pos + n * width]
         if len(flat) != n * width:
             raise FrameError(f"truncated {kind} records")
         pos += n * width
-        records[kind] = [tuple(flat[i : i + width]) for i in range(0, n * width, width)]
+        rows = [tuple(flat[i : i + width]) for i in range(0, n * width, width)]
+        if width < len(SCHEMAS[kind]):  # an older tracer's rows: its missing fields are 0
+            pad = (0,) * (len(SCHEMAS[kind]) - width)
+            rows = [r + pad for r in rows]
+        records[kind] = rows
     return header, records
+
+
+def _old_schemas(version: object) -> dict[str, tuple[str, ...]]:
+    """The layouts of ``version`` that differ from SCHEMAS; FrameError for an unknown one."""
+    if version == WIRE_VERSION:
+        return {}
+    if isinstance(version, int) and version in OLD_SCHEMAS:
+        return OLD_SCHEMAS[version]
+    raise FrameError(f"wire version {version!r} unknown (this receiver reads 1..{WIRE_VERSION})")
+
+
+def known_schemas(schemas: dict[str, tuple[str, ...]]) -> bool:
+    """Whether ``schemas`` (a capture's header) are this version's or an older one's."""
+    return any(
+        all(v == {**SCHEMAS, **OLD_SCHEMAS.get(version, {})}.get(k) for k, v in schemas.items())
+        for version in (WIRE_VERSION, *OLD_SCHEMAS)
+    )
 
 
 class Sender:
@@ -313,6 +345,7 @@ class Sender:
         messages, self.pending_messages = self.pending_messages, []
         return {
             "messages": messages,
+            "wire": WIRE_VERSION,
             "clock_offset_ns": self.clock_offset_ns,
             "t": kind,
             "pid": os.getpid(),
