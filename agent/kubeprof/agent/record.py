@@ -141,6 +141,7 @@ class _Interrupt:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.wake = threading.Event()  # ends the driver's wait: Ctrl-C, or the command exited
         self._old: dict[int, object] = {}
 
     def __enter__(self) -> _Interrupt:
@@ -153,6 +154,7 @@ class _Interrupt:
         if self.event.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.event.set()
+        self.wake.set()
 
     def __exit__(self, *_exc: object) -> None:
         for sig, handler in self._old.items():
@@ -194,10 +196,26 @@ class _Until:
 def record(opts: RecordOptions) -> RecordResult:
     """Run one recording to its end and return what was stored."""
     with _Interrupt() as interrupt:
-        return _record(opts, interrupt.event)
+        return _record(opts, interrupt.event, interrupt.wake)
 
 
-def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
+def _wake_on_exit(child: subprocess.Popen[bytes], wake: threading.Event) -> None:
+    """Set `wake` when the command exits, so the recording stops then and not up to a poll
+    interval later (the whole interval was added to every short command's wall time)."""
+
+    def watch() -> None:
+        with contextlib.suppress(Exception):
+            os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # leaves it to Popen
+        wake.set()
+
+    threading.Thread(target=watch, name="kubeprof-child-exit", daemon=True).start()
+
+
+def _record(
+    opts: RecordOptions, interrupted: threading.Event, wake: threading.Event
+) -> RecordResult:
+    """`record` inside the Ctrl-C flag; `wake` (set by Ctrl-C and by the command's exit)
+    ends the driver's wait between polls."""
     if not opts.command and opts.pid is None:
         raise RecordError("nothing to record: give --pid PID or -- COMMAND [ARGS...]")
     if opts.pid is not None and not Path(f"/proc/{opts.pid}").exists():
@@ -248,6 +266,7 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
                     "check the command name and PATH"
                 ) from exc
             target = child.pid
+            _wake_on_exit(child, wake)
         else:
             target = int(opts.pid or 0)
         refused = driver.attach(target)  # first: the import below would slow it (GIL)
@@ -272,7 +291,7 @@ def _record(opts: RecordOptions, interrupted: threading.Event) -> RecordResult:
             progress("recording", (time.monotonic_ns() - start_ns) / 1e9, written.records)
             return until()
 
-        driver.run(should_stop, wait=interrupted.wait, on_stop=stop_child)
+        driver.run(should_stop, wait=wake.wait, on_stop=stop_child)
         exit_code = until.exit_code()
         if until.reason == "interrupted":
             status = "interrupted"
