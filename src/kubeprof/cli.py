@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from kubeprof.progress import TerminalProgress
 from kubeprof.protocol.settings import (
@@ -382,35 +383,34 @@ def _is_store_error(exc: Exception) -> bool:
     return storage is not None and isinstance(exc, storage.StoreError)
 
 
+def _read_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags `report` and `diff` share, as both commands' keywords: one spelling of
+    where the store is, what is written where, and which CPU rows count."""
+    return {
+        "fmt": args.format,
+        "out": args.out,
+        "store_url": args.store,
+        "keep_interpreter": args.keep_interpreter,
+        "whole_session": args.whole_session,
+    }
+
+
 def _stored(args: argparse.Namespace) -> int:
     """The commands that read the store."""
     from kubeprof import reporting
 
-    # report and diff each get their own flags spelled out (alike in shape only)
     if args.cmd == "report":
         return reporting.report_command(
             args.session,
-            args.format,
-            args.view,
-            args.out,
-            args.store,
-            args.keep_interpreter,
+            view=args.view,
             text=reporting.TextOptions(args.top, args.width, args.startup_frames),
-            whole_session=args.whole_session,
+            **_read_options(args),
         )
     if args.cmd == "compare":
         return _compare(args)
     if args.cmd == "diff":
         return reporting.diff_command(
-            args.a,
-            args.b,
-            args.format,
-            args.out,
-            args.store,
-            keep_interpreter=args.keep_interpreter,
-            top=args.top,
-            by=args.sort,
-            whole_session=args.whole_session,
+            args.a, args.b, top=args.top, by=args.sort, **_read_options(args)
         )
     if args.cmd == "sessions" and args.ses_cmd == "rm":
         from kubeprof.session_removal import rm_command

@@ -35,9 +35,10 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import wraps
 from typing import Any
 
 from aiohttp import web
@@ -125,6 +126,28 @@ class Origins:
         for t in list(entry.targets):
             self.nodes.add(t.node)
             self.pod_nodes[t.uid] = t.node
+
+
+_SessionHandler = Callable[
+    ["IngestApi", web.Request, SessionEntry, Sender], Awaitable[web.Response]
+]
+
+
+def _authorized(
+    handler: _SessionHandler,
+) -> Callable[[IngestApi, web.Request], Awaitable[web.Response]]:
+    """The one authorization prologue of the session routes: a refusal is answered and the
+    connection closed (the body is never read); else the handler gets the session and the
+    sender."""
+
+    @wraps(handler)
+    async def route(api: IngestApi, request: web.Request) -> web.Response:
+        authorized = await api._authorize(request)
+        if isinstance(authorized, web.Response):
+            return await slow_clients.answer_and_close(request, authorized)
+        return await handler(api, request, *authorized)
+
+    return route
 
 
 class IngestApi:
@@ -384,11 +407,10 @@ class IngestApi:
             )
         return None
 
-    async def post_batch(self, request: web.Request) -> web.Response:
-        authorized = await self._authorize(request)
-        if isinstance(authorized, web.Response):
-            return await slow_clients.answer_and_close(request, authorized)
-        entry, sender = authorized
+    @_authorized
+    async def post_batch(
+        self, request: web.Request, entry: SessionEntry, sender: Sender
+    ) -> web.Response:
         refused = self._precheck(request, entry)
         if refused is not None:
             return refused
@@ -603,11 +625,10 @@ class IngestApi:
         return on
 
     # -- the rest -------------------------------------------------------------------------
-    async def get_targets(self, request: web.Request) -> web.Response:
-        authorized = await self._authorize(request)
-        if isinstance(authorized, web.Response):
-            return await slow_clients.answer_and_close(request, authorized)
-        entry, sender = authorized
+    @_authorized
+    async def get_targets(
+        self, request: web.Request, entry: SessionEntry, sender: Sender
+    ) -> web.Response:
         node = request.query.get("node", "")
         if sender.nodes is not None and node not in sender.nodes:
             metrics.INGEST_REJECTIONS.labels(reason="forbidden").inc()

@@ -37,6 +37,18 @@ def _asset(name: str) -> str:
     return resources.files("kubeprof.report").joinpath(name).read_text(encoding="utf-8")
 
 
+_NOSCRIPT = (
+    "  <noscript>The flame graph needs JavaScript; the data is embedded in this file.</noscript>\n"
+)
+
+
+def graph_markup(legend: str = "", noscript: str = "") -> str:
+    """The flame graph's controls and canvas, with the ids flamegraph.js binds to: one
+    markup for the report's page and the UI's (ui/routes.py), which both run that script."""
+    parts = {"LEGEND": legend, "NOSCRIPT": noscript}
+    return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts[m.group(1)], _asset("flamegraph_graph.html"))
+
+
 def tree_payload(tree: CallTree, *, title: str, unit: str) -> dict[str, object]:
     """A CallTree as the page's compact JSON: names, per-name kinds and per-node arrays."""
     scale = math.gcd(*tree.node_value) or 1
@@ -115,7 +127,7 @@ def render_html(
         "CSS": _asset("flamegraph.css"),
         "HEADER": _header(profile, header_items),
         "TOP": _extra(top_sections, "kp-top"),
-        "LEGEND": _legend(),
+        "GRAPH": graph_markup(_legend(), _NOSCRIPT),
         "EXTRA": _extra(extra_sections),
         "DATA": embed_json(data),
         "JS": _asset("flamegraph.js"),

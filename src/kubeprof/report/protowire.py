@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from kubeprof.leb128 import read_uleb128
+
 VARINT = 0
 LEN = 2
 
@@ -62,20 +64,6 @@ class Message:
         return bytes(self.buf)
 
 
-# The LEB128 the agent's cpu/eh_frame._uleb also reads; that file is left to the unwinder
-# rewrite under way, which can take this one.
-def read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Decode a varint at `pos`; returns (value, next position)."""
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
 def to_int64(value: int) -> int:
     """Reinterpret an unsigned 64-bit varint as signed int64."""
     return value - (1 << 64) if value >= 1 << 63 else value
@@ -85,13 +73,13 @@ def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
     """(field number, value) pairs of one message: ints for varints, bytes for LEN fields."""
     pos = 0
     while pos < len(data):
-        key, pos = read_varint(data, pos)
+        key, pos = read_uleb128(data, pos)
         field, wire = key >> 3, key & 7
         if wire == VARINT:
-            value, pos = read_varint(data, pos)
+            value, pos = read_uleb128(data, pos)
             yield field, value
         elif wire == LEN:
-            size, pos = read_varint(data, pos)
+            size, pos = read_uleb128(data, pos)
             yield field, data[pos : pos + size]
             pos += size
         elif wire == 1:  # fixed64: not used by profile.proto, skipped
@@ -108,6 +96,6 @@ def unpack(value: int | bytes) -> list[int]:
         return [value]
     out, pos = [], 0
     while pos < len(value):
-        v, pos = read_varint(value, pos)
+        v, pos = read_uleb128(value, pos)
         out.append(v)
     return out

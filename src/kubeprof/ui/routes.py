@@ -19,6 +19,7 @@ Everything is GET: the UI never writes. Answers carry a strict Content-Security-
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from urllib.parse import unquote
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from kubeprof.report.flamegraph import graph_markup
 from kubeprof.reporting import TIMELINE_MAX_RECORDS
 from kubeprof.storage import queries as q
 from kubeprof.ui import api
@@ -190,9 +192,15 @@ class Routes:
             or parts == ["diff"]
             or (parts[0] == "sessions" and len(parts) == 3)
         ):
-            body = resources.files("kubeprof.ui").joinpath("static/index.html").read_bytes()
-            return Response(200, "text/html; charset=utf-8", body)
+            return Response(200, "text/html; charset=utf-8", _index_page())
         return _error(404, "no such page; start at /sessions")
+
+
+@functools.cache
+def _index_page() -> bytes:
+    """The single page, with the flame graph's markup from the report's own page."""
+    page = resources.files("kubeprof.ui").joinpath("static/index.html").read_text("utf-8")
+    return page.replace("{{GRAPH}}", graph_markup()).encode()
 
 
 Handler = Callable[[str, str, Mapping[str, str]], Response]

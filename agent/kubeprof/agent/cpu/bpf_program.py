@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from kubeprof.agent.cpu import offcpu_probe
+from kubeprof.agent.cpu import c_mirror, offcpu_probe
 
 MAX_DEPTH = 127  # the kernel's default perf_event_max_stack
 MAX_PY = 96  # Python frames walked per sample (deeper stacks keep their innermost 96)
@@ -283,53 +283,25 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
 class PyConf(ctypes.Structure):
     """The ctypes mirror of `struct py_conf_t`."""
 
-    _fields_ = [
-        ("interp_head", ctypes.c_uint64),
-        ("interp_threads", ctypes.c_int32),
-        ("tstate_next", ctypes.c_int32),
-        ("tstate_tid", ctypes.c_int32),
-        ("tid_is_native", ctypes.c_int32),
-        ("tstate_frame", ctypes.c_int32),
-        ("cframe_frame", ctypes.c_int32),
-        ("frame_code", ctypes.c_int32),
-        ("frame_previous", ctypes.c_int32),
-        ("frame_instr", ctypes.c_int32),
-        ("frame_flags", ctypes.c_int32),
-        ("cframe_previous", ctypes.c_int32),
-        ("pad", ctypes.c_int32),
-        ("code_type", ctypes.c_uint64),
-    ]
+    _fields_ = c_mirror.fields(BPF_TEXT, "py_conf_t")
 
 
 class PyFrameRaw(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint64), ("instr", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
+    """The ctypes mirror of `struct py_frame_t` (one Python frame of a sample)."""
+
+    _fields_ = c_mirror.fields(BPF_TEXT, "py_frame_t")
 
 
 class RawSample(ctypes.Structure):
-    """The ctypes mirror of `struct sample_t` up to the stack bytes; keep in step."""
+    """The ctypes mirror of `struct sample_t` up to the stack bytes."""
 
-    _fields_ = [
-        ("ts", ctypes.c_uint64),
-        ("pid", ctypes.c_uint32),
-        ("tid", ctypes.c_uint32),
-        ("cpu", ctypes.c_uint32),
-        ("ustack_len", ctypes.c_int32),
-        ("kstack_len", ctypes.c_int32),
-        ("py_len", ctypes.c_int32),
-        ("comm", ctypes.c_char * COMM_LEN),
-        ("ip", ctypes.c_uint64),
-        ("sp", ctypes.c_uint64),
-        ("bp", ctypes.c_uint64),
-        ("stack_len", ctypes.c_uint32),
-        ("off", ctypes.c_uint32),
-        ("blocked_ns", ctypes.c_uint64),
-        ("syscall_nr", ctypes.c_int64),
-        ("state", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
-        ("ustack", ctypes.c_uint64 * MAX_DEPTH),
-        ("kstack", ctypes.c_uint64 * MAX_DEPTH),
-        ("py", PyFrameRaw * MAX_PY),
-    ]
+    _fields_ = c_mirror.fields(
+        BPF_TEXT,
+        "sample_t",
+        sizes={"MAX_DEPTH": MAX_DEPTH, "MAX_PY": MAX_PY},
+        nested={"py_frame_t": PyFrameRaw},
+        until="stack",
+    )
 
 
 def program_text(

@@ -19,6 +19,8 @@ import bisect
 import struct
 from dataclasses import dataclass
 
+from kubeprof.leb128 import read_sleb128, read_uleb128
+
 RSP, RBP, RA = 7, 6, 16  # DWARF register numbers on x86-64
 PLT = -1  # cfa_reg marker: the standard PLT stub CFA expression
 RBP_DEREF = -3  # cfa_reg marker: CFA = *(rbp + cfa_off), GCC's DRAP realignment
@@ -49,27 +51,8 @@ def _breg6(expr: bytes) -> tuple[int, int] | None:
     """(offset, length) of an expression starting with DW_OP_breg6 (rbp + offset)."""
     if not expr or expr[0] != _DW_OP_BREG6:
         return None
-    off, j = _sleb(expr, 1)
+    off, j = read_sleb128(expr, 1)
     return off, j
-
-
-def _uleb(d: bytes, i: int) -> tuple[int, int]:
-    v = shift = 0
-    while True:
-        b = d[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return v, i
-
-
-def _sleb(d: bytes, i: int) -> tuple[int, int]:
-    v, j = _uleb(d, i)
-    bits = 7 * (j - i)
-    if d[j - 1] & 0x40:  # the last byte's sign bit
-        v -= 1 << bits
-    return v, j
 
 
 # DW_EH_PE value formats of a fixed width: absptr, udata2/4/8, sdata2/4/8 (little-endian).
@@ -94,10 +77,10 @@ def _encoded(d: bytes, i: int, enc: int, base_pc: int) -> tuple[int, int]:
     if fixed is not None:
         (v,), n = fixed.unpack_from(d, i), fixed.size
     elif fmt == 0x01:
-        v, j = _uleb(d, i)
+        v, j = read_uleb128(d, i)
         n = j - i
     elif fmt == 0x09:
-        v, j = _sleb(d, i)
+        v, j = read_sleb128(d, i)
         n = j - i
     else:
         raise ValueError(f"pointer encoding {enc:#x}")
@@ -172,15 +155,15 @@ class EhFrame:
         aug_end = d.index(b"\0", i)
         aug = d[i:aug_end].decode()
         i = aug_end + 1
-        code_align, i = _uleb(d, i)
-        data_align, i = _sleb(d, i)
+        code_align, i = read_uleb128(d, i)
+        data_align, i = read_sleb128(d, i)
         if version == 1:
             ra_reg, i = d[i], i + 1
         else:
-            ra_reg, i = _uleb(d, i)
+            ra_reg, i = read_uleb128(d, i)
         fde_enc = 0
         if aug.startswith("z"):
-            aug_len, i = _uleb(d, i)
+            aug_len, i = read_uleb128(d, i)
             j = i
             for ch in aug[1:]:
                 if ch == "R":
@@ -241,7 +224,7 @@ class EhFrame:
         pc_vaddr = i - self._eh_off + self._eh_vaddr
         start, i = _encoded(d, i, cie.fde_enc, pc_vaddr)
         size, i = _encoded(d, i, cie.fde_enc & 0x0F, 0)
-        aug_len, i = _uleb(d, i)
+        aug_len, i = read_uleb128(d, i)
         i += aug_len
         state = _State(cie, start)
         state.run(cie.initial, initial=True)
@@ -281,7 +264,7 @@ class _State:
                 self._advance(self.loc + lo * cie.code_align)
                 continue
             if hi == 0x80:  # offset
-                v, i = _uleb(prog, i)
+                v, i = read_uleb128(prog, i)
                 self._set(lo, v * cie.data_align)
                 continue
             if hi == 0xC0:  # restore
@@ -299,25 +282,25 @@ class _State:
             elif op == 0x00:  # nop
                 pass
             elif op in (0x05, 0x11):  # offset_extended(_sf)
-                reg, i = _uleb(prog, i)
+                reg, i = read_uleb128(prog, i)
                 if op == 0x05:
-                    v, i = _uleb(prog, i)
+                    v, i = read_uleb128(prog, i)
                 else:
-                    v, i = _sleb(prog, i)
+                    v, i = read_sleb128(prog, i)
                 self._set(reg, v * cie.data_align)
             elif op == 0x06:  # restore_extended
-                reg, i = _uleb(prog, i)
+                reg, i = read_uleb128(prog, i)
                 self._restore(reg)
             elif op in (0x07, 0x08):  # undefined, same_value
-                reg, i = _uleb(prog, i)
+                reg, i = read_uleb128(prog, i)
                 self._set(reg, None)
                 if op == 0x07 and reg == RA:
                     self.outermost = True  # _start, clone3: nothing called this frame
                 elif op == 0x08:
                     self.regs.pop(reg, None)
             elif op == 0x09:  # register
-                reg, i = _uleb(prog, i)
-                _, i = _uleb(prog, i)
+                reg, i = read_uleb128(prog, i)
+                _, i = read_uleb128(prog, i)
                 self._set(reg, None)
             elif op == 0x0A:  # remember_state
                 self.stack.append((self.cfa_reg, self.cfa_off, dict(self.regs)))
@@ -325,27 +308,27 @@ class _State:
                 if self.stack:
                     self.cfa_reg, self.cfa_off, self.regs = self.stack.pop()
             elif op == 0x0C:  # def_cfa
-                self.cfa_reg, i = _uleb(prog, i)
-                self.cfa_off, i = _uleb(prog, i)
+                self.cfa_reg, i = read_uleb128(prog, i)
+                self.cfa_off, i = read_uleb128(prog, i)
             elif op == 0x12:  # def_cfa_sf
-                self.cfa_reg, i = _uleb(prog, i)
-                v, i = _sleb(prog, i)
+                self.cfa_reg, i = read_uleb128(prog, i)
+                v, i = read_sleb128(prog, i)
                 self.cfa_off = v * cie.data_align
             elif op == 0x0D:  # def_cfa_register
-                self.cfa_reg, i = _uleb(prog, i)
+                self.cfa_reg, i = read_uleb128(prog, i)
             elif op == 0x0E:  # def_cfa_offset
-                self.cfa_off, i = _uleb(prog, i)
+                self.cfa_off, i = read_uleb128(prog, i)
             elif op == 0x13:  # def_cfa_offset_sf
-                v, i = _sleb(prog, i)
+                v, i = read_sleb128(prog, i)
                 self.cfa_off = v * cie.data_align
             elif op == 0x0F:  # def_cfa_expression
-                size, i = _uleb(prog, i)
+                size, i = read_uleb128(prog, i)
                 expr = prog[i : i + size]
                 i += size
                 self._cfa_expression(expr)
             elif op in (0x10, 0x16):  # expression, val_expression
-                reg, i = _uleb(prog, i)
-                size, i = _uleb(prog, i)
+                reg, i = read_uleb128(prog, i)
+                size, i = read_uleb128(prog, i)
                 expr = prog[i : i + size]
                 i += size
                 self._set(reg, None)
@@ -353,14 +336,14 @@ class _State:
                 if rel is not None and rel[1] == len(expr):  # saved at rbp + k (DRAP)
                     self.regs[_RBP_AT_BP] = rel[0]
             elif op in (0x14, 0x15):  # val_offset(_sf)
-                reg, i = _uleb(prog, i)
-                _, i = (_uleb if op == 0x14 else _sleb)(prog, i)
+                reg, i = read_uleb128(prog, i)
+                _, i = (read_uleb128 if op == 0x14 else read_sleb128)(prog, i)
                 self._set(reg, None)
             elif op == 0x2E:  # GNU_args_size
-                _, i = _uleb(prog, i)
+                _, i = read_uleb128(prog, i)
             elif op == 0x2F:  # GNU_negative_offset_extended
-                reg, i = _uleb(prog, i)
-                v, i = _uleb(prog, i)
+                reg, i = read_uleb128(prog, i)
+                v, i = read_uleb128(prog, i)
                 self._set(reg, -v * cie.data_align)
             else:
                 raise ValueError(f"CFA op {op:#x}")

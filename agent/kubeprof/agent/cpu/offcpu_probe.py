@@ -28,6 +28,7 @@ import ctypes
 import os
 from dataclasses import dataclass
 
+from kubeprof.agent.cpu import c_mirror
 from kubeprof.protocol.settings import DEFAULT_OFFCPU_EVERY, DEFAULT_OFFCPU_MIN_US
 
 # Per-CPU statistic slots of `off_stats`, as counter names in the Batch.
@@ -171,15 +172,9 @@ class OffCpuKnobs:
 
 
 class OffEntry(ctypes.Structure):
-    """The ctypes mirror of `struct off_t` (a wait being followed); keep in step."""
+    """The ctypes mirror of `struct off_t` (a wait being followed)."""
 
-    _fields_ = [
-        ("start", ctypes.c_uint64),
-        ("out", ctypes.c_uint64),
-        ("blocked", ctypes.c_uint64),
-        ("nr", ctypes.c_int64),
-        ("state", ctypes.c_uint64),
-    ]
+    _fields_ = c_mirror.fields(OFFCPU_TEXT, "off_t")
 
 
 @dataclass(frozen=True, slots=True)
