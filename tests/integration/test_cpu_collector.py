@@ -122,6 +122,7 @@ def test_target_that_exits_at_once_gives_a_clear_note():
     try:
         c.add_target(proc.pid)
     except CollectorError as e:  # already gone: the refusal is the clear note
+        proc.wait()  # reaped either way (an unreaped Popen warns, and warnings are errors)
         assert "exited" in str(e) or "no process" in str(e)
         c.stop()
         return

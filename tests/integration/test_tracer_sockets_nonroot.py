@@ -183,6 +183,9 @@ def test_nonroot_pods_are_switched_and_traced_by_an_agent_without_dac_override(
             out = child.stdout.read() if child.stdout else ""
             err = child.stderr.read() if child.stderr else ""
             done[name] = (child.wait(30), out, err)
+            for pipe in (child.stdout, child.stderr):
+                if pipe is not None:
+                    pipe.close()  # an open pipe warns when collected: warnings are errors
     for name, (rc, out, err) in done.items():
         assert rc == 0, err
         launched = json.loads(out.strip().splitlines()[-1])["launched"]
