@@ -139,9 +139,9 @@ def test_watched_namespaces_variant_is_accepted(k8s_cluster: Cluster):
 
 
 def test_light_agent_deep_variant_is_accepted_and_scheduled_on_gpu_nodes(k8s_cluster: Cluster):
-    """lightAgent.deep: the API server accepts the light DaemonSet with its capabilities and
-    host mounts and the token Secret, and the DaemonSet controller places one light agent on
-    every GPU node (none on CPU nodes)."""
+    """lightAgent.deep: the API server accepts the light DaemonSet with its capabilities,
+    host mounts and projected ingest token, and the DaemonSet controller places one light
+    agent on every GPU node (none on CPU nodes)."""
     c = k8s_cluster
     c.kubectl("create", "namespace", cc.NAMESPACE, check=False)
     c.kubectl(
@@ -165,7 +165,18 @@ def test_light_agent_deep_variant_is_accepted_and_scheduled_on_gpu_nodes(k8s_clu
         namespace=cc.NAMESPACE,
     )
     cc.apply(c, docs)
-    assert h.get_json(c, "get", "secret", "-n", cc.NAMESPACE, "kp-deep-light-token")
+    # agent.auth serviceaccount (the default): no shared light token; each light pod gets
+    # its own projected token for the ingest audience
+    assert h.get_json(c, "get", "secret", "-n", cc.NAMESPACE, "kp-deep-light-token") is None
+    ds = next(d for d in docs if d.get("kind") == "DaemonSet" and "light" in d["metadata"]["name"])
+    sources = [
+        s
+        for v in ds["spec"]["template"]["spec"]["volumes"]
+        for s in (v.get("projected") or {}).get("sources", [])
+    ]
+    assert {"audience": "kubeprof.dev/ingest", "expirationSeconds": 600, "path": "token"} in [
+        s.get("serviceAccountToken") for s in sources
+    ], sources
     gpu = h.get_json(c, "get", "nodes", "-l", "nvidia.com/gpu.present=true")["items"]
 
     def placed() -> list[str]:
