@@ -204,8 +204,10 @@ def _wake_on_exit(child: subprocess.Popen[bytes], wake: threading.Event) -> None
     interval later (the whole interval was added to every short command's wall time)."""
 
     def watch() -> None:
-        with contextlib.suppress(Exception):
+        try:
             os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # leaves it to Popen
+        except OSError:
+            return  # cannot wait (reaped already): the driver's polls see the exit
         wake.set()
 
     threading.Thread(target=watch, name="kubeprof-child-exit", daemon=True).start()
