@@ -141,30 +141,28 @@ def session_token(cluster: Cluster, namespace: str, name: str) -> str:
     return base64.b64decode(sec["data"]["token"]).decode()
 
 
-def stored_batch_ids(libpq: str, namespace: str, session: str) -> set[str]:
-    """Batch ids stored for the session `namespace/session` (any of its incarnations)."""
+def _session_rows(libpq: str, namespace: str, session: str, select_from: str) -> list[tuple]:
+    """Rows of `SELECT ... FROM <table> x` joined to the session `namespace/session` (any
+    of its incarnations) through `x.session_id`."""
     import psycopg
 
     with psycopg.connect(libpq) as conn:
-        rows = conn.execute(
-            "SELECT b.batch_id FROM ingested_batches b JOIN sessions s ON s.id = b.session_id "
-            "WHERE s.name LIKE %s",
+        return conn.execute(
+            f"{select_from} JOIN sessions s ON s.id = x.session_id WHERE s.name LIKE %s",
             (f"{namespace}/{session}@%",),
         ).fetchall()
+
+
+def stored_batch_ids(libpq: str, namespace: str, session: str) -> set[str]:
+    """Batch ids stored for the session `namespace/session` (any of its incarnations)."""
+    rows = _session_rows(libpq, namespace, session, "SELECT x.batch_id FROM ingested_batches x")
     return {str(r[0]) for r in rows}
 
 
 def stored_pod_claims(libpq: str, namespace: str, session: str) -> dict[tuple[str, int], str]:
     """(node, pid) -> the pod UID each stored process record of the session names."""
-    import psycopg
-
-    with psycopg.connect(libpq) as conn:
-        rows = conn.execute(
-            "SELECT p.node, p.pid, p.pod_uid FROM processes p "
-            "JOIN sessions s ON s.id = p.session_id WHERE s.name LIKE %s",
-            (f"{namespace}/{session}@%",),
-        ).fetchall()
-    return {(str(r[0]), int(r[1])): str(r[2]) for r in rows}
+    q = "SELECT x.node, x.pid, x.pod_uid FROM processes x"
+    return {(str(r[0]), int(r[1])): str(r[2]) for r in _session_rows(libpq, namespace, session, q)}
 
 
 def delete_session(cluster: Cluster, namespace: str, name: str) -> None:
