@@ -48,8 +48,8 @@ MIN_VERDICT_NS = 200_000_000  # a window shorter than this gives no verdict ...
 MIN_VERDICT_STEPS = 10  # ... nor one with fewer steps (or bursts)
 
 
-# A plain record with one derived property: the spool's and the bounds' small records
-# look alike in shape only.
+# A plain record with one derived property: the spool's small records look alike in shape
+# only.
 @dataclass(frozen=True, slots=True)
 class Window:
     """A half-open time window [start_ns, end_ns)."""

@@ -31,10 +31,6 @@ class Extent:
     lo: int
     hi: int
 
-    @property
-    def span_ns(self) -> int:
-        return self.hi - self.lo
-
 
 class OutOfBounds(FieldError):
     """A record claims a time outside what the session allows; the message names it."""
