@@ -21,6 +21,7 @@ the session start. Pure: records in, events out, written one by one.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -119,6 +120,10 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
     untimed: set[int] = set()  # processes with launches drawn at their kernel's start
     threadless: set[int] = set()  # ... with launch times but no thread id
     async_id = 0
+    # (pid, correlation id) -> the flow id of its arrow. One launch can queue several
+    # kernels under its correlation id (a CUDA graph's replay): one launch slice and one
+    # arrow, to the first; ids are numbered so no two launches ever share one.
+    flows: dict[tuple[int, int], str] = {}
     # A session has a few hundred kernel names and launching stacks, repeated per step.
     names: dict[str, str] = {}
     sites: dict[int, str] = {}  # by id(): the stacks stay alive in `activities`
@@ -161,12 +166,16 @@ def gpu_events(activities: Sequence[GpuActivity], t0: int) -> Iterator[Event]:
                 "dur": _dur(a.start_ns, a.end_ns, t0),
                 "args": args,
             }
+            key = (a.pid, a.correlation_id)
             if not a.correlation_id:
+                yield work
+            elif key in flows:
+                args["launch"] = "one launch queued this and earlier work (a CUDA graph)"
                 yield work
             else:
                 # The arrow: both slices carry one bind_id (flow_out on the launch,
                 # flow_in on the work), the form Chrome itself writes.
-                flow = f"0x{(a.pid << 32) | a.correlation_id:x}"
+                flow = flows[key] = f"0x{len(flows) + 1:x}"
                 work.update(bind_id=flow, flow_in=True)
                 yield work
                 launch = launch_event(a, site(a.stack), t0)
@@ -326,15 +335,25 @@ def events(
     keep_interpreter: bool = False,
 ) -> Iterator[Event]:
     """Every event, one at a time (a 1 M-kernel session never holds them all at once);
-    `start_ns` (the session start, CLOCK_MONOTONIC) is time 0."""
-    if phases is not None:
-        yield from phase_events(phases, start_ns)
-    yield from gpu_events(activities, start_ns)
+    `start_ns` (the session start, CLOCK_MONOTONIC) is time 0. Every process is named,
+    also one that only launched GPU work or only waited (no CPU samples)."""
+    parts: list[Iterable[Event]] = [] if phases is None else [phase_events(phases, start_ns)]
+    parts.append(gpu_events(activities, start_ns))
     if cpu is not None:
-        yield from cpu_events(
-            cpu, start_ns, keep_interpreter=keep_interpreter, process_names=process_names
+        parts.append(
+            cpu_events(
+                cpu, start_ns, keep_interpreter=keep_interpreter, process_names=process_names
+            )
         )
-    yield from offcpu_events(offcpu, start_ns)
+    parts.append(offcpu_events(offcpu, start_ns))
+    named: set[int] = set()
+    seen: set[int] = set()
+    for e in itertools.chain.from_iterable(parts):
+        (named if e["name"] == "process_name" and e["ph"] == "M" else seen).add(e["pid"])
+        yield e
+    names = process_names or {}
+    for pid in sorted(seen - named):
+        yield _meta(pid, None, "process_name", names.get(pid, f"pid {pid}"))
 
 
 def _header(session: str, start_ns: int) -> dict[str, object]:

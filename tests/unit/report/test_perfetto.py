@@ -338,3 +338,46 @@ def test_launch_arrows_start_on_the_calling_thread_when_it_called(tmp_path):
     assert names[(7, LAUNCH_TID)] == (
         "CUDA launches (calling thread not recorded; drawn at kernel start: call time not recorded)"
     )
+
+
+def test_a_graph_replay_has_one_launch_and_one_arrow(tmp_path):
+    """A CUDA graph's replay queues several kernels under one launch's correlation id: one
+    launch slice, one arrow (to the first kernel), the others saying why they have none; a
+    second process reusing the same correlation id gets its own arrow."""
+    from kubeprof.model import Batch, FrameKind, GpuActivity
+    from kubeprof.storage import Store
+
+    url = f"sqlite:///{tmp_path}/g.db"
+    launch = (
+        Frame("main", FrameKind.PYTHON, "/app/g.py", 3),
+        Frame("cudaGraphLaunch", FrameKind.CUDA_API),
+    )
+    t0, ms = 1_000_000_000, 1_000_000
+
+    def kernel(pid: int, corr: int, start_ms: int) -> GpuActivity:
+        at = t0 + start_ms * ms
+        return GpuActivity("kernel", "_Z1kv", at, at + ms, 0, pid, corr, 3, stack=launch)
+
+    acts = (kernel(7, 1, 2), kernel(7, 1, 4), kernel(7, 1, 6), kernel(7, 2, 8), kernel(9, 1, 10))
+    store = Store.open(url)
+    sid = store.create_session("g", command="python g.py", start_ns=t0, hz=99)
+    store.write_batch(sid, Batch(gpu_activities=acts))
+    store.finish_session(sid, end_ns=t0 + 20 * ms)
+    store.close()
+    trace = _perfetto_of("g", url)
+    assert _assert_viewable(trace)[0] == 3  # arrows: graph of pid 7, its next launch, pid 9
+    events = trace["traceEvents"]
+    launches = [e for e in events if e.get("cat") == "launch"]
+    assert sorted((e["pid"], e["args"]["correlation_id"]) for e in launches) == [
+        (7, 1),
+        (7, 2),
+        (9, 1),
+    ]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    assert [("bind_id" in e, "launch" in e["args"]) for e in kernels] == [
+        (True, False),
+        (False, True),
+        (False, True),
+        (True, False),
+        (True, False),
+    ]
