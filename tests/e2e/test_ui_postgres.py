@@ -51,3 +51,56 @@ def test_concurrent_batches_add_up_and_the_api_reads_them(postgres_dsn):
     store.close()
     assert resp.status == 200
     assert json.loads(resp.body)["views"]["cpu"]["samples"][0] == 4 * 10 * 20
+
+
+def _count_rows(store: Store, name: str) -> list[tuple]:
+    """Every stack_counts row of a session, stacks spelled out (ids differ per database)."""
+    from kubeprof.storage.intern import load_stacks
+    from kubeprof.storage.stack_counts import stack_counts
+
+    with store.engine.connect() as conn:
+        info = q.find_session(conn, name)
+        out = []
+        for buckets in (None, *((b, b) for b in range(4))):
+            rows = stack_counts(conn, info.id, buckets=buckets)
+            stacks = load_stacks(conn, [r[4] for r in rows])
+            out += [(buckets, n, p, t, th, stacks[s], c) for n, p, t, th, s, c in rows]
+    return sorted(out, key=repr)
+
+
+def test_server_counted_rows_equal_the_python_counted_ones(postgres_dsn, tmp_path):
+    """PostgreSQL counts a batch's samples in SQL, SQLite in Python: the same rows come out,
+    per time bucket and for the session, and a thread renamed within a batch is counted
+    under the name it had last in the batch (on both, as the flame graph shows it)."""
+    main = Frame("main", FrameKind.PYTHON, "/t.py", 1)
+    stacks = [(main, Frame(f"f{i}", FrameKind.PYTHON, "/t.py", i)) for i in range(5)]
+    batches = [
+        Batch(
+            samples=tuple(
+                CpuSample(
+                    round_ * 10**9 + i * 37_000_000,  # 37 ms apart: ~2 buckets a batch
+                    7 + i % 2,
+                    70 + i % 3,
+                    "loader" if round_ == 1 and i > 30 and i % 3 == 0 else f"w{i % 3}",
+                    i % 4,
+                    stacks[(i * 7 + round_) % 5],
+                )
+                for i in range(50)
+            )
+        )
+        for round_ in range(3)
+    ]
+    counted = []
+    for url in (postgres_dsn.url, f"sqlite:///{tmp_path}/kp.db"):
+        store = Store.open(url)
+        try:
+            sid = store.create_session("pg-vs-sqlite-counts", hz=99)
+            for i, b in enumerate(batches):
+                store.write_batch(sid, b, node=f"node-{i % 2}")
+            counted.append(_count_rows(store, "pg-vs-sqlite-counts"))
+        finally:
+            store.close()
+    pg, lite = counted
+    assert pg == lite
+    assert sum(r[-1] for r in pg if r[0] is None) == 150
+    assert any(r[4] == "loader" for r in pg)
