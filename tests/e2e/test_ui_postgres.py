@@ -104,3 +104,34 @@ def test_server_counted_rows_equal_the_python_counted_ones(postgres_dsn, tmp_pat
     assert pg == lite
     assert sum(r[-1] for r in pg if r[0] is None) == 150
     assert any(r[4] == "loader" for r in pg)
+
+
+def test_deleting_a_session_deletes_its_counts_and_frees_its_stacks(postgres_dsn):
+    """stack_counts has no foreign keys (a trigger follows sessions): deleting a session still
+    takes its counts, and the shared-rows GC still sees a stack the counts refer to."""
+    from sqlalchemy import func, select
+
+    from kubeprof.storage import sessions, shared_gc
+    from kubeprof.storage.models import StackCountRow, StackRow
+
+    store = Store.open(postgres_dsn.url)
+    only = (Frame("gone", FrameKind.PYTHON, "/gone.py", 1), Frame("g", FrameKind.NATIVE, "x"))
+    try:
+        sid = store.create_session("pg-counts-follow", hz=99)
+        keep = store.create_session("pg-counts-stay", hz=99)
+        for s in (sid, keep):
+            store.write_batch(s, Batch(samples=(CpuSample(10**9, 7, 7, "w", 0, only),)))
+        rows = select(func.count()).select_from(StackCountRow)
+        with store.engine.begin() as conn:
+            # The counts alone keep the stack: the GC must not take it.
+            conn.exec_driver_sql(f"DELETE FROM samples WHERE session_id = {keep}")
+            assert sessions.remove(conn, [sid]) == 1
+            assert conn.scalar(rows.where(StackCountRow.session_id == sid)) == 0
+            assert conn.scalar(rows.where(StackCountRow.session_id == keep)) == 2
+        shared_gc.collect(store.engine)
+        with store.engine.connect() as conn:
+            info = q.find_session(conn, "pg-counts-stay")
+            assert [ws.stack for ws in q.cpu_stacks(conn, info)] == [only]
+            assert conn.scalar(select(func.count()).select_from(StackRow)) > 0
+    finally:
+        store.close()
