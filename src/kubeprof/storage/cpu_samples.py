@@ -51,4 +51,5 @@ def _write_staged(conn: Connection, rows: Sequence[SampleTuple]) -> None:
     conn.exec_driver_sql(
         f"INSERT INTO {SampleRow.__tablename__} ({cols}) SELECT {cols} FROM {_STAGE}"
     )
-    stack_counts.add_staged(conn, _STAGE, {(r[3], r[4]): r[6] for r in rows})
+    threads = {(r[3], r[4]): r[6] for r in rows}
+    stack_counts.add_staged(conn, _STAGE, rows[0][0], rows[0][1], threads)

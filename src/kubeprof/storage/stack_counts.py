@@ -78,29 +78,37 @@ def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
         conn.execute(stmt, rows[i : i + 2000])
 
 
-def add_staged(conn: Connection, stage: str, threads: Mapping[tuple[int, int], str]) -> None:
-    """PostgreSQL: add the counts of the sample rows in the table `stage` (one batch's: one
-    session and node), counted by the server in one upsert; `threads` names each (pid, tid)
-    as the batch last did, as `count_rows` does. Counting in Python and COPYing ~2 count
-    rows per sample cost more than the sample rows themselves; the stage is already there.
-    Rows are added in key order (node in "C" order), so concurrent writers never wait on
-    each other in a cycle. Bucket numbers are `bucket_of` (timestamps are never negative:
-    the codec refuses them and the agents' clocks are monotonic)."""
+def add_staged(
+    conn: Connection,
+    stage: str,
+    session_id: int,
+    node: str,
+    threads: Mapping[tuple[int, int], str],
+) -> None:
+    """PostgreSQL: add the counts of the sample rows in the table `stage` (one batch's, all
+    of `session_id` and `node`), counted by the server in one upsert; `threads` names each
+    (pid, tid) as the batch last did, as `count_rows` does. Counting in Python and COPYing
+    ~2 count rows per sample cost more than the sample rows themselves. Grouped and sorted
+    on integers only (text keys made the sorts a third of the statement); with one session
+    and node that is key order, so concurrent writers never wait on each other in a cycle.
+    Bucket numbers are `bucket_of` (timestamps are never negative: the codec refuses them
+    and the agents' clocks are monotonic)."""
     t = StackCountRow.__tablename__
-    s = "s.session_id, s.b, s.node, s.pid, s.tid, s.stack_id, n.thread"
     conn.exec_driver_sql(
         f"INSERT INTO {t} ({', '.join(_COLUMNS)}) "
-        f"SELECT s.session_id, COALESCE(s.b, {TOTAL_BUCKET}), s.node, s.pid, s.tid, "
-        "s.stack_id, n.thread, count(*) "
-        f"FROM (SELECT session_id, node, pid, tid, stack_id, ts_ns / {BUCKET_NS} AS b "
-        f"FROM {stage}) s "
+        f"SELECT %(session)s::integer, COALESCE(c.b, {TOTAL_BUCKET}), %(node)s::text, c.pid, "
+        "c.tid, c.stack_id, n.thread, c.samples FROM ("
+        "SELECT b, pid, tid, stack_id, count(*) AS samples "
+        f"FROM (SELECT ts_ns / {BUCKET_NS} AS b, pid, tid, stack_id FROM {stage}) s "
+        "GROUP BY GROUPING SETS ((b, pid, tid, stack_id), (pid, tid, stack_id))) c "
         "JOIN unnest(%(pid)s::integer[], %(tid)s::integer[], %(thread)s::text[]) "
-        "AS n (pid, tid, thread) ON n.pid = s.pid AND n.tid = s.tid "
-        f"GROUP BY GROUPING SETS (({s}), ({s.replace('s.b, ', '')})) "
-        f'ORDER BY s.session_id, COALESCE(s.b, {TOTAL_BUCKET}), s.node COLLATE "C", s.pid, '
-        f"s.tid, s.stack_id ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
+        "AS n (pid, tid, thread) ON n.pid = c.pid AND n.tid = c.tid "
+        f"ORDER BY COALESCE(c.b, {TOTAL_BUCKET}), c.pid, c.tid, c.stack_id "
+        f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
         f"samples = {t}.samples + EXCLUDED.samples, thread = EXCLUDED.thread",
         {
+            "session": session_id,
+            "node": node,
             "pid": [p for p, _ in threads],
             "tid": [td for _, td in threads],
             "thread": list(threads.values()),
