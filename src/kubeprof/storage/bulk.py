@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import insert
 from sqlalchemy.dialects import postgresql, sqlite
@@ -21,18 +21,30 @@ def dialect_insert(conn: Connection, table: type[DeclarativeBase]) -> UpsertInse
     raise ValueError(f"unsupported database dialect {conn.dialect.name!r}")
 
 
+def copies(conn: Connection) -> bool:
+    """Whether `conn` can COPY (PostgreSQL through psycopg 3)."""
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
 def insert_rows(conn: Connection, table: type[DeclarativeBase], rows: Sequence[dict]) -> None:
     """Insert many rows of `table`; all dicts must have the same keys."""
     if not rows:
         return
-    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
+    if copies(conn):
         copy_rows(conn, table.__tablename__, list(rows[0]), rows)
     else:
         conn.execute(insert(table), list(rows))
 
 
 def copy_rows(conn: Connection, tablename: str, columns: list[str], rows: Sequence[dict]) -> None:
-    """COPY `rows` (dicts with at least `columns`) into `tablename` (PostgreSQL, psycopg).
+    """COPY `rows` (dicts with at least `columns`) into `tablename` (PostgreSQL, psycopg)."""
+    copy_tuples(conn, tablename, columns, ([row[c] for c in columns] for row in rows))
+
+
+def copy_tuples(
+    conn: Connection, tablename: str, columns: Sequence[str], rows: Iterable[Sequence[object]]
+) -> None:
+    """COPY `rows` (values in `columns` order) into `tablename` (PostgreSQL, psycopg).
     Table and column names come from our own models, never from input; values travel as
     COPY data."""
     cols = ", ".join(f'"{c}"' for c in columns)
@@ -40,4 +52,4 @@ def copy_rows(conn: Connection, tablename: str, columns: list[str], rows: Sequen
     assert raw is not None, "a live psycopg connection is needed for COPY"
     with raw.cursor() as cur, cur.copy(f'COPY "{tablename}" ({cols}) FROM STDIN') as copy:
         for row in rows:
-            copy.write_row([row[c] for c in columns])
+            copy.write_row(row)

@@ -247,15 +247,24 @@ class StackCountRow(Base):
     ``bucket`` is ``TOTAL_BUCKET`` (-1) for the whole session, else ``ts_ns // BUCKET_NS`` of
     the node's monotonic clock, so a time range reads only its buckets. The flame graph of
     10 M samples reads a few thousand of these rows instead of 10 M sample rows.
+
+    Its session and stack are not foreign keys (checking them on each row was over a third
+    of adding a batch's counts): the batch's sample rows, written in the same transaction,
+    are checked; a trigger deletes a deleted session's rows (migration counts_unchecked),
+    and ``info["refers_to"]`` names the stack column for the shared-rows GC.
     """
 
     __tablename__ = "stack_counts"
-    session_id: Mapped[int] = _session_id(primary_key=True)
+    session_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     bucket: Mapped[int] = mapped_column(primary_key=True)
     node: Mapped[str] = mapped_column(String(253), primary_key=True, default="")
     pid: Mapped[int] = mapped_column(Integer, primary_key=True)
     tid: Mapped[int] = mapped_column(Integer, primary_key=True)
-    stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"), primary_key=True)
+    stack_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        info={"refers_to": "stacks.id"},
+    )
     thread: Mapped[str] = mapped_column(default="")
     samples: Mapped[int] = mapped_column(default=0)
     __table_args__ = (Index("ix_stack_counts_stack_id", "stack_id"),)

@@ -170,7 +170,8 @@ def name_of(conn: Connection, session_id: int) -> str:
 
 def remove(conn: Connection, session_ids: Collection[int]) -> int:
     """Delete sessions with all their rows (samples, GPU records, ... cascade by foreign
-    key); interned stacks and frames stay, as other sessions may share them. How many."""
+    key, stack_counts by a trigger); interned stacks and frames stay, as other sessions may
+    share them. How many."""
     if not session_ids:
         return 0
     result = conn.execute(delete(SessionRow).where(SessionRow.id.in_(list(session_ids))))

@@ -35,12 +35,19 @@ class Collected:
 
 
 def stack_references() -> list[Column[int]]:
-    """Every column that refers to a stack (its foreign key names `stacks.id`)."""
+    """Every column that refers to a stack: its foreign key names `stacks.id`, or, not
+    checked by the database, its ``info["refers_to"]`` does."""
+    target = f"{StackRow.__tablename__}.id"
     return [
         fk.parent
         for t in Base.metadata.sorted_tables
         for fk in t.foreign_keys
         if fk.column.table.name == StackRow.__tablename__
+    ] + [
+        c
+        for t in Base.metadata.sorted_tables
+        for c in t.columns
+        if c.info.get("refers_to") == target
     ]
 
 

@@ -10,12 +10,12 @@ at once), in key order so two writers never wait on each other in a cycle.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
-from kubeprof.storage.bulk import copy_rows, dialect_insert
+from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.models import StackCountRow
 
 TOTAL_BUCKET = -1  # the whole-session row of a (thread, stack)
@@ -60,19 +60,15 @@ def count_rows(
 
 _KEY = ("session_id", "bucket", "node", "pid", "tid", "stack_id")
 _COLUMNS = (*_KEY, "thread", "samples")
-_STAGE = "stack_counts_in"  # the temporary table of _add_counts_copy (names are ours)
 
 
 def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
-    """Add `rows` (from `count_rows`) to the stored counts."""
+    """Add `rows` (from `count_rows`, in key order) to the stored counts."""
     if not rows:
-        return
-    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
-        _add_counts_copy(conn, rows)
         return
     ins = dialect_insert(conn, StackCountRow)
     stmt = ins.on_conflict_do_update(
-        index_elements=["session_id", "bucket", "node", "pid", "tid", "stack_id"],
+        index_elements=list(_KEY),
         set_={
             "samples": StackCountRow.samples + ins.excluded.samples,
             "thread": ins.excluded.thread,
@@ -82,22 +78,41 @@ def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
         conn.execute(stmt, rows[i : i + 2000])
 
 
-def _add_counts_copy(conn: Connection, rows: list[dict[str, object]]) -> None:
-    """PostgreSQL: COPY the rows into a per-connection temporary table, then one upsert from
-    it in key order. An upsert per row (executemany, even pipelined) was half of a batch's
-    ingest time: 1.8 of 3.4 s for 40,000 samples."""
+def add_staged(
+    conn: Connection,
+    stage: str,
+    session_id: int,
+    node: str,
+    threads: Mapping[tuple[int, int], str],
+) -> None:
+    """PostgreSQL: add the counts of the sample rows in the table `stage` (one batch's, all
+    of `session_id` and `node`), counted by the server in one upsert; `threads` names each
+    (pid, tid) as the batch last did, as `count_rows` does. Counting in Python and COPYing
+    ~2 count rows per sample cost more than the sample rows themselves. Grouped and sorted
+    on integers only (text keys made the sorts a third of the statement); with one session
+    and node that is key order, so concurrent writers never wait on each other in a cycle.
+    Bucket numbers are `bucket_of` (timestamps are never negative: the codec refuses them
+    and the agents' clocks are monotonic)."""
+    t = StackCountRow.__tablename__
     conn.exec_driver_sql(
-        f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} (LIKE {StackCountRow.__tablename__} "
-        "INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-    )
-    copy_rows(conn, _STAGE, list(_COLUMNS), rows)
-    cols = ", ".join(_COLUMNS)
-    key = ", ".join(_KEY)
-    conn.exec_driver_sql(
-        f"INSERT INTO {StackCountRow.__tablename__} ({cols}) SELECT {cols} FROM {_STAGE} "
-        f"ORDER BY {key} ON CONFLICT ({key}) DO UPDATE SET "
-        f"samples = {StackCountRow.__tablename__}.samples + EXCLUDED.samples, "
-        "thread = EXCLUDED.thread"
+        f"INSERT INTO {t} ({', '.join(_COLUMNS)}) "
+        f"SELECT %(session)s::integer, COALESCE(c.b, {TOTAL_BUCKET}), %(node)s::text, c.pid, "
+        "c.tid, c.stack_id, n.thread, c.samples FROM ("
+        "SELECT b, pid, tid, stack_id, count(*) AS samples "
+        f"FROM (SELECT ts_ns / {BUCKET_NS} AS b, pid, tid, stack_id FROM {stage}) s "
+        "GROUP BY GROUPING SETS ((b, pid, tid, stack_id), (pid, tid, stack_id))) c "
+        "JOIN unnest(%(pid)s::integer[], %(tid)s::integer[], %(thread)s::text[]) "
+        "AS n (pid, tid, thread) ON n.pid = c.pid AND n.tid = c.tid "
+        f"ORDER BY COALESCE(c.b, {TOTAL_BUCKET}), c.pid, c.tid, c.stack_id "
+        f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
+        f"samples = {t}.samples + EXCLUDED.samples, thread = EXCLUDED.thread",
+        {
+            "session": session_id,
+            "node": node,
+            "pid": [p for p, _ in threads],
+            "tid": [td for _, td in threads],
+            "thread": list(threads.values()),
+        },
     )
 
 

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import migrate, models, offcpu, sessions, stack_counts
+from kubeprof.storage import cpu_samples, migrate, models, offcpu, sessions
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.store_location import default_url, prepare_sqlite_path
@@ -115,28 +115,11 @@ def write_batch(
     distinct.update((id(a.stack), a.stack) for a in batch.gpu_activities if a.stack)
     ids = interner.stack_ids_for(conn, distinct.values()) if distinct else {}
     sid = {k: ids[stack_hash(stack)] for k, stack in distinct.items()}
-    samples = [
-        {
-            "session_id": session_id,
-            "node": node,
-            "ts_ns": s.ts_ns,
-            "pid": s.pid,
-            "tid": s.tid,
-            "cpu": s.cpu,
-            "thread": s.thread,
-            "stack_id": sid[id(s.stack)],
-        }
+    samples: list[cpu_samples.SampleTuple] = [
+        (session_id, node, s.ts_ns, s.pid, s.tid, s.cpu, s.thread, sid[id(s.stack)])
         for s in batch.samples
     ]
-    insert_rows(conn, models.SampleRow, samples)
-    stack_counts.add_counts(
-        conn,
-        stack_counts.count_rows(
-            session_id,
-            node,
-            ((s.ts_ns, s.pid, s.tid, s.thread, sid[id(s.stack)]) for s in batch.samples),
-        ),
-    )
+    cpu_samples.write(conn, samples)
     activities = [
         {
             "session_id": session_id,
