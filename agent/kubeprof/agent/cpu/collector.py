@@ -34,6 +34,7 @@ from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 _MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
+_ADD_PASSES = 4  # add_target's looks for children forked while it worked
 # Per CPU sample counters (kubeprof/report/cpu_stacks.py phrases them for the reader):
 # samples whose native unwind stopped before the thread's first frame, by where it stopped
 # (the end of the copied stack / a frame without usable unwind tables); of those, the ones
@@ -125,10 +126,23 @@ class CpuCollector:
         if problem:
             raise CollectorError(problem)
         self._targets.add(pid)
-        for p in {pid} | procfs.descendants(pid):
-            self._sampler.add_tgid(p)
-            self._sampler.follow_waits(blocked_threads(p), time.monotonic_ns())
-            self._see(p)
+        # Each process is seen (its interpreter's layout in the BPF map) before it is
+        # sampled: a sample taken in between would come without its Python frames, and
+        # finding _PyRuntime takes 30-400 ms, time enough for a program started just
+        # before to reach its main() (up to 11 of ~250 samples of a 2.5 s run). Children
+        # forked before their parent was a target are found by the next pass (a few: a
+        # tree that forks without end is not waited for); later ones join in the kernel
+        # (sched_process_fork).
+        added: set[int] = set()
+        for _pass in range(_ADD_PASSES):
+            todo = ({pid} | procfs.descendants(pid)) - added
+            if not todo:
+                break
+            for p in sorted(todo):  # parents (lower ids, mostly) before their children
+                self._see(p)
+                self._sampler.add_tgid(p)
+                self._sampler.follow_waits(blocked_threads(p), time.monotonic_ns())
+            added |= todo
 
     def _see(self, pid: int) -> None:
         """First sight of a process: record its info, maps, and its CPython if any."""
