@@ -164,6 +164,37 @@ def test_process_that_execs_python_later_gets_python_frames(python_exe):
     assert abs(hot / (hot + cold) - 0.80) < 0.08
 
 
+SPIN = """
+def spin():
+    print("spinning", flush=True)
+    while True:
+        pass
+spin()
+"""
+
+
+def test_a_running_python_program_has_its_python_frames_from_its_first_sample(python_exe):
+    # Attached while it already runs its Python code (kubeprof record -- python ..., or
+    # --pid): no sample may come before the BPF program knows where its frames are.
+    c = CpuCollector(hz=499)
+    proc = subprocess.Popen([python_exe, "-c", SPIN], stdout=subprocess.PIPE)
+    samples = []
+    try:
+        assert proc.stdout.readline() == b"spinning\n"
+        c.add_target(proc.pid)
+        time.sleep(1.0)
+        samples += c.poll().samples
+    finally:
+        samples += c.stop().samples  # stopped first: no sample of it being killed
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    ours = [s for s in samples if s.tid == proc.pid]
+    assert len(ours) >= 100, len(ours)
+    without = [names(s)[-6:] for s in ours if "spin" not in names(s)]
+    assert not without, f"{len(without)} of {len(ours)} samples without their Python frames"
+
+
 def _phase_at(phases, ts_ns, margin_ns=25_000_000):
     """The logged phase running at ts_ns, clear of its boundaries by 2.5 sampling periods."""
     for name, t0, t1 in phases:

@@ -6,6 +6,7 @@ never reach the reader: known keys are phrased, counters stay in the JSON output
 
 from __future__ import annotations
 
+from kubeprof.report.cpu_stacks import stack_note
 from kubeprof.report.evidence import figure_text
 from kubeprof.report.views import format_ns
 from kubeprof.reportdata import Profile, Report
@@ -91,6 +92,9 @@ def profile_items(prof: Profile) -> list[tuple[str, str]]:
         shown = ", ".join(procs[:4]) + (f" and {len(procs) - 4} more" if len(procs) > 4 else "")
         out.append(("processes", shown))
     out.append(("CPU", cpu_sampler(prof)))
+    stacks = stack_note(meta)
+    if stacks:
+        out.append(("CPU stacks", stacks))
     if prof.cpu:
         out.append(("CPU time", format_ns(sum(ws.value_ns for ws in prof.cpu))))
     if prof.gpu:

@@ -5,7 +5,11 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
 
 - ``session``: name, duration_s, cpu_hz, command.
 - ``meta``: the session's stored meta as recorded (counters as ``counter.NAME``).
-- ``cpu``: sampler ``source`` (bpf / py-spy / null), ``hz``, ``samples``.
+- ``cpu``: sampler ``source`` (bpf / py-spy / null), ``hz``, ``samples``, ``stacks``: how
+  many samples' stacks were cut short of their thread's first frame (``cut``, by cause
+  ``cut_at_copy_end`` / ``cut_without_unwind_tables``; marked ``[native frames not
+  unwound]``), ``rooted_by_python_stack`` of those, ``native_thread_samples`` (threads a
+  C library started), ``python_frames_missing``, ``no_user_stack`` (report/cpu_stacks.py).
 - ``gpu_tracing``: ``traced`` (true, false, or null for a session without GPU data) and
   ``reason`` when not traced.
 - ``headline``: THE GPU idle figure: ``idle_ratio`` (null when not measured), ``source``
@@ -44,6 +48,7 @@ from kubeprof.analysis.cpu_during_idle import CpuDuringIdle, FrameShare
 from kubeprof.analysis.findings import Analysis, Finding
 from kubeprof.analysis.gpu_summary import GpuSummary
 from kubeprof.analysis.steady_idle import IdleFigure
+from kubeprof.report.cpu_stacks import stack_counts
 from kubeprof.report.evidence import targets
 from kubeprof.report.header import gpu_tracing
 from kubeprof.report.text import function_label, function_times
@@ -283,6 +288,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "source": meta.get("cpu_source") or ("bpf" if prof.cpu else None),
             "hz": prof.hz,
             "samples": sum(ws.samples for ws in prof.cpu),
+            "stacks": stack_counts(meta),
         },
         "gpu_tracing": {"traced": traced, "reason": None if traced else words},
         "headline": _headline(report),

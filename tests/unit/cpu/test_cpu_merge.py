@@ -1,6 +1,12 @@
 """The pure joins: Python stack at a time, and splicing native/kernel frames under it."""
 
-from kubeprof.agent.cpu.merge import is_interpreter, merge_stack, python_stack_at
+from kubeprof.agent.cpu.merge import (
+    NOT_UNWOUND,
+    interleave,
+    is_interpreter,
+    merge_stack,
+    python_stack_at,
+)
 from kubeprof.model import Frame, FrameKind
 
 
@@ -57,3 +63,18 @@ def test_is_interpreter_recognises_cpython_binaries_only():
 def test_merge_with_pyspy_native_stack_adds_only_kernel_frames():
     py_native = (*PY_HOT, SHA)  # py-spy --native ends in native frames
     assert merge_stack(py_native, [START, EVAL, SHA], KERNEL) == (*py_native, *KERNEL)
+
+
+def test_interleave_puts_each_group_under_its_eval_frame():
+    groups = [PY_HOT]  # innermost first
+    assert interleave(groups, [START, EVAL, SHA], KERNEL) == (START, EVAL, *PY_HOT, SHA, *KERNEL)
+
+
+def test_a_cut_unwind_is_marked_above_the_outermost_native_frame_found():
+    # the unwind stopped below the eval frame: the group left over goes above the mark
+    assert interleave([PY_HOT], [SHA], (), unwound=False) == (*PY_HOT, NOT_UNWOUND, SHA)
+    # a native-only stack cut short starts with the mark; a whole one has none
+    assert interleave([], [LIBPY, SHA], (), unwound=False) == (NOT_UNWOUND, LIBPY, SHA)
+    assert interleave([PY_HOT], [SHA], ()) == (*PY_HOT, SHA)
+    # no native frames at all: nothing to mark
+    assert interleave([PY_HOT], [], KERNEL, unwound=False) == (*PY_HOT, *KERNEL)

@@ -1,24 +1,31 @@
 """The .eh_frame reader on a real binary, and the stack walk on a hand-made stack."""
 
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from kubeprof.agent.cpu import btf
-from kubeprof.agent.cpu.eh_frame import PLT, RBP, RSP, EhFrame, Rule
+from kubeprof.agent.cpu.collector import _cut
+from kubeprof.agent.cpu.eh_frame import END_RULE, PLT, RBP, RBP_DEREF, RSP, EhFrame, Rule
 from kubeprof.agent.cpu.elf import read_symbols
 from kubeprof.agent.cpu.native_unwind import unwind
 
 PYTHON = "/usr/bin/python3.11"
+HAZARDS = Path(__file__).resolve().parents[2] / "fixtures" / "cpu" / "unwind_hazards.c"
+
+
+def _start_of(path, function):
+    """(the function's link-time address, the file's unwind tables)."""
+    elf = read_symbols(str(path))
+    return elf.starts[elf.names.index(function)], EhFrame(Path(path).read_bytes())
 
 
 @pytest.mark.skipif(not Path(PYTHON).exists(), reason="Debian's python3.11 not installed")
 def test_rules_at_a_function_entry_and_after_its_pushes():
-    elf = read_symbols(PYTHON)
-    with open(PYTHON, "rb") as f:
-        eh = EhFrame(f.read())
-    start = elf.starts[elf.names.index("_PyEval_EvalFrameDefault")]
+    start, eh = _start_of(PYTHON, "_PyEval_EvalFrameDefault")
     assert eh.rule(start) == Rule(RSP, 8, -8, None)  # nothing pushed yet
     rules = [eh.rule(start + k) for k in range(0, 40)]
     offsets = [r.cfa_off for r in rules if r is not None and r.cfa_reg == RSP]
@@ -73,6 +80,9 @@ def test_fsbase_offset_from_kernel_btf():
         path, "thread_struct", ["fsbase"]
     )
     assert off > 0 and off % 8 == 0
+    # mm_struct keeps start_stack inside an anonymous struct (6.2+): found through it
+    mm, start_stack = btf.start_stack_offsets(path)
+    assert mm > 0 and mm % 8 == 0 and start_stack > 0 and start_stack % 8 == 0
     with pytest.raises(btf.BtfError, match="no member nope"):
         btf.member_offset(path, "task_struct", ["nope"])
 
@@ -138,3 +148,55 @@ def test_memo_keys_on_bp_where_a_caller_s_cfa_comes_from_it():
         0x402005,
         0x404005,
     ]
+
+
+@pytest.mark.skipif(not Path(PYTHON).exists(), reason="Debian's python3.11 not installed")
+def test_the_thread_s_first_frame_has_the_end_rule():
+    start, eh = _start_of(PYTHON, "_start")
+    assert eh.rule(start + 4) is END_RULE  # return address undefined: nothing called it
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_a_realigned_frame_has_its_cfa_and_rbp_rules_from_its_rbp(tmp_path):
+    # GCC realigns `realigned` through r10: CFA = *(rbp - 8), rbp saved at rbp + 0
+    lib = tmp_path / "libhazards.so"
+    cmd = ["gcc", "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", str(lib), str(HAZARDS)]
+    subprocess.run(cmd, check=True)
+    start, eh = _start_of(lib, "realigned")
+    body = [eh.rule(a) for a in range(start, start + 96)]
+    drap = [r for r in body if r is not None and r.cfa_reg == RBP_DEREF]
+    assert drap, body
+    assert all(r.ra_off == -8 and r.rbp_from_bp and r.rbp_off == 0 for r in drap)
+    assert drap[0].cfa_off < 0
+
+
+def test_unwind_through_a_realigned_frame():
+    # leaf f: CFA = rsp + 16; g realigned its stack: CFA = *(rbp - 8), RA at CFA - 8, the
+    # caller's rbp at rbp + 0; g's caller h: CFA = rbp + 16 with that reloaded rbp.
+    base = 0x7FFF0000
+    # g's rbp is base + 0x28: its CFA (base + 0x40) at rbp - 8, h's rbp (base + 0x50) at rbp
+    words = [0, 0x402005, 0, 0, base + 0x40, base + 0x50, 0, 0x403005, 0, 0, 0, 0x404005]
+    rules = {
+        0x401000: Rule(RSP, 16, -8, None),
+        0x402004: Rule(RBP_DEREF, -8, -8, 0, rbp_from_bp=True),
+        0x403004: Rule(RBP, 16, -8, None),
+    }
+    regs = (0x401000, base, base + 0x28)  # g's rbp: base + 0x28
+    assert unwind(regs, _pack(words), rules.get) == [0x401000, 0x402005, 0x403005, 0x404005]
+    memo: dict = {}
+    assert unwind(regs, _pack(words), rules.get, memo) == [0x401000, 0x402005, 0x403005, 0x404005]
+    # Another rbp at g: its CFA comes from another slot (base + 0x18 -> base + 0x48, whose
+    # RA slot holds 0: the walk ends there), so the memo must not answer for it
+    words[3] = base + 0x48
+    regs2 = (0x401000, base, base + 0x20)
+    assert unwind(regs2, _pack(words), rules.get) == [0x401000, 0x402005]
+    assert unwind(regs2, _pack(words), rules.get, memo) == [0x401000, 0x402005]
+
+
+def test_a_walk_is_cut_unless_it_ends_at_the_end_rule():
+    rules = {0x400FFF: END_RULE, 0x401FFF: Rule(RSP, 16, -8, None)}
+    assert _cut([0x402000, 0x401000], rules.get) == ""  # ended at _start
+    assert _cut([0x402000, 0x402000], rules.get) == "stack"  # a rule: ran off the copy
+    assert _cut([0x402000, 0x409000], rules.get) == "cfi"  # no rule for its last frame
+    assert _cut([0x400FFF], rules.get) == ""  # a sample in _start itself
+    assert _cut([], rules.get) == ""

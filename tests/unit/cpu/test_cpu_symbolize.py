@@ -1,5 +1,6 @@
 """Symbolization: a compiled test binary's live addresses, perf maps, kallsyms, maps."""
 
+import os
 import shutil
 import subprocess
 import textwrap
@@ -7,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kubeprof.agent.cpu.elf import ElfError, read_symbols
+from kubeprof.agent.cpu.elf import ElfError, parse_symbols, read_symbols
 from kubeprof.agent.cpu.symbolize import (
     UNKNOWN,
+    VDSO,
     Symbolizer,
+    _vdso_image,
     parse_kallsyms,
     parse_maps,
     parse_perf_map,
@@ -191,3 +194,20 @@ def test_maps_read_mid_exec_wait_for_the_program_to_be_mapped(tmp_path):
     (pid / "maps").unlink()  # the process exits: no refresh possible any more
     frame = sym.user_frame(4242, 0x55E000001010)
     assert frame.file == "/usr/bin/prog"
+
+
+def test_the_vdso_is_named_and_unwound_from_its_image():
+    # The vDSO has no file; its image (the kernel's, the same in every process) has
+    # symbols and .eh_frame: a leaf in clock_gettime must not cut the stack.
+    maps = parse_maps(Path("/proc/self/maps").read_text())
+    vdso = next((m for m in maps if m.path == VDSO), None)
+    if vdso is None:
+        pytest.skip("no vDSO mapped in this process")
+    elf = parse_symbols(VDSO, _vdso_image() or b"")
+    start = elf.starts[elf.names.index("clock_gettime")]
+    sym = Symbolizer()
+    pid = os.getpid()
+    assert sym.refresh(pid)
+    frame = sym.user_frame(pid, vdso.start + start + 4)
+    assert (frame.name, frame.file) == ("clock_gettime", VDSO)
+    assert sym.unwind_rule(pid, vdso.start + start + 4) is not None

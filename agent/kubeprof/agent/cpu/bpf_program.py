@@ -8,8 +8,10 @@ avoids a stack-id map that fills up or collides over long sessions.
 Python frames are walked here, in the kernel, at the sample: the thread's PyThreadState is
 found through `_PyRuntime` (cached per tid, re-checked each time) and its interpreter
 frame chain copied as (code object, instruction pointer, flags) triples; user space names
-them. The user registers and up to 24 KiB of the user stack go along so user space can
-unwind native code through .eh_frame (CPython here has no frame pointers).
+them. The user registers and up to 64 KiB of the user stack go along so user space can
+unwind native code through .eh_frame (CPython here has no frame pointers). 64 KiB, as
+perf's DWARF mode allows at most: OpenBLAS's threaded dgemm alone keeps a ~20 KiB frame,
+and a 24 KiB copy cut a fifth of a numpy program's stacks short of their root.
 
 The target set is a BPF hash of tgids, grown in the kernel from the sched_process_fork
 tracepoint so children forked between two polls are never missed.
@@ -25,9 +27,9 @@ from kubeprof.agent.cpu import c_mirror, offcpu_probe
 MAX_DEPTH = 127  # the kernel's default perf_event_max_stack
 MAX_PY = 96  # Python frames walked per sample (deeper stacks keep their innermost 96)
 MAX_THREADS = 64  # thread states searched for the sampled thread
-STACK_PAGES = 6  # user stack copied for the DWARF unwinder: up to 24 KiB above sp
+STACK_PAGES = 16  # user stack copied for the DWARF unwinder: up to 64 KiB above sp
 COMM_LEN = 16
-RINGBUF_PAGES = 4096  # 16 MiB: records carry up to 24 KiB of stack each
+RINGBUF_PAGES = 4096  # 16 MiB: records carry only the stack bytes copied (most < 16 KiB)
 
 BPF_TEXT = r"""
 #include <uapi/linux/ptrace.h>
@@ -91,7 +93,8 @@ BPF_HASH(targets, u32, u8, 65536);
 BPF_HASH(py_conf, u32, struct py_conf_t, 4096);
 BPF_HASH(tstates, u32, u64, 65536);   /* tid -> its PyThreadState, checked at each use */
 BPF_ARRAY(dropped, u64, 1);
-BPF_PERCPU_ARRAY(scratch, struct sample_t, 1);
+/* One record per CPU, indexed by CPU id: a per-CPU array's value stops at 32 KiB. */
+BPF_ARRAY(scratch, struct sample_t, __NCPUS__);
 BPF_RINGBUF_OUTPUT(events, __RINGBUF_PAGES__);
 
 static __always_inline u64 read_ptr(u64 addr) {
@@ -170,11 +173,30 @@ static __always_inline int walk_python(struct sample_t *s, u32 pid, u32 tid) {
     return n;
 }
 
+/* The main thread's stack top (mm->start_stack), 0 for other threads or where the
+   kernel's BTF did not give the offsets. */
+static __always_inline u64 main_stack_top(u32 pid, u32 tid) {
+    if (pid != tid || __MM_OFFSET__ == 0 || __START_STACK_OFFSET__ == 0)
+        return 0;
+    u64 mm = 0, top = 0;
+    struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+    bpf_probe_read_kernel(&mm, sizeof(mm), (void *)t + __MM_OFFSET__);
+    if (mm)
+        bpf_probe_read_kernel(&top, sizeof(top), (void *)mm + __START_STACK_OFFSET__);
+    return top;
+}
+
+/* Copy the user stack from sp page by page. A page that cannot be read ends the copy,
+   except below the main thread's stack top: there it is a page of a big frame never
+   touched (never faulted in), left as zeros (bpf_probe_read_user zeroes on failure) so
+   the frames above it are still copied. */
 static __always_inline void copy_stack(struct sample_t *s) {
     u64 sp = s->sp;
     s->stack_len = 0;
     if (sp == 0)
         return;
+    u64 top = main_stack_top(s->pid, s->tid);
+    u64 room = top > sp ? top - sp : 0;
     u32 first = 4096 - (sp & 4095);
     if (bpf_probe_read_user(&s->stack[0], first, (void *)sp) != 0)
         return;
@@ -184,9 +206,10 @@ static __always_inline void copy_stack(struct sample_t *s) {
         u32 off = first + (i - 1) * 4096;
         if (off > STACK_BYTES - 4096)
             break;
-        if (bpf_probe_read_user(&s->stack[off], 4096, (void *)(sp + off)) != 0)
+        if (bpf_probe_read_user(&s->stack[off], 4096, (void *)(sp + off)) == 0)
+            len = off + 4096;
+        else if (off + 4096 > room)
             break;
-        len = off + 4096;
     }
     s->stack_len = len;
 }
@@ -228,8 +251,8 @@ int on_cpu_clock(struct bpf_perf_event_data *ctx) {
     u32 tgid = id >> 32;
     if (tgid == 0 || targets.lookup(&tgid) == NULL)
         return 0;
-    u32 zero = 0;
-    struct sample_t *s = scratch.lookup(&zero);
+    u32 zero = 0, cpu = bpf_get_smp_processor_id();
+    struct sample_t *s = scratch.lookup(&cpu);
     if (s == NULL)
         return 0;
     fill_sample(ctx, s, id, 1);
@@ -281,9 +304,17 @@ class RawSample(ctypes.Structure):
     )
 
 
-def program_text(fsbase_offset: int = 0, *, offcpu: bool = False) -> str:
+def program_text(
+    fsbase_offset: int = 0,
+    *,
+    offcpu: bool = False,
+    ncpus: int = 1,
+    start_stack: tuple[int, int] = (0, 0),
+) -> str:
     """The C text with its constants filled in (bcc's -D flags would work too); with
-    `offcpu`, the off-CPU probe's tracepoints too (offcpu_probe.py)."""
+    `offcpu`, the off-CPU probe's tracepoints too (offcpu_probe.py). `ncpus`: one more
+    than the highest possible CPU id (the scratch records are indexed by it);
+    `start_stack`: the offsets of task_struct.mm and mm_struct.start_stack (btf.py)."""
     text = BPF_TEXT + (offcpu_probe.OFFCPU_TEXT if offcpu else "")
     for key, value in {
         "__MAX_DEPTH__": MAX_DEPTH,
@@ -292,12 +323,17 @@ def program_text(fsbase_offset: int = 0, *, offcpu: bool = False) -> str:
         "__STACK_PAGES__": STACK_PAGES,
         "__RINGBUF_PAGES__": RINGBUF_PAGES,
         "__FSBASE_OFFSET__": fsbase_offset,
+        "__NCPUS__": max(ncpus, 1),
+        "__MM_OFFSET__": start_stack[0],
+        "__START_STACK_OFFSET__": start_stack[1],
     }.items():
         text = text.replace(key, str(value))
     return text
 
 
-def load(hz: int, fsbase_offset: int = 0, *, offcpu: bool = False) -> Any:
+def load(
+    hz: int, fsbase_offset: int = 0, *, offcpu: bool = False, start_stack: tuple[int, int] = (0, 0)
+) -> Any:
     """Compile the program and attach it to a CPU_CLOCK perf event on every CPU (bcc
     attaches the tracepoints, the off-CPU probe's among them, by their names).
 
@@ -306,8 +342,11 @@ def load(hz: int, fsbase_offset: int = 0, *, offcpu: bool = False) -> Any:
     one-line cause and fix.
     """
     from bcc import BPF, PerfSWConfig, PerfType
+    from bcc.utils import get_possible_cpus
 
-    bpf = BPF(text=program_text(fsbase_offset, offcpu=offcpu).encode())
+    ncpus = max(get_possible_cpus(), default=0) + 1
+    text = program_text(fsbase_offset, offcpu=offcpu, ncpus=ncpus, start_stack=start_stack)
+    bpf = BPF(text=text.encode())
     bpf.attach_perf_event(
         ev_type=PerfType.SOFTWARE,
         ev_config=PerfSWConfig.CPU_CLOCK,

@@ -71,15 +71,42 @@ def member_offset(path: str, struct_name: str, members: list[str]) -> int:
     )
     if current is None:
         raise BtfError(f"no struct {struct_name} in {path}")
+
+    def find(tid: int, want: str, depth: int = 0) -> tuple[int, int] | None:
+        """(bit offset, type) of a member, looked for in anonymous structs and unions
+        too (mm_struct keeps its fields in one since 6.2)."""
+        for m_name, m_type, bits in types[tid][4]:
+            if name(m_name) == want:
+                return bits, m_type
+        for m_name, m_type, bits in types[tid][4]:
+            inner = resolve(m_type)
+            if not name(m_name) and depth < 4 and types[inner][0] in (_KIND_STRUCT, _KIND_UNION):
+                found = find(inner, want, depth + 1)
+                if found is not None:
+                    return bits + found[0], found[1]
+        return None
+
     total = 0
     for want in members:
-        found = [m for m in types[current][4] if name(m[0]) == want]
-        if not found:
+        hit = find(current, want)
+        if hit is None:
             raise BtfError(f"struct {struct_name} has no member {want} in {path}")
-        _n, mtype, bits = found[0]
+        bits, mtype = hit
         total += bits // 8
         current = resolve(mtype)
     return total
+
+
+def start_stack_offsets(path: str = "/sys/kernel/btf/vmlinux") -> tuple[int, int]:
+    """Offsets of task_struct.mm and mm_struct.start_stack (the main thread's stack top),
+    or (0, 0) when BTF cannot say."""
+    try:
+        return (
+            member_offset(path, "task_struct", ["mm"]),
+            member_offset(path, "mm_struct", ["start_stack"]),
+        )
+    except (BtfError, struct.error, IndexError, ValueError):
+        return 0, 0
 
 
 def fsbase_offset(path: str = "/sys/kernel/btf/vmlinux") -> int:

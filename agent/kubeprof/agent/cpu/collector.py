@@ -14,14 +14,18 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 
 from kubeprof.agent.cpu import cpython_code, cpython_process, preflight, procfs
+from kubeprof.agent.cpu.bpf_program import MAX_PY
 from kubeprof.agent.cpu.cpython_code import CodeReader
+from kubeprof.agent.cpu.eh_frame import END, Rule
 from kubeprof.agent.cpu.merge import interleave
 from kubeprof.agent.cpu.native_unwind import Memo, unwind
 from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs, blocked_threads, state_name
 from kubeprof.agent.cpu.records import on_cpu, waiting
 from kubeprof.agent.cpu.sampler import RawRecord, Sampler
+from kubeprof.agent.cpu.stack_roots import RootMemo
 from kubeprof.agent.cpu.symbolize import Symbolizer
 from kubeprof.agent.cpu.syscalls import syscall_name
 from kubeprof.model import Batch, CpuSample, Frame, OffCpuSample, OffCpuSource, ProcessInfo, Stack
@@ -30,6 +34,22 @@ from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 _MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
+_ADD_PASSES = 4  # add_target's looks for children forked while it worked
+# Per CPU sample counters (kubeprof/report/cpu_stacks.py phrases them for the reader):
+# samples whose native unwind stopped before the thread's first frame, by where it stopped
+# (the end of the copied stack / a frame without usable unwind tables); of those, the ones
+# put back under their thread's root through the same Python stack (stack_roots.py); samples
+# of a Python process's threads without a Python thread state (started by a C library,
+# e.g. a BLAS pool: native frames only, nothing lost); and samples of Python threads whose
+# frame walk came back empty.
+COUNTERS = (
+    "cpu_ustack_missing",
+    "cpu_unwind_cut_stack",
+    "cpu_unwind_cut_cfi",
+    "cpu_unwind_rooted",
+    "cpu_native_threads",
+    "cpu_python_missing",
+)
 
 
 class CollectorError(RuntimeError):
@@ -84,6 +104,7 @@ class CpuCollector:
         self._py_cache: dict[tuple[int, tuple[int, ...]], list[list[Frame]]] = {}
         # (callers' key, leaf frame, raw Python frames) -> (user-space stack, no Python?)
         self._stack_cache: dict[tuple[object, ...], tuple[Stack, bool]] = {}
+        self._roots = RootMemo()  # native frames above each outermost Python function
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
         self._ready: list[CpuSample] = []
@@ -93,7 +114,7 @@ class CpuCollector:
         self._backlog: deque[RawRecord] = deque()
         self._total = 0
         self._total_waits = 0
-        self._counters = {"cpu_ustack_missing": 0, "cpu_python_missing": 0}
+        self._counters = dict.fromkeys(COUNTERS, 0)
         self._stopped = False
 
     # -- targets -----------------------------------------------------------------------
@@ -105,10 +126,23 @@ class CpuCollector:
         if problem:
             raise CollectorError(problem)
         self._targets.add(pid)
-        for p in {pid} | procfs.descendants(pid):
-            self._sampler.add_tgid(p)
-            self._sampler.follow_waits(blocked_threads(p), time.monotonic_ns())
-            self._see(p)
+        # Each process is seen (its interpreter's layout in the BPF map) before it is
+        # sampled: a sample taken in between would come without its Python frames, and
+        # finding _PyRuntime takes 30-400 ms, time enough for a program started just
+        # before to reach its main() (up to 11 of ~250 samples of a 2.5 s run). Children
+        # forked before their parent was a target are found by the next pass (a few: a
+        # tree that forks without end is not waited for); later ones join in the kernel
+        # (sched_process_fork).
+        added: set[int] = set()
+        for _pass in range(_ADD_PASSES):
+            todo = ({pid} | procfs.descendants(pid)) - added
+            if not todo:
+                break
+            for p in sorted(todo):  # parents (lower ids, mostly) before their children
+                self._see(p)
+                self._sampler.add_tgid(p)
+                self._sampler.follow_waits(blocked_threads(p), time.monotonic_ns())
+            added |= todo
 
     def _see(self, pid: int) -> None:
         """First sight of a process: record its info, maps, and its CPython if any."""
@@ -206,6 +240,7 @@ class CpuCollector:
             self._py_cache.clear()
             self._stack_cache.clear()
             self._memos.pop(pid, None)
+            self._roots.forget(pid)
             self._see(pid)
 
     def _ingest(self, records: list[RawRecord]) -> None:
@@ -221,11 +256,15 @@ class CpuCollector:
                 self._ready.append(self._sample(rec))
             self._backlog.popleft()
 
-    def _native(self, rec: RawRecord) -> tuple[tuple[int, ...], list[Frame], Frame | None]:
-        """(callers' key, root-first callers' frames, leaf frame) of the native stack:
-        .eh_frame unwind, or the kernel's frame-pointer walk where that found more (code
-        built with frame pointers but odd unwind tables). No leaf: no native stack."""
+    def _native(self, rec: RawRecord) -> tuple[tuple[int, ...], list[Frame], Frame | None, str]:
+        """(callers' key, root-first callers' frames, leaf frame, cut) of the native
+        stack: .eh_frame unwind, or the kernel's frame-pointer walk where that stopped
+        short and the kernel's walk found more (code built with frame pointers but odd
+        unwind tables). `cut`: "" where the walk reached the thread's first frame, else
+        where it stopped ("stack": the end of the copy; "cfi": no usable unwind rule). No
+        leaf: no native stack."""
         sym = self._symbolizer
+        rule_at = sym.rules_of(rec.pid)
         pcs: list[int] = []
         if rec.stack:
             memo = self._memos.get(rec.pid)
@@ -233,12 +272,23 @@ class CpuCollector:
                 if len(self._memos) >= _MEMOS_MAX:
                     self._memos.clear()
                 memo = self._memos[rec.pid] = {}
-            pcs = unwind(rec.regs, rec.stack, sym.rules_of(rec.pid), memo)
-        if len(rec.ustack) > len(pcs):
-            pcs = list(rec.ustack)
+            pcs = unwind(rec.regs, rec.stack, rule_at, memo)
+        cut = _cut(pcs, rule_at)
+        if (cut or not pcs) and len(rec.ustack) > len(pcs):
+            # Where rbp is a data register (no frame pointers) the kernel's walk follows
+            # whatever it points at: up to 127 made-up addresses. Keep it only up to its
+            # first address outside the process's code, and only where it is longer.
+            walked = list(rec.ustack)
+            for i, pc in enumerate(walked):
+                if not sym.in_code(rec.pid, pc):
+                    del walked[i:]
+                    break
+            if len(walked) > len(pcs):
+                pcs, cut = walked, _cut(walked, rule_at)
         if not pcs:
-            self._counters["cpu_ustack_missing"] += 1
-            return (rec.pid,), [], None
+            if not rec.off:
+                self._counters["cpu_ustack_missing"] += 1
+            return (rec.pid,), [], None, ""
         # The leaf is wherever the sample hit (any instruction of a hot function: 225 of
         # 600 samples of an interpreter loop had their own), its callers repeat (13):
         # cache the callers' frames and add the leaf's, itself cached per function.
@@ -248,7 +298,7 @@ class CpuCollector:
             if len(self._native_cache) > _CACHE_MAX:
                 self._native_cache.clear()
             callers = self._native_cache[key] = sym.user_stack(rec.pid, pcs[1:], callers=True)
-        return key, callers, sym.user_frame(rec.pid, pcs[0])
+        return key, callers, sym.user_frame(rec.pid, pcs[0]), cut
 
     def _python_groups(self, rec: RawRecord, reader: CodeReader) -> list[list[Frame]]:
         """The sample's Python frames, grouped per interpreter invocation (cached per
@@ -308,8 +358,9 @@ class CpuCollector:
         return on_cpu(rec, rec.cpu, stack)
 
     def _user_stack(self, rec: RawRecord) -> Stack:
-        """Native frames with the Python frames interleaved, root first (cached)."""
-        callers_key, callers, leaf = self._native(rec)
+        """Native frames with the Python frames interleaved, root first (cached); a stack
+        cut short is marked, and rooted through its Python stack where that is known."""
+        callers_key, callers, leaf, cut = self._native(rec)
         # The user-space stack is a function of (callers, leaf function, Python chain):
         # a loop's samples repeat it, so the interleaving is done once per combination.
         key = (callers_key, leaf, rec.py_words)
@@ -318,13 +369,29 @@ class CpuCollector:
             reader = self._readers.get(rec.pid)
             groups = self._python_groups(rec, reader) if reader is not None else []
             native = [*callers, leaf] if leaf is not None else []
-            user = (interleave(groups, native, ()), reader is not None and not groups)
+            stack = interleave(groups, native, (), unwound=not cut)
+            user = (stack, reader is not None and not groups)
             if len(self._stack_cache) > _CACHE_MAX:
                 self._stack_cache.clear()
             self._stack_cache[key] = user
+            if not cut:
+                self._roots.learn(rec.pid, stack)
         stack, python_missing = user
+        seen: list[str] = []  # what this sample counts in, if it is a CPU sample
         if python_missing:
-            self._counters["cpu_python_missing"] += 1
+            gone = rec.python_err < 0  # no thread state: a thread CPython never ran
+            seen.append("cpu_native_threads" if gone else "cpu_python_missing")
+        if cut:
+            seen.append(f"cpu_unwind_cut_{cut}")
+            # The whole chain walked (not cut at MAX_PY): its first frame is the thread's.
+            whole = len(rec.py_words) < 3 * MAX_PY
+            rooted = self._roots.rooted(rec.pid, stack) if whole else None
+            if rooted is not None:
+                seen.append("cpu_unwind_rooted")
+                stack = rooted
+        if not rec.off:
+            for name in seen:
+                self._counters[name] += 1
         return stack
 
     def _batch(self) -> Batch:
@@ -341,3 +408,15 @@ class CpuCollector:
         out = {k: v - self._sent.get(k, 0) for k, v in totals.items() if v != self._sent.get(k, 0)}
         self._sent.update(totals)
         return out
+
+
+def _cut(pcs: list[int], rule_at: Callable[[int], Rule | None]) -> str:
+    """ "" where a walk (leaf first) ended at the thread's first frame (`_start`, `clone3`:
+    the END rule), else why it stopped: "cfi" (its last frame has no usable unwind rule)
+    or "stack" (it had one: the walk ran off the copied stack)."""
+    if not pcs:
+        return ""
+    rule = rule_at(pcs[0] if len(pcs) == 1 else pcs[-1] - 1)
+    if rule is None:
+        return "cfi"
+    return "" if rule.cfa_reg == END else "stack"

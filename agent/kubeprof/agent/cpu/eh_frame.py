@@ -5,8 +5,12 @@ leaf are found the way debuggers and `perf --call-graph dwarf` find them: the
 .eh_frame_hdr search table gives the FDE covering an address, and running its CFA
 program up to that address gives the canonical frame address (CFA) rule and where the
 return address and rbp were saved. Only the rules real code uses are kept: CFA =
-rsp/rbp + offset, the PLT stub expression, and saved-at-offset registers; anything else
-ends the unwind (the caller then has what was found up to there).
+rsp/rbp + offset, the PLT stub expression, GCC's stack realignment through a DRAP register
+(CFA = *(rbp + k), rbp saved at rbp + k': numpy's AVX-512 loops, any function with an
+over-aligned local and a variable-length array), and saved-at-offset registers; anything
+else ends the unwind (the caller then has what was found up to there). The outermost
+frame (`_start`, `clone3`: return address undefined) has the END rule, so a walk that
+reached the thread's first frame is told from one that stopped early.
 """
 
 from __future__ import annotations
@@ -19,16 +23,36 @@ from kubeprof.leb128 import read_sleb128, read_uleb128
 
 RSP, RBP, RA = 7, 6, 16  # DWARF register numbers on x86-64
 PLT = -1  # cfa_reg marker: the standard PLT stub CFA expression
+RBP_DEREF = -3  # cfa_reg marker: CFA = *(rbp + cfa_off), GCC's DRAP realignment
+END = -4  # cfa_reg marker: the thread's first frame (return address undefined)
+_UNSUPPORTED = -2  # cfa_reg marker: a CFA expression of another shape
+_RBP_AT_BP = -6  # pseudo register: rbp saved at rbp + offset (DW_CFA_expression breg6)
+_DW_OP_BREG6, _DW_OP_DEREF = 0x76, 0x06
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """At one address: CFA = reg + offset; RA and rbp saved at CFA + offset (None: kept)."""
+    """At one address: CFA = reg + offset; RA and rbp saved at CFA + offset (None: kept).
+
+    With `rbp_from_bp` rbp was saved at rbp + rbp_off instead (a realigned frame, whose
+    distance from rbp to the CFA is only known at run time)."""
 
     cfa_reg: int
     cfa_off: int
     ra_off: int | None
     rbp_off: int | None
+    rbp_from_bp: bool = False
+
+
+END_RULE = Rule(END, 0, None, None)  # the outermost frame: the walk is complete there
+
+
+def _breg6(expr: bytes) -> tuple[int, int] | None:
+    """(offset, length) of an expression starting with DW_OP_breg6 (rbp + offset)."""
+    if not expr or expr[0] != _DW_OP_BREG6:
+        return None
+    off, j = read_sleb128(expr, 1)
+    return off, j
 
 
 # DW_EH_PE value formats of a fixed width: absptr, udata2/4/8, sdata2/4/8 (little-endian).
@@ -222,7 +246,7 @@ class _State:
         self.regs: dict[int, int | None] = {}  # reg -> CFA offset; None: undefined/odd
         self.initial: dict[int, int | None] = {}
         self.stack: list[tuple[int, int, dict[int, int | None]]] = []
-        self.bad = False
+        self.outermost = False
         self.rows: list[tuple[int, Rule | None]] = []  # (address the row starts at, rule)
 
     def _advance(self, loc: int) -> None:
@@ -241,10 +265,10 @@ class _State:
                 continue
             if hi == 0x80:  # offset
                 v, i = read_uleb128(prog, i)
-                self.regs[lo] = v * cie.data_align
+                self._set(lo, v * cie.data_align)
                 continue
             if hi == 0xC0:  # restore
-                self.regs[lo] = self.initial.get(lo)
+                self._restore(lo)
                 continue
             if op in (0x02, 0x03, 0x04):  # advance_loc1/2/4
                 fmt = {0x02: "<B", 0x03: "<H", 0x04: "<I"}[op]
@@ -263,21 +287,21 @@ class _State:
                     v, i = read_uleb128(prog, i)
                 else:
                     v, i = read_sleb128(prog, i)
-                self.regs[reg] = v * cie.data_align
+                self._set(reg, v * cie.data_align)
             elif op == 0x06:  # restore_extended
                 reg, i = read_uleb128(prog, i)
-                self.regs[reg] = self.initial.get(reg)
+                self._restore(reg)
             elif op in (0x07, 0x08):  # undefined, same_value
                 reg, i = read_uleb128(prog, i)
-                self.regs[reg] = None
+                self._set(reg, None)
                 if op == 0x07 and reg == RA:
-                    self.bad = True  # outermost frame (_start, clone)
+                    self.outermost = True  # _start, clone3: nothing called this frame
                 elif op == 0x08:
                     self.regs.pop(reg, None)
             elif op == 0x09:  # register
                 reg, i = read_uleb128(prog, i)
                 _, i = read_uleb128(prog, i)
-                self.regs[reg] = None
+                self._set(reg, None)
             elif op == 0x0A:  # remember_state
                 self.stack.append((self.cfa_reg, self.cfa_off, dict(self.regs)))
             elif op == 0x0B:  # restore_state
@@ -301,33 +325,62 @@ class _State:
                 size, i = read_uleb128(prog, i)
                 expr = prog[i : i + size]
                 i += size
-                # The PLT stub: rsp + 8 + ((rip & 15) >= 11) * 8
-                self.cfa_reg = PLT if expr[:2] == b"\x77\x08" else -2
+                self._cfa_expression(expr)
             elif op in (0x10, 0x16):  # expression, val_expression
                 reg, i = read_uleb128(prog, i)
                 size, i = read_uleb128(prog, i)
+                expr = prog[i : i + size]
                 i += size
-                self.regs[reg] = None
+                self._set(reg, None)
+                rel = _breg6(expr) if op == 0x10 and reg == RBP else None
+                if rel is not None and rel[1] == len(expr):  # saved at rbp + k (DRAP)
+                    self.regs[_RBP_AT_BP] = rel[0]
             elif op in (0x14, 0x15):  # val_offset(_sf)
                 reg, i = read_uleb128(prog, i)
                 _, i = (read_uleb128 if op == 0x14 else read_sleb128)(prog, i)
-                self.regs[reg] = None
+                self._set(reg, None)
             elif op == 0x2E:  # GNU_args_size
                 _, i = read_uleb128(prog, i)
             elif op == 0x2F:  # GNU_negative_offset_extended
                 reg, i = read_uleb128(prog, i)
                 v, i = read_uleb128(prog, i)
-                self.regs[reg] = -v * cie.data_align
+                self._set(reg, -v * cie.data_align)
             else:
                 raise ValueError(f"CFA op {op:#x}")
         if initial:
             self.initial = dict(self.regs)
 
+    def _set(self, reg: int, value: int | None) -> None:
+        self.regs[reg] = value
+        if reg == RBP:
+            self.regs.pop(_RBP_AT_BP, None)
+
+    def _restore(self, reg: int) -> None:
+        self._set(reg, self.initial.get(reg))
+        if reg == RBP and _RBP_AT_BP in self.initial:
+            self.regs[_RBP_AT_BP] = self.initial[_RBP_AT_BP]
+
+    def _cfa_expression(self, expr: bytes) -> None:
+        """The two CFA expressions compilers write: the PLT stub's, rsp + 8 + ((rip & 15)
+        >= 11) * 8, and a realigned frame's *(rbp + k); any other ends the unwind."""
+        if expr[:2] == b"\x77\x08":
+            self.cfa_reg = PLT
+            return
+        rel = _breg6(expr)
+        if rel is not None and expr[rel[1] :] == bytes([_DW_OP_DEREF]):
+            self.cfa_reg, self.cfa_off = RBP_DEREF, rel[0]
+        else:
+            self.cfa_reg = _UNSUPPORTED
+
     def result(self) -> Rule | None:
-        if self.bad or self.cfa_reg not in (RSP, RBP, PLT):
+        if self.outermost:
+            return END_RULE
+        if self.cfa_reg not in (RSP, RBP, PLT, RBP_DEREF):
             return None
         ra = self.regs.get(self.cie.ra_reg, -8)
         if ra is None:
             return None
-        rbp = self.regs.get(RBP)
-        return Rule(self.cfa_reg, self.cfa_off, ra, rbp)
+        at_bp = self.regs.get(_RBP_AT_BP)
+        if at_bp is not None:
+            return Rule(self.cfa_reg, self.cfa_off, ra, at_bp, rbp_from_bp=True)
+        return Rule(self.cfa_reg, self.cfa_off, ra, self.regs.get(RBP))

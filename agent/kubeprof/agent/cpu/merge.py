@@ -18,6 +18,7 @@ from kubeprof.analysis.interpreter_frames import is_interpreter_path
 from kubeprof.model import Frame, FrameKind, Stack
 
 __all__ = [
+    "NOT_UNWOUND",
     "interleave",
     "is_eval_frame",
     "is_interpreter",
@@ -68,6 +69,10 @@ def merge_stack(python: Stack | None, native: Sequence[Frame], kernel: Sequence[
 
 
 _EVAL = "_PyEval_EvalFrameDefault"
+# Stands for the native frames between a thread's first frame and the outermost one the
+# unwinder reached, where it stopped early (a stack deeper than the copy, code without
+# usable unwind tables): the stack is cut there, and says so.
+NOT_UNWOUND = Frame("[native frames not unwound]", FrameKind.NATIVE)
 
 
 def is_eval_frame(frame: Frame) -> bool:
@@ -76,16 +81,21 @@ def is_eval_frame(frame: Frame) -> bool:
 
 
 def interleave(
-    python_groups: Sequence[Sequence[Frame]], native: Sequence[Frame], kernel: Sequence[Frame]
+    python_groups: Sequence[Sequence[Frame]],
+    native: Sequence[Frame],
+    kernel: Sequence[Frame],
+    *,
+    unwound: bool = True,
 ) -> Stack:
     """One root-first stack with Python frames where the interpreter ran them.
 
     `python_groups` comes innermost invocation first, each group root-first: what one
     `_PyEval_EvalFrameDefault` call on the C stack was running. Walking the native stack
     from the leaf, the n-th eval frame gets the n-th group as its callees (the eval
-    frame stays, so reports can fold or keep the interpreter). Groups left over when
-    the native unwind stopped early go at the root, in order; eval frames left over keep
-    no Python frames. Kernel frames go at the leaf end.
+    frame stays, so reports can fold or keep the interpreter). Where the native unwind
+    stopped before the thread's first frame (not `unwound`), NOT_UNWOUND marks the cut
+    above the outermost native frame found, and the groups left over go above it, in
+    order; eval frames left over keep no Python frames. Kernel frames go at the leaf end.
     """
     out: list[Frame] = []
     g, groups = 0, len(python_groups)
@@ -94,6 +104,8 @@ def interleave(
             out.extend(reversed(python_groups[g]))
             g += 1
         out.append(frame)
+    if native and not unwound:
+        out.append(NOT_UNWOUND)
     for group in python_groups[g:]:
         out.extend(reversed(group))
     out.reverse()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
-from kubeprof.agent.cpu.eh_frame import PLT, RBP, RSP, Rule
+from kubeprof.agent.cpu.eh_frame import PLT, RBP, RBP_DEREF, RSP, Rule
 
 MAX_FRAMES = 128
 _REST = MAX_FRAMES - 2  # callers after the leaf's own
@@ -158,13 +158,21 @@ def _walk(
             used_bp = used_bp or bp_live
         elif rule.cfa_reg == PLT:
             cfa = sp + 8 + (8 if (ip & 15) >= 11 else 0)
+        elif rule.cfa_reg == RBP_DEREF:  # a realigned frame keeps its CFA at rbp + k
+            used_bp = used_bp or bp_live
+            found = slot(bp + rule.cfa_off)
+            if found is None:
+                break
+            cfa = found
         else:
-            break
+            break  # no usable rule, or END: the thread's first frame
         ra = slot(cfa + rule.ra_off) if rule.ra_off is not None else None
         if rule.rbp_off is not None:
             # Below sp (an epilogue past its `pop rbp`, which GCC does not mark with a
             # restore rule) the register already holds the caller's value.
-            saved = slot(cfa + rule.rbp_off)
+            if rule.rbp_from_bp:
+                used_bp = used_bp or bp_live
+            saved = slot((bp if rule.rbp_from_bp else cfa) + rule.rbp_off)
             if saved is not None:
                 bp, bp_live = saved, False
         if ra is None or ra < _LOWEST_CODE or cfa <= sp:

@@ -12,13 +12,14 @@ Kprobes are off on this project's kernels, so the wait is found with tracepoints
   (the user stack has not changed since the thread blocked). The record goes through the
   on-CPU ring buffer with ``off = 1``.
 
-So the costly part (stack, Python walk, 24 KiB copy, user-space unwinding) runs at most
-once per kept wait: a thread emits at most ``1 s / min_ns`` records per second, whatever
-its switch rate. What every switch still costs is one hash lookup/update; keeping only
-1 in ``every`` switch-outs (random) bounds that too, and each kept wait then stands for
-``every`` of them (``weight_ns``). Waits outside a syscall (preemption, a page fault) have
-no sys_exit: they are counted, with their time, never given a stack. Every skipped,
-short or unattributed wait is counted (``COUNTERS``), never silently lost.
+So the costly part (stack, Python walk, a copy of up to 64 KiB of stack, user-space
+unwinding) runs at most once per kept wait: a thread emits at most ``1 s / min_ns``
+records per second, whatever its switch rate. What every switch still costs is one hash
+lookup/update; keeping only 1 in ``every`` switch-outs (random) bounds that too, and each
+kept wait then stands for ``every`` of them (``weight_ns``). Waits outside a syscall
+(preemption, a page fault) have no sys_exit: they are counted, with their time, never
+given a stack. Every skipped, short or unattributed wait is counted (``COUNTERS``), never
+silently lost.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ struct off_t {
 BPF_TABLE("lru_hash", u32, struct off_t, off_pending, 65536);
 BPF_ARRAY(off_conf, u64, 2);            /* [0] min blocked ns, [1] keep 1 in N switch-outs */
 BPF_PERCPU_ARRAY(off_stats, u64, 8);    /* offcpu_probe.COUNTERS, in order */
-BPF_PERCPU_ARRAY(off_scratch, struct sample_t, 1);   /* apart: a perf event may nest */
+BPF_ARRAY(off_scratch, struct sample_t, __NCPUS__);  /* per CPU id; apart: a perf event may nest */
 
 static __always_inline void off_count(u32 slot, u64 n) {
     u64 *v = off_stats.lookup(&slot);
@@ -127,7 +128,8 @@ TRACEPOINT_PROBE(raw_syscalls, sys_exit) {
         off_count(2, d.blocked);
         return 0;
     }
-    struct sample_t *s = off_scratch.lookup(&zero);
+    u32 cpu = bpf_get_smp_processor_id();
+    struct sample_t *s = off_scratch.lookup(&cpu);
     if (s == NULL)
         return 0;
     fill_sample(args, s, id, 0);

@@ -160,7 +160,9 @@ class Sampler:
 
     def __init__(self, hz: int, offcpu: OffCpuKnobs | None = None) -> None:
         on = offcpu is not None and offcpu.enabled
-        self._bpf: Any = bpf_program.load(hz, btf.fsbase_offset(), offcpu=on)
+        self._bpf: Any = bpf_program.load(
+            hz, btf.fsbase_offset(), offcpu=on, start_stack=btf.start_stack_offsets()
+        )
         if offcpu is not None and on:
             conf = self._bpf[b"off_conf"]
             conf[ctypes.c_int(0)] = ctypes.c_uint64(offcpu.min_us * 1000)

@@ -27,6 +27,7 @@ from kubeprof.agent.cpu.elf import (
     ElfError,
     ElfSymbols,
     debug_file,
+    parse_symbols,
     read_symbols,
     with_debug_symbols,
 )
@@ -120,6 +121,29 @@ _USER_LOW, _USER_HIGH = 0x10000, 1 << 47  # vm.mmap_min_addr's default; x86-64 u
 _MISSING = object()
 _V = TypeVar("_V")
 _FileKey = tuple[int, int, float, str]  # device, inode, mtime, path as mapped
+# The vDSO has no file: its image is the kernel's, the same in every process (read from
+# this process's own mapping), with its own .eh_frame and symbols (clock_gettime, ...).
+VDSO = "[vdso]"
+_VDSO_KEY: _FileKey = (0, 0, 0.0, VDSO)
+
+
+def _has_file(m: Mapping | None) -> bool:
+    """Whether a mapping's code can be named and unwound: a file, or the vDSO."""
+    return m is not None and (m.path == VDSO or (bool(m.path) and not m.path.startswith("[")))
+
+
+def _vdso_image(proc: str = "/proc") -> bytes | None:
+    """This process's vDSO image, or None where it has none or /proc/self/mem is shut."""
+    try:
+        with open(f"{proc}/self/maps") as f:
+            found = next((m for m in parse_maps(f.read()) if m.path == VDSO), None)
+        if found is None:
+            return None
+        with open(f"{proc}/self/mem", "rb") as mem:
+            mem.seek(found.start)
+            return mem.read(found.end - found.start)
+    except (OSError, ValueError, OverflowError):
+        return None
 
 
 @dataclass(slots=True)
@@ -264,10 +288,21 @@ class Symbolizer:
     def _elf(self, m: Mapping, open_path: str, key: _FileKey) -> ElfSymbols | None:
         if key not in self._elfs:
             try:
-                self._elfs[key] = self._with_debug(read_symbols(m.path, open_path))
+                if key == _VDSO_KEY:
+                    image = self._image(key, open_path)
+                    self._elfs[key] = parse_symbols(VDSO, image) if image else None
+                else:
+                    self._elfs[key] = self._with_debug(read_symbols(m.path, open_path))
             except (OSError, ElfError):
                 self._elfs[key] = None
         return self._elfs[key]
+
+    def _image(self, key: _FileKey, open_path: str) -> bytes | None:
+        """The bytes of a mapped file, or of the vDSO."""
+        if key == _VDSO_KEY:
+            return _vdso_image(self._proc)
+        with open(open_path, "rb") as f:
+            return f.read()
 
     def _opened(self, pid: int, m: Mapping) -> tuple[str, _FileKey] | None:
         """The mapping's file (path to open, identity), stat()ed once per mapping."""
@@ -279,6 +314,8 @@ class Symbolizer:
         return entry.files[m.start]
 
     def _open(self, pid: int, m: Mapping) -> tuple[str, _FileKey] | None:
+        if m.path == VDSO:
+            return VDSO, _VDSO_KEY
         # Read through the process's root so container paths resolve from the host.
         open_path = f"{self._proc}/{pid}/root{m.path}"
         try:
@@ -290,6 +327,10 @@ class Symbolizer:
             except OSError:
                 return None
         return open_path, (st.st_dev, st.st_ino, st.st_mtime, m.path)
+
+    def in_code(self, pid: int, addr: int) -> bool:
+        """Whether a user address lies in one of pid's executable mappings."""
+        return self._mapping(pid, addr) is not None
 
     def rules_of(self, pid: int) -> Callable[[int], Rule | None]:
         """``unwind_rule`` for one pid, as the unwinder calls it per frame: the pid's
@@ -311,7 +352,7 @@ class Symbolizer:
 
     def _unwind_rule(self, pid: int, addr: int) -> Rule | None:
         m = self._mapping(pid, addr)
-        if m is None or not m.path or m.path.startswith("["):
+        if m is None or not _has_file(m):
             return None
         opened = self._opened(pid, m)
         if opened is None:
@@ -319,8 +360,8 @@ class Symbolizer:
         open_path, key = opened
         if key not in self._eh:
             try:
-                with open(open_path, "rb") as f:
-                    self._eh[key] = EhFrame(f.read())
+                image = self._image(key, open_path)
+                self._eh[key] = EhFrame(image) if image else None
             except (OSError, ValueError, IndexError):
                 self._eh[key] = None
         eh, elf = self._eh[key], self._elf(m, open_path, key)
@@ -380,7 +421,7 @@ class Symbolizer:
 
     def _user_frame(self, pid: int, addr: int) -> Frame:
         m = self._mapping(pid, addr)
-        if m is None or not m.path or m.path.startswith("["):
+        if m is None or not _has_file(m):
             entry = self._procs.get(pid)
             name = entry.perf_map.lookup(addr) if entry and entry.perf_map else None
             if name:
