@@ -7,20 +7,10 @@ unknown is kept (under an "[unattributed]" frame) so GPU time always adds up.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kubeprof.analysis.gpu_columns import (
-    DEMANGLED,
-    DEVICE,
-    KIND,
-    NAME,
-    PID,
-    STACK,
-    durations,
-    of_kinds,
-)
 from kubeprof.analysis.kernel_names import short_name
 from kubeprof.model import Frame, FrameKind, GpuActivity, Stack, WeightedStack
 
@@ -89,29 +79,27 @@ def attribution(
     activities: Iterable[GpuActivity], kinds: frozenset[str] = frozenset({"kernel"})
 ) -> Attribution:
     """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
-    acts = of_kinds(activities, kinds)
-    durs = durations(acts)
-    # Launch stacks are shared tuples (one per distinct stack): classify each tuple once,
-    # with its records' count and time summed by the tuple's identity.
-    refs = list(map(id, map(STACK, acts)))
-    stacks = dict(zip(refs, map(STACK, acts), strict=True))
-    ns = dict.fromkeys(stacks, 0)
-    for ref, d in zip(refs, durs, strict=True):
-        ns[ref] += d
-    att = na = via = bwd = xla = 0
-    for ref, n in Counter(refs).items():
-        how = _how(stacks[ref])  # 0 unattributed, 1 own line, 2 main, 3 bwd, 4 xla
-        if how:
-            d = ns[ref]
-            att += d
-            na += n
-            if how == 2:
-                via += d
-            elif how == 3:
-                bwd += d
-            elif how == 4:
-                xla += d
-    return Attribution(sum(durs), att, len(acts), na, via, bwd, xla)
+    tot = att = n = na = via = bwd = xla = 0
+    # Launch stacks are shared tuples (one per distinct stack): classify each tuple once.
+    seen: dict[int, int] = {}  # id(stack) -> 0 unattributed, 1 own line, 2 main, 3 bwd, 4 xla
+    for a in activities:
+        if a.kind in kinds:
+            d = a.end_ns - a.start_ns
+            tot += d
+            n += 1
+            how = seen.get(id(a.stack))
+            if how is None:
+                how = seen[id(a.stack)] = _how(a.stack)
+            if how:
+                att += d
+                na += 1
+                if how == 2:
+                    via += d
+                elif how == 3:
+                    bwd += d
+                elif how == 4:
+                    xla += d
+    return Attribution(tot, att, n, na, via, bwd, xla)
 
 
 def _how(stack: Stack) -> int:
@@ -149,38 +137,25 @@ def gpu_stacks(
     names = process_names or {}
     # Grouped by the launch stack's identity first (activities share one tuple per distinct
     # stack; hashing a stack hashes every frame), then by value in first-seen order.
-    acts = of_kinds(activities, kinds)
-    keys = list(
-        zip(
-            map(PID, acts),
-            map(DEVICE, acts),
-            map(id, map(STACK, acts)),
-            map(KIND, acts),
-            map(NAME, acts),
-            map(DEMANGLED, acts),
-            strict=True,
-        )
-    )
-    counts = Counter(keys)  # first-seen order
-    key_ns = dict.fromkeys(counts, 0)
-    for key, d in zip(keys, durations(acts), strict=True):
-        key_ns[key] += d
-    first = dict(zip(keys, acts, strict=True))
     by_ref: dict[tuple[int, int, int, int], list[int]] = {}
     launches: dict[int, Stack] = {}
     leaves: dict[int, Frame] = {}
     leaf_cache: dict[tuple[str, str, str], Frame] = {}
-    for key, n in counts.items():
-        pid, device, stack_ref = key[:3]
-        a = first[key]
-        leaf = leaf_cache.get(key[3:])
+    for a in activities:
+        if a.kind not in kinds:
+            continue
+        key = (a.kind, a.name, a.demangled)
+        leaf = leaf_cache.get(key)
         if leaf is None:
-            leaf = leaf_cache[key[3:]] = gpu_frame(a)
+            leaf = leaf_cache[key] = gpu_frame(a)
             leaves[id(leaf)] = leaf
-        launches.setdefault(stack_ref, a.stack)
-        slot = by_ref.setdefault((pid, device, stack_ref, id(leaf)), [0, 0])
-        slot[0] += n
-        slot[1] += key_ns[key]
+        ref = (a.pid, a.device, id(a.stack), id(leaf))
+        slot = by_ref.get(ref)
+        if slot is None:
+            launches.setdefault(id(a.stack), a.stack)
+            slot = by_ref[ref] = [0, 0]
+        slot[0] += 1
+        slot[1] += a.end_ns - a.start_ns
     acc: dict[tuple[int, int, Stack], list[int]] = defaultdict(lambda: [0, 0])
     for (pid, device, stack_ref, leaf_ref), (n, ns) in by_ref.items():
         st = launches[stack_ref]

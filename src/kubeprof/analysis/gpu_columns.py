@@ -1,9 +1,12 @@
 """Fields of many GPU records at once, pulled out in C (``operator.attrgetter`` over
 ``map``) rather than one Python step per record.
 
-A report makes a dozen passes over a big session's million kernels (sums per kind, per
-name, per launch stack); each pass written as a loop costs about a second here, the same
-pass through these helpers a tenth of that. Results are exact integers, as the loops'.
+For the summary's passes that only select and add up (records of a kind, their durations,
+bytes): a generator with a condition per record costs 0.1-0.3 s per pass over a million
+kernels here; ``top_kernels`` runs 1.3x faster through these (same process, alternating,
+1 M kernels). Where a loop does more per record (grouping by launch stack, merging
+intervals) the plain loop measured faster: those stay loops. Results are exact integers,
+as the loops'.
 """
 
 from __future__ import annotations
@@ -16,12 +19,9 @@ from kubeprof.model import GpuActivity
 
 KIND = attrgetter("kind")
 NAME = attrgetter("name")
-DEMANGLED = attrgetter("demangled")
 START = attrgetter("start_ns")
 END = attrgetter("end_ns")
 PID = attrgetter("pid")
-DEVICE = attrgetter("device")
-STACK = attrgetter("stack")
 GRID = attrgetter("grid")
 BLOCK = attrgetter("block")
 BYTES = attrgetter("bytes")

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from kubeprof.analysis.gpu_columns import PID, START, by_kind, of_kinds
 from kubeprof.analysis.gpu_timeline import Interval, gaps
 from kubeprof.model import GpuActivity
 
@@ -118,11 +117,20 @@ class GpuTrace:
 
 def build(activities: Sequence[GpuActivity]) -> GpuTrace:
     """Index a session's activities (any order, any kinds)."""
-    kinds = by_kind(activities)
-    kernels = [a for a in kinds.get("kernel", ()) if a.device >= 0 and a.end_ns > a.start_ns]
-    copies = of_kinds(activities, COPY_KINDS)  # in the input's order, as the sort keeps it
-    syncs = kinds.get("sync", [])
-    markers = [a for a in kinds.get("nvtx", ()) if a.end_ns > a.start_ns]
+    kernels: list[GpuActivity] = []
+    copies: list[GpuActivity] = []
+    syncs: list[GpuActivity] = []
+    markers: list[GpuActivity] = []
+    for a in activities:
+        if a.kind == "kernel":
+            if a.device >= 0 and a.end_ns > a.start_ns:
+                kernels.append(a)
+        elif a.kind in COPY_KINDS:
+            copies.append(a)
+        elif a.kind == "sync":
+            syncs.append(a)
+        elif a.kind == "nvtx" and a.end_ns > a.start_ns:
+            markers.append(a)
     by_start = attrgetter("start_ns")
     markers.sort(key=by_start)
     kernels.sort(key=by_start)
@@ -137,12 +145,12 @@ def build(activities: Sequence[GpuActivity]) -> GpuTrace:
         work, any_busy, copy_busy = kernels, kernel_busy, busy_index(())
     return GpuTrace(
         kernels=tuple(kernels),
-        starts=tuple(map(START, kernels)),
+        starts=tuple(k.start_ns for k in kernels),
         copies=tuple(copies),
         syncs=tuple(syncs),
-        pids=frozenset(map(PID, work)),
+        pids=frozenset(w.pid for w in work),
         work=tuple(work),
-        work_starts=tuple(map(START, work)),
+        work_starts=tuple(w.start_ns for w in work),
         any_busy=any_busy,
         kernel_busy=kernel_busy,
         copy_busy=copy_busy,
