@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from kubeprof.analysis import energy
+from kubeprof.analysis import energy, gpu_trace
 from kubeprof.analysis.cpu_samples import SampleColumns
 from kubeprof.analysis.cpu_window import samples_in, window_stacks
 from kubeprof.analysis.findings import Window, analyse
@@ -26,6 +26,7 @@ from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import GpuActivityRow, OffCpuSampleRow, SampleRow
 from kubeprof.storage.offcpu import offcpu_samples
+from kubeprof.storage.side_read import SideRead
 
 # Session meta written by `kubeprof record --gpu` (kubeprof.agent.record): whether the
 # in-process CUDA tracer ran ("on"/"off") and, when off, why in one line.
@@ -74,6 +75,7 @@ def build_report(
     columns (no I/O): the GPU summary, and the findings analysis for any session with GPU
     or CPU data (``offcpu``: its off-CPU samples, where the launching thread waited)."""
     analysis = None
+    trace = gpu_trace.build(activities)  # one index of the records, for both parts
     if activities or metrics or cpu is not None:
         traced, why = gpu_tracing(profile.meta, activities)
         analysis = analyse(
@@ -84,6 +86,7 @@ def build_report(
             gpu_traced=traced,
             untraced_reason=why,
             offcpu=offcpu,
+            trace=trace,
         )
     findings = analysis.findings if analysis is not None else ()
     est, note = session_energy(profile, metrics)
@@ -92,7 +95,7 @@ def build_report(
     head = (
         analysis.headline if analysis is not None and analysis.headline.ratio is not None else None
     )
-    summary = gpu_summary(activities, metrics, start_ns, end_ns, headline=head)
+    summary = gpu_summary(activities, metrics, start_ns, end_ns, headline=head, trace=trace)
     gpu = gpu_profile_stacks(activities, process_names)
     return Report(
         replace(profile, gpu=gpu),
@@ -182,14 +185,16 @@ def load_report(
 def _prepared(
     conn: Connection, info: q.SessionInfo, keep_interpreter: bool, whole_session: bool
 ) -> Report:
+    # the samples' server-side grouping runs while this thread loads the GPU records
+    samples = SideRead(conn, lambda c: q.sample_columns(c, info))
     profile = q.load_profile(conn, info)
     if not keep_interpreter:
         profile = fold_profile(profile)
     activities = q.gpu_activities(conn, info.id)
     metrics = q.gpu_metrics(conn, info.id)
-    cpu = q.sample_columns(conn, info)
     names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
     waits = offcpu_samples(conn, info.id)
+    cpu = samples.result()
     report = build_report(
         profile,
         activities,

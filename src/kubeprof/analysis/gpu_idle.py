@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kubeprof.analysis import gpu_trace, phases, steady_idle
+from kubeprof.analysis.gpu_columns import PID, of_kinds
 from kubeprof.analysis.gpu_timeline import (
     BUSY_KINDS,
     Interval,
@@ -67,13 +68,13 @@ def busy_by_process(
 
     ``every``: the index of all of them together, when the caller has it: a session of one
     process (the usual one) is that index."""
-    pids = {a.pid for a in activities if a.kind in kinds}
+    work = of_kinds(activities, kinds)
+    pids = set(map(PID, work))
     if every is not None and len(pids) == 1:
         return {pids.pop(): every}
     per_pid: dict[int, list[GpuActivity]] = defaultdict(list)
-    for a in activities:
-        if a.kind in kinds:
-            per_pid[a.pid].append(a)
+    for a in work:
+        per_pid[a.pid].append(a)
     return {
         pid: gpu_trace.index_busy(busy_by_device(acts, kinds=kinds))
         for pid, acts in sorted(per_pid.items())

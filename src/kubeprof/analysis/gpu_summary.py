@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from kubeprof.analysis import gpu_idle
 from kubeprof.analysis.gpu_attribution import attribution, gpu_stacks
+from kubeprof.analysis.gpu_columns import BYTES, by_kind, total_ns
 from kubeprof.analysis.gpu_idle import IdleFigure, IdleRatio
 from kubeprof.analysis.gpu_timeline import buckets, busy_by_device
-from kubeprof.analysis.gpu_trace import index_busy
+from kubeprof.analysis.gpu_trace import GpuTrace, index_busy
 from kubeprof.analysis.top_kernels import KernelStat, top_kernels
 from kubeprof.model import GpuActivity, GpuMetricSample, WeightedStack
 
@@ -74,11 +75,13 @@ def gpu_summary(
     top: int = 15,
     counters: Mapping[str, int] | None = None,
     headline: IdleFigure | None = None,
+    trace: GpuTrace | None = None,
 ) -> GpuSummary:
     """Summarise a session's GPU records over [session_start_ns, session_end_ns).
 
     ``headline``: the findings analysis' figure (``Analysis.headline``) when the caller
-    has analysed the session already, so the trace is not indexed and phased again."""
+    has analysed the session already, so the trace is not indexed and phased again;
+    ``trace``: that analysis' trace of the same records (its busy intervals are these)."""
     s0, s1 = session_start_ns, session_end_ns
     if headline is None:
         headline = gpu_idle.headline(activities, metrics)
@@ -88,10 +91,15 @@ def gpu_summary(
         if headline is not None and traced
         else (0, 0)
     )
-    att = attribution(activities)
-    busy = busy_by_device(activities)
-    whole = index_busy(busy)  # one merge and index, asked about both windows
-    per_pid = gpu_idle.busy_by_process(activities, every=whole)
+    kinds = by_kind(activities)
+    kernels = kinds.get("kernel", [])
+    att = attribution(kernels)
+    # the trace's any-engine busy intervals are busy_by_device's (the same union)
+    busy = trace.busy if trace is not None else busy_by_device(activities)
+    # one merge and index, asked about both windows
+    whole = trace.any_busy if trace is not None else index_busy(busy)
+    work = [*kernels, *kinds.get("memcpy", ()), *kinds.get("memset", ())]
+    per_pid = gpu_idle.busy_by_process(work, every=whole)
     tl_end = max(s1, a1)
     return GpuSummary(
         session_start_ns=s0,
@@ -104,17 +112,17 @@ def gpu_summary(
         devices_active=gpu_idle.device_ratios(whole, a0, a1),
         processes={pid: gpu_idle.ratio_in(b, s0, s1) for pid, b in per_pid.items()},
         processes_active={pid: gpu_idle.ratio_in(b, a0, a1) for pid, b in per_pid.items()},
-        top_kernels=tuple(top_kernels(activities, top)),
+        top_kernels=tuple(top_kernels(kernels, top)),
         kernels=att.count,
         kernel_ns=att.total_ns,
         attributed_ns=att.attributed_ns,
         attributed_share=att.share,
         attributed_via_main_ns=att.via_main_ns,
-        memcpy_ns=_sum_ns(activities, "memcpy"),
-        memcpy_bytes=sum(a.bytes for a in activities if a.kind == "memcpy"),
-        memset_ns=_sum_ns(activities, "memset"),
-        sync_ns=_sum_ns(activities, "sync"),
-        nvtx_ranges=sum(1 for a in activities if a.kind == "nvtx"),
+        memcpy_ns=total_ns(kinds.get("memcpy", ())),
+        memcpy_bytes=sum(map(BYTES, kinds.get("memcpy", ()))),
+        memset_ns=total_ns(kinds.get("memset", ())),
+        sync_ns=total_ns(kinds.get("sync", ())),
+        nvtx_ranges=len(kinds.get("nvtx", ())),
         timeline={
             d: buckets(iv, min(s0, a0 or s0), tl_end, TIMELINE_BUCKETS) for d, iv in busy.items()
         },
@@ -142,7 +150,3 @@ def summarise_metrics(metrics: Sequence[GpuMetricSample]) -> tuple[MetricSummary
         MetricSummary(dev, name, pid, sum(v) / len(v), max(v), len(v))
         for (dev, name, pid), v in sorted(acc.items())
     )
-
-
-def _sum_ns(activities: Sequence[GpuActivity], kind: str) -> int:
-    return sum(a.end_ns - a.start_ns for a in activities if a.kind == kind)

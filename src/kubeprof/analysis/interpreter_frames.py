@@ -45,11 +45,15 @@ def fold_stacks(stacks: tuple[WeightedStack, ...]) -> tuple[WeightedStack, ...]:
     """Fold each stack; stacks of one thread that become equal are merged, first-seen order."""
     merged: dict[tuple[object, ...], WeightedStack] = {}
     folds: dict[int, Stack] = {}  # by the stack tuple's identity: threads share stack tuples
+    # one tuple per folded value (two stacks may fold to equal ones): keys compare it by
+    # identity, never hashing its frames again
+    canonical: dict[Stack, Stack] = {}
     for ws in stacks:
         folded = folds.get(id(ws.stack))
         if folded is None:
-            folded = folds[id(ws.stack)] = fold_stack(ws.stack)
-        key = (folded, ws.pid, ws.tid, ws.thread, ws.process)
+            one = fold_stack(ws.stack)
+            folded = folds[id(ws.stack)] = canonical.setdefault(one, one)
+        key = (id(folded), ws.pid, ws.tid, ws.thread, ws.process)
         prev = merged.get(key)
         if prev is None:
             merged[key] = ws if folded is ws.stack else replace(ws, stack=folded)

@@ -6,6 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kubeprof.analysis.gpu_columns import BLOCK, GRID, NAME, durations, of_kinds
 from kubeprof.analysis.kernel_names import short_name
 from kubeprof.model import GpuActivity
 
@@ -35,13 +36,14 @@ def top_kernels(
 ) -> list[KernelStat]:
     """The ``n`` kernels with the largest ``by`` (total, count or mean)."""
     groups: dict[str, list[GpuActivity]] = defaultdict(list)
-    for a in activities:
-        if a.kind == "kernel":
-            groups[a.name].append(a)
-    all_ns = sum(a.end_ns - a.start_ns for acts in groups.values() for a in acts)
+    kernels = of_kinds(activities, ("kernel",))
+    for name, a in zip(map(NAME, kernels), kernels, strict=True):
+        groups[name].append(a)
+    per_name = {raw: durations(acts) for raw, acts in groups.items()}
+    all_ns = sum(sum(durs) for durs in per_name.values())
     stats = []
     for raw, acts in groups.items():
-        durs = [a.end_ns - a.start_ns for a in acts]
+        durs = per_name[raw]
         tot = sum(durs)
         configs = _configs(acts)
         (grid, block), _ = configs.most_common(1)[0]
@@ -74,8 +76,10 @@ def top_kernels(
 def _configs(acts: list[GpuActivity]) -> Counter[tuple[tuple[int, int, int], tuple[int, int, int]]]:
     """Launches per (grid, block), in first-seen order. Counted by the tuples' identity
     first (records share one tuple per shape), so each launch costs no tuple hashing."""
-    by_ref: Counter[tuple[int, int]] = Counter((id(a.grid), id(a.block)) for a in acts)
-    shape = {(id(a.grid), id(a.block)): (a.grid, a.block) for a in acts}
+    grids, blocks = list(map(GRID, acts)), list(map(BLOCK, acts))
+    refs = list(zip(map(id, grids), map(id, blocks), strict=True))
+    by_ref: Counter[tuple[int, int]] = Counter(refs)
+    shape = dict(zip(refs, zip(grids, blocks, strict=True), strict=True))
     out: Counter[tuple[tuple[int, int, int], tuple[int, int, int]]] = Counter()
     for ref, n in by_ref.items():
         out[shape[ref]] += n

@@ -46,13 +46,28 @@ def function_times(
     """Self and total value_ns per function; recursion counts once towards total."""
     self_ns: dict[FuncKey, int] = defaultdict(int)
     total_ns: dict[FuncKey, int] = defaultdict(int)
+    stacks = stacks if isinstance(stacks, Sequence) else tuple(stacks)  # alive: ids hold
+    keys: dict[int, FuncKey] = {}  # by the frame's identity: stacks share their frames
+    stack_keys: dict[int, set[FuncKey]] = {}  # and by the stack's: threads share stacks
     for ws in stacks:
         if not ws.stack:
             continue
-        self_ns[function_key(ws.stack[-1])] += ws.value_ns
-        for key in {function_key(f) for f in ws.stack}:
+        own = stack_keys.get(id(ws.stack))
+        if own is None:
+            own = stack_keys[id(ws.stack)] = {_key_of(f, keys) for f in ws.stack}
+        self_ns[_key_of(ws.stack[-1], keys)] += ws.value_ns
+        for key in own:
             total_ns[key] += ws.value_ns
     return self_ns, total_ns
+
+
+def _key_of(frame: Frame, keys: dict[int, FuncKey]) -> FuncKey:
+    """function_key(frame), looked up by the frame's identity first (the caller keeps the
+    frames alive while ``keys`` is used)."""
+    key = keys.get(id(frame))
+    if key is None:
+        key = keys[id(frame)] = function_key(frame)
+    return key
 
 
 # The chain from process entry to the program's own code: at the root of nearly every

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 
-from kubeprof.model import Frame, FrameKind
+from kubeprof.model import Frame, FrameKind, Stack
 from kubeprof.reportdata import WeightedStack
 
 GROUPS = ("none", "process", "thread")
@@ -95,16 +95,25 @@ def build_tree(
         frame_ids[frame] = nid
         return nid
 
+    # A stack's name ids by the tuple's identity (threads share stack tuples; hashing one
+    # hashes every frame); the tuple is kept with them, so its id stays its own.
+    stack_nids: dict[int, tuple[Stack, list[int]]] = {}
     for ws in stacks:
         v, s = ws.value_ns, ws.samples
         pkey = (ws.pid, ws.tid, ws.process, ws.thread)
         prefix = prefixes.get(pkey)
         if prefix is None:
             prefix = prefixes[pkey] = [intern(f) for f in group_frames(ws, group)]
+        known = stack_nids.get(id(ws.stack))
+        if known is None:
+            nids = [frame_ids.get(f) or intern(f) for f in ws.stack]
+            stack_nids[id(ws.stack)] = (ws.stack, nids)
+        else:
+            nids = known[1]
         value[0] += v
         samples[0] += s
         node = 0
-        for nid in chain(prefix, (frame_ids.get(f) or intern(f) for f in ws.stack)):
+        for nid in chain(prefix, nids):
             children = kids[node]
             if children is None:
                 children = kids[node] = {}

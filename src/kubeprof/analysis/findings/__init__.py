@@ -83,12 +83,14 @@ def analyse(
     gpu_traced: bool = True,
     untraced_reason: str = "",
     offcpu: Sequence[OffCpuSample] = (),
+    trace: gpu_trace.GpuTrace | None = None,
 ) -> Analysis:
     """Analyse a session; ``gpu_traced=False`` (with the reason) when the tracer did not run.
 
     ``offcpu``: the session's off-CPU samples, where recorded: they say where the launching
-    thread waited while the GPU idled."""
-    trace = gpu_trace.build(activities)
+    thread waited while the GPU idled. ``trace``: ``gpu_trace.build(activities)`` when the
+    caller has built it already (a report shares it with ``gpu_summary``)."""
+    trace = trace if trace is not None else gpu_trace.build(activities)
     ph = phases.detect(trace, session)
     figures = steady_idle.phase_figures(trace, ph)
     tl = steady_idle.timeline(trace, ph.session)
