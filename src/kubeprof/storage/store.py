@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import cpu_samples, migrate, models, offcpu, sessions
+from kubeprof.storage import compaction, cpu_samples, migrate, models, offcpu, sessions
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.store_location import default_url, prepare_sqlite_path
@@ -95,6 +95,7 @@ class Store:
         """Mark a session ended; `meta` entries are merged into the stored ones."""
         with self.engine.begin() as conn:
             sessions.finish(conn, session_id, status, end_ns=end_ns, meta=meta)
+        compaction.compact(self.engine, session_id)  # count its samples once, now
 
     # -- data -------------------------------------------------------------------------------
 

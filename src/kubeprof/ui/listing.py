@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from kubeprof.storage import queries as q
-from kubeprof.storage.models import ProcessRow, SessionAggregateRow, StackCountRow
-from kubeprof.storage.stack_counts import TOTAL_BUCKET
+from kubeprof.storage.models import ProcessRow, SessionAggregateRow
+from kubeprof.storage.stack_counts import session_totals
 from kubeprof.ui.refs import ref_of
 from kubeprof.ui.summary import PAGE, Cache
 
@@ -47,13 +47,8 @@ def _pod_counts(conn: Connection) -> dict[int, int]:
 
 def _nodes_and_samples(conn: Connection) -> dict[int, tuple[int, int]]:
     """session id -> (nodes with CPU samples, CPU samples), from the session totals."""
-    t = StackCountRow
-    q2 = (
-        select(t.session_id, func.count(t.node.distinct()), func.sum(t.samples))
-        .where(t.bucket == TOTAL_BUCKET)
-        .group_by(t.session_id)
-    )
-    return {int(s): (int(n), int(c or 0)) for s, n, c in conn.execute(q2)}
+    totals = session_totals(conn)
+    return {sid: (len(nodes), sum(nodes.values())) for sid, nodes in totals.items()}
 
 
 def sessions(conn: Connection, cache: Cache | None = None) -> dict[str, Any]:
