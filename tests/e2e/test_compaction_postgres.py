@@ -84,6 +84,33 @@ def test_two_compactions_at_once_while_batches_arrive_count_each_sample_once(sto
     assert scenario.counted_rows(store, sid) == written[0]
 
 
+def test_a_batch_committing_after_a_later_one_is_not_skipped(store):
+    """Sample ids are taken at insert, not at commit: a compaction that ran while an
+    earlier batch was still open must neither skip its lower ids nor count them twice."""
+    from kubeprof.storage.intern import Interner
+    from kubeprof.storage.store import write_batch
+
+    sid = store.create_session("late", hz=99)
+    interner = Interner()
+    with store.engine.begin() as conn:  # interned and committed first: the open batch
+        interner.stack_ids_for(conn, scenario.STACKS)  # must not hold a frame row lock
+    early = Batch(samples=tuple(CpuSample(i, 7, 7, "w", 0, scenario.STACKS[0]) for i in range(20)))
+    late = Batch(samples=tuple(CpuSample(i, 8, 8, "w", 0, scenario.STACKS[1]) for i in range(30)))
+    with store.engine.connect() as conn:
+        tx = conn.begin()
+        write_batch(conn, interner, sid, early)  # its ids taken, not committed
+        store.write_batch(sid, late)  # higher ids, committed first
+        counted: list[int] = []
+        t = threading.Thread(target=lambda: counted.append(compaction.compact(store.engine, sid)))
+        t.start()
+        t.join(timeout=2)  # it waits for the open batch (or, without that, ran past it)
+        tx.commit()
+    t.join()
+    compaction.compact(store.engine, sid)
+    assert scenario.sample_rows(store, sid) == 50
+    assert scenario.counted_rows(store, sid) == 50
+
+
 def test_the_operator_counts_in_the_background(store):
     from kubeprof.operator.db import BatchWriter
 
