@@ -7,6 +7,10 @@ Three paths are timed for each batch size:
   db    BatchWriter.store() straight into Postgres (idempotency row + interning + COPY)
   http  the agent's encoder and IngestClient -> the operator's aiohttp ingest API -> db,
         with --senders concurrent agents
+(db and http with the operator's background counting into stack_counts running, as it
+runs in the operator), and then
+  count `storage.compaction.compact` alone: the samples of one more cell's batches, stored
+        with background counting off, counted into stack_counts (rows/s of samples)
 
 Usage:
   .venv/bin/python bench/operator_ingest.py [--sizes 100,1000,5000,20000] [--rows 200000]
@@ -49,7 +53,7 @@ from kubeprof.operator.registry import Registry, SessionEntry  # noqa: E402
 from kubeprof.operator.targets import Target  # noqa: E402
 from kubeprof.protocol import codec  # noqa: E402
 from kubeprof.protocol.phases import Phase  # noqa: E402
-from kubeprof.storage import Store  # noqa: E402
+from kubeprof.storage import Store, compaction  # noqa: E402
 from kubeprof.storage.intern import Interner  # noqa: E402
 from kubeprof.storage.models import ProcessRow, SampleRow  # noqa: E402
 
@@ -96,6 +100,32 @@ def bench_db(engine, sid: int, size: int, total: int, stacks, rng) -> float:
         w.store(sid, f"db-{size}-{i}-{rng.random()}", "node-1", b)
     rows = sum(len(b.samples) + len(b.processes) for b in batches)
     return rows / (time.perf_counter() - t)
+
+
+def settle(engine, sid: int) -> None:
+    """Untimed: count what the background counting left and let its thread end, so the
+    next cell (a COPY limit above all) does not share the machine with it."""
+    compaction.compact(engine, sid)
+    time.sleep(2.5)  # > 2 x the writers' 1 s round: their threads find nothing and end
+
+
+def bench_count(engine, size: int, total: int, stacks, rng) -> float:
+    """Samples/s of counting a session's stored samples (`compaction.compact`)."""
+    sid = ensure_session(
+        engine,
+        "bench",
+        f"count-{size}",
+        f"uid-{time.time_ns()}",
+        hz=99,
+        started_at=datetime.now(UTC),
+        meta={},
+    )
+    w = BatchWriter(engine, compact_every_s=1e6)  # stored only; counted below
+    for i in range(max(1, total // size)):
+        w.store(sid, f"count-{size}-{i}", "node-1", make_batch(size, stacks, rng, i * size))
+    t = time.perf_counter()
+    n = compaction.compact(engine, sid)
+    return n / (time.perf_counter() - t)
 
 
 def bench_copy(
@@ -249,21 +279,25 @@ def main() -> int:
         BatchWriter(store.engine).store(
             sid, f"warm-{time.time_ns()}", "node-1", make_batch(2000, stacks, rng, 0)
         )
+        settle(store.engine, sid)
         token = "bench-token"
         api_url, stop = start_api(store.engine, sid, token, args.writers, args.senders)
         base = load_codec(args.baseline_codec) if args.baseline_codec else None
         print(
             f"| batch size (rows) | COPY text rows/s | COPY write_row rows/s (limit) | "
             f"db rows/s | db % of limit | http rows/s ({args.senders} senders, "
-            f"{args.writers} writers) | http % of limit |"
+            f"{args.writers} writers) | http % of limit | counting samples/s |"
             + (" http rows/s, baseline codec | new / baseline |" if base else "")
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else ""))
         for size in (int(s) for s in args.sizes.split(",")):
             text_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng, text=True)
             copy_rate = bench_copy(store.engine, sid, size, args.rows, stacks, rng)
             db_rate = bench_db(store.engine, sid, size, args.rows, stacks, rng)
+            settle(store.engine, sid)
             http_rate = bench_http(api_url, token, size, args.rows, args.senders, stacks, rng)
+            settle(store.engine, sid)
+            count_rate = bench_count(store.engine, size, args.rows, stacks, rng)
             extra = ""
             if base is not None:
                 ingest.codec = base  # the API decodes with the baseline too
@@ -284,7 +318,7 @@ def main() -> int:
             print(
                 f"| {size:,} | {text_rate:,.0f} | {copy_rate:,.0f} | {db_rate:,.0f} | "
                 f"{100 * db_rate / copy_rate:.0f} % | {http_rate:,.0f} | "
-                f"{100 * http_rate / copy_rate:.0f} % |" + extra,
+                f"{100 * http_rate / copy_rate:.0f} % | {count_rate:,.0f} |" + extra,
                 flush=True,
             )
         stop()

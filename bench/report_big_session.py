@@ -158,6 +158,11 @@ def write_session(url: str, kernels: int, samples: int, threads: int) -> tuple[s
             " FROM samples, LATERAL (VALUES (-1::bigint), (ts_ns / %(bucket)s)) AS v(b)"
             " WHERE session_id = %(sid)s GROUP BY session_id, b, node, pid, tid, stack_id"
         ),
+        (  # every sample above is counted: the watermark readers add samples past
+            "UPDATE sessions SET counted_sample_id ="
+            " (SELECT COALESCE(max(id), 0) FROM samples WHERE session_id = %(sid)s)"
+            " WHERE id = %(sid)s"
+        ),
     ]
     args = {
         "sid": sid,

@@ -111,7 +111,7 @@ def test_deleting_a_session_deletes_its_counts_and_frees_its_stacks(postgres_dsn
     takes its counts, and the shared-rows GC still sees a stack the counts refer to."""
     from sqlalchemy import func, select
 
-    from kubeprof.storage import sessions, shared_gc
+    from kubeprof.storage import compaction, sessions, shared_gc
     from kubeprof.storage.models import StackCountRow, StackRow
 
     store = Store.open(postgres_dsn.url)
@@ -121,6 +121,7 @@ def test_deleting_a_session_deletes_its_counts_and_frees_its_stacks(postgres_dsn
         keep = store.create_session("pg-counts-stay", hz=99)
         for s in (sid, keep):
             store.write_batch(s, Batch(samples=(CpuSample(10**9, 7, 7, "w", 0, only),)))
+            assert compaction.compact(store.engine, s) == 1  # counted: stack_counts rows
         rows = select(func.count()).select_from(StackCountRow)
         with store.engine.begin() as conn:
             # The counts alone keep the stack: the GC must not take it.

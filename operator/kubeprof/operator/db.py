@@ -22,6 +22,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.model import Batch
+from kubeprof.operator.compactor import Compactor
 from kubeprof.storage import sessions
 from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.intern import Interner
@@ -99,9 +100,11 @@ class Stored:
 class BatchWriter:
     """Writes batches idempotently; safe to call from several threads at once."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, compact_every_s: float = 1.0) -> None:
         self.engine = engine
         self._local = threading.local()
+        # Samples are counted into stack_counts after their batch, off the request path.
+        self.compactor = Compactor(engine, compact_every_s)
 
     def _interner(self) -> Interner:
         it = getattr(self._local, "interner", None)
@@ -164,7 +167,8 @@ class BatchWriter:
                 )
                 with committing():
                     tx.commit()
-                return Stored(False, rows)
+            self.compactor.note(session_id)
+            return Stored(False, rows)
         except BaseException:
             # Ids interned inside a rolled-back transaction do not exist: forget them all.
             self._local.interner = Interner()

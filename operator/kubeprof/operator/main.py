@@ -98,9 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     kube = Kube(config.kubeconfig or None)
     registry = Registry()
 
+    writer = BatchWriter(store.engine)
+    writer.compactor.adopt()  # what an operator before this one left uncounted
     api = IngestApi(
         registry,
-        BatchWriter(store.engine),
+        writer,
         writers=config.ingest_writers,
         limits=config.ingest_limits,
         drain_s=config.drain_s,

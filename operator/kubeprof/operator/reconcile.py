@@ -42,7 +42,7 @@ from kubeprof.operator.registry import SessionEntry
 from kubeprof.operator.session import SessionView, iso
 from kubeprof.operator.spec import SessionSpec, SpecError, parse
 from kubeprof.operator.targets import Target, nodes_of, resolve
-from kubeprof.storage import queries
+from kubeprof.storage import compaction, queries
 
 __all__ = ["Context", "KubeOps", "reconcile"]
 
@@ -406,6 +406,7 @@ def _close_and_aggregate(p: Pass, entry: SessionEntry, pod_names: Mapping[str, s
     ctx = p.ctx
     entry.close(timeout_s=10)  # batches still arriving after that are refused at commit
     try:
+        compaction.compact(ctx.engine, entry.db_id)  # readers need not add what is left
         with ctx.engine.begin() as conn:
             summary = aggregate.aggregate(conn, entry.db_id, ctx.config.status_top_stacks)
             aggregate.store(conn, entry.db_id, summary)

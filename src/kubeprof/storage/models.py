@@ -65,6 +65,10 @@ class SessionRow(Base):
     start_ns: Mapped[int] = mapped_column(default=0)
     end_ns: Mapped[int] = mapped_column(default=0)
     meta: Mapped[str] = mapped_column(default="{}")  # JSON object of strings
+    # The highest sample id counted into stack_counts (`kubeprof.storage.compaction`).
+    counted_sample_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), default=0, server_default="0"
+    )
 
 
 class FrameRow(Base):
@@ -243,7 +247,9 @@ class SessionAggregateRow(Base):
 class StackCountRow(Base):
     """CPU samples pre-counted per (thread, stack): what a flame graph reads, not `samples`.
 
-    Kept up to date as batches arrive (an upsert adding counts, in the batch's transaction).
+    Counted after the batches, not in them: `kubeprof.storage.compaction` adds the samples
+    past ``sessions.counted_sample_id`` and raises it in one transaction; readers add the
+    samples not counted yet (`stack_counts.stack_counts`).
     ``bucket`` is ``TOTAL_BUCKET`` (-1) for the whole session, else ``ts_ns // BUCKET_NS`` of
     the node's monotonic clock, so a time range reads only its buckets. The flame graph of
     10 M samples reads a few thousand of these rows instead of 10 M sample rows.

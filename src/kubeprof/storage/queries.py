@@ -31,7 +31,6 @@ from kubeprof.storage.models import (
     ProcessRow,
     SampleRow,
     SessionRow,
-    StackCountRow,
 )
 
 # A gpu_metrics row's columns carry GpuMetricSample's field names: its fields, in order.
@@ -78,24 +77,18 @@ def list_sessions(conn: Connection, *, counts: bool = True) -> list[SessionInfo]
             for r in conn.execute(select(SessionRow.__table__).order_by(SessionRow.id))
         ]
     # Sample counts from the pre-counted session totals, not a scan of every sample row.
-    n_samples = (
-        select(StackCountRow.session_id, func.sum(StackCountRow.samples).label("n"))
-        .where(StackCountRow.bucket == sc.TOTAL_BUCKET)
-        .group_by(StackCountRow.session_id)
-        .subquery()
-    )
+    n_samples = {sid: sum(nodes.values()) for sid, nodes in sc.session_totals(conn).items()}
     n_gpu = (
         select(GpuActivityRow.session_id, func.count().label("n"))
         .group_by(GpuActivityRow.session_id)
         .subquery()
     )
     q = (
-        select(SessionRow.__table__, func.coalesce(n_samples.c.n, 0), func.coalesce(n_gpu.c.n, 0))
-        .outerjoin(n_samples, n_samples.c.session_id == SessionRow.id)
+        select(SessionRow.__table__, func.coalesce(n_gpu.c.n, 0))
         .outerjoin(n_gpu, n_gpu.c.session_id == SessionRow.id)
         .order_by(SessionRow.id)
     )
-    return [_info(row._mapping, int(row[-2]), int(row[-1])) for row in conn.execute(q)]
+    return [_info(row._mapping, n_samples.get(row.id, 0), int(row[-1])) for row in conn.execute(q)]
 
 
 def _info(cols: Any, samples: int, gpu: int) -> SessionInfo:

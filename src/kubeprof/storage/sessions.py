@@ -13,12 +13,12 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 from kubeprof.storage.bulk import dialect_insert
-from kubeprof.storage.models import SessionRow
+from kubeprof.storage.models import SampleRow, SessionRow
 
 
 def _row(
@@ -31,8 +31,13 @@ def _row(
     started_at: datetime,
     start_ns: int,
     meta: Mapping[str, str] | None,
+    conn: Connection,
 ) -> dict[str, Any]:
+    # Its samples will all have higher ids (they are inserted after it exists): starting
+    # its count watermark there keeps what readers add past it to its own samples.
+    newest = conn.scalar(select(func.max(SampleRow.id)))
     return {
+        "counted_sample_id": int(newest or 0),
         "name": name,
         "kind": kind,
         "command": command,
@@ -82,6 +87,7 @@ def create(
         started_at=datetime.now(UTC),
         start_ns=start_ns,
         meta=meta,
+        conn=conn,
     )
     return int(conn.execute(insert(SessionRow).returning(SessionRow.id), [row]).scalar_one())
 
@@ -106,6 +112,7 @@ def ensure(
         started_at=started_at,
         start_ns=0,
         meta=meta,
+        conn=conn,
     )
     conn.execute(
         dialect_insert(conn, SessionRow)

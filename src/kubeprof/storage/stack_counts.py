@@ -1,28 +1,36 @@
-"""Pre-counted CPU stacks (`stack_counts`): written with each batch, read by flame graphs.
+"""Pre-counted CPU stacks (`stack_counts`), read by flame graphs and the sessions list.
 
-A flame graph needs samples per (thread, stack), not per sample. Counting them once as
-batches arrive makes its query read rows in proportion to distinct stacks, so it stays
-fast at 10 M samples; the per-sample rows stay for timelines and GPU correlation.
-Rows are added to with ON CONFLICT DO UPDATE (several ingest writers may add to one row
-at once), in key order so two writers never wait on each other in a cycle.
+A flame graph needs samples per (thread, stack), not per sample. Counting them once makes
+its query read rows in proportion to distinct stacks, so it stays fast at 10 M samples;
+the per-sample rows stay for timelines and GPU correlation. The counting runs after the
+batches (`kubeprof.storage.compaction`, behind the watermark `sessions.counted_sample_id`);
+every read here adds the samples past the watermark, in the same statement (one snapshot),
+so it answers the same whether compaction ran, ran half or not at all.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    and_,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import InstrumentedAttribute
 
-from kubeprof.storage.bulk import dialect_insert
-from kubeprof.storage.models import StackCountRow
+from kubeprof.storage.models import SampleRow, SessionRow, StackCountRow
 
 TOTAL_BUCKET = -1  # the whole-session row of a (thread, stack)
 BUCKET_NS = 1_000_000_000  # time buckets of 1 s: a time range is rounded out to them
-
-# (bucket, node, pid, tid, stack_id) -> (thread, samples)
-CountKey = tuple[int, str, int, int, int]
 
 
 def bucket_of(ts_ns: int) -> int:
@@ -30,90 +38,102 @@ def bucket_of(ts_ns: int) -> int:
     return ts_ns // BUCKET_NS
 
 
-def count_rows(
-    session_id: int,
-    node: str,
-    samples: Iterable[tuple[int, int, int, str, int]],
-) -> list[dict[str, object]]:
-    """Rows to add for samples given as (ts_ns, pid, tid, thread, stack_id): one per
-    (thread, stack) for the session total and one per (time bucket, thread, stack)."""
-    counts: Counter[CountKey] = Counter()
-    threads: dict[tuple[int, int], str] = {}
-    for ts_ns, pid, tid, thread, stack_id in samples:
-        counts[(TOTAL_BUCKET, node, pid, tid, stack_id)] += 1
-        counts[(bucket_of(ts_ns), node, pid, tid, stack_id)] += 1
-        threads[(pid, tid)] = thread
-    return [
-        {
-            "session_id": session_id,
-            "bucket": b,
-            "node": n,
-            "pid": p,
-            "tid": t,
-            "stack_id": s,
-            "thread": threads[(p, t)],
-            "samples": c,
-        }
-        for (b, n, p, t, s), c in sorted(counts.items())
-    ]
+_RETRIES = 4  # reads with a literal watermark before one that reads it in the statement
+
+Row = tuple[str, int, int, str, int, int]
 
 
-_KEY = ("session_id", "bucket", "node", "pid", "tid", "stack_id")
-_COLUMNS = (*_KEY, "thread", "samples")
+def _mark(conn: Connection, session_id: int) -> int | None:
+    return conn.scalar(select(SessionRow.counted_sample_id).where(SessionRow.id == session_id))
 
 
-def add_counts(conn: Connection, rows: list[dict[str, object]]) -> None:
-    """Add `rows` (from `count_rows`, in key order) to the stored counts."""
-    if not rows:
-        return
-    ins = dialect_insert(conn, StackCountRow)
-    stmt = ins.on_conflict_do_update(
-        index_elements=list(_KEY),
-        set_={
-            "samples": StackCountRow.samples + ins.excluded.samples,
-            "thread": ins.excluded.thread,
-        },
-    )
-    for i in range(0, len(rows), 2000):
-        conn.execute(stmt, rows[i : i + 2000])
+def _pid_filter(
+    node: InstrumentedAttribute[str],
+    pid: InstrumentedAttribute[int],
+    pids: Collection[tuple[str, int]],
+) -> ColumnElement[bool]:
+    return or_(*(and_(node == n, pid == p) for n, p in sorted(pids)))
 
 
-def add_staged(
+def _newest_thread(conn: Connection) -> ColumnElement[str] | InstrumentedAttribute[str]:
+    """The thread name of a group's newest sample (what compaction stores for it)."""
+    if conn.dialect.name == "postgresql":
+        agg = func.array_agg(aggregate_order_by(SampleRow.thread, SampleRow.id.desc()))
+        return agg[1]
+    return SampleRow.thread  # SQLite: a bare column beside max(id) is from that row
+
+
+def _read(
     conn: Connection,
-    stage: str,
     session_id: int,
-    node: str,
-    threads: Mapping[tuple[int, int], str],
-) -> None:
-    """PostgreSQL: add the counts of the sample rows in the table `stage` (one batch's, all
-    of `session_id` and `node`), counted by the server in one upsert; `threads` names each
-    (pid, tid) as the batch last did, as `count_rows` does. Counting in Python and COPYing
-    ~2 count rows per sample cost more than the sample rows themselves. Grouped and sorted
-    on integers only (text keys made the sorts a third of the statement); with one session
-    and node that is key order, so concurrent writers never wait on each other in a cycle.
-    Bucket numbers are `bucket_of` (timestamps are never negative: the codec refuses them
-    and the agents' clocks are monotonic)."""
-    t = StackCountRow.__tablename__
-    conn.exec_driver_sql(
-        f"INSERT INTO {t} ({', '.join(_COLUMNS)}) "
-        f"SELECT %(session)s::integer, COALESCE(c.b, {TOTAL_BUCKET}), %(node)s::text, c.pid, "
-        "c.tid, c.stack_id, n.thread, c.samples FROM ("
-        "SELECT b, pid, tid, stack_id, count(*) AS samples "
-        f"FROM (SELECT ts_ns / {BUCKET_NS} AS b, pid, tid, stack_id FROM {stage}) s "
-        "GROUP BY GROUPING SETS ((b, pid, tid, stack_id), (pid, tid, stack_id))) c "
-        "JOIN unnest(%(pid)s::integer[], %(tid)s::integer[], %(thread)s::text[]) "
-        "AS n (pid, tid, thread) ON n.pid = c.pid AND n.tid = c.tid "
-        f"ORDER BY COALESCE(c.b, {TOTAL_BUCKET}), c.pid, c.tid, c.stack_id "
-        f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
-        f"samples = {t}.samples + EXCLUDED.samples, thread = EXCLUDED.thread",
-        {
-            "session": session_id,
-            "node": node,
-            "pid": [p for p, _ in threads],
-            "tid": [td for _, td in threads],
-            "thread": list(threads.values()),
-        },
+    mark: int | ColumnElement[int],
+    buckets: tuple[int, int] | None,
+    pids: Collection[tuple[str, int]] | None,
+) -> list[Row]:
+    """Counted rows plus the samples past `mark` grouped alike (per bucket: a sample's
+    thread name wins over a counted one, being newer), in one statement."""
+    t, s = StackCountRow, SampleRow
+    counted: list[ColumnElement[bool]] = [t.session_id == session_id]
+    fresh: list[ColumnElement[bool]] = [s.session_id == session_id, s.id > mark]
+    bucket: ColumnElement[int] = literal_column(str(TOTAL_BUCKET), Integer)
+    by: list[ColumnElement[int]] = []  # not GROUP BY -1: SQLite reads that as a position
+    if buckets is None:
+        counted.append(t.bucket == TOTAL_BUCKET)
+    else:
+        lo, hi = max(buckets[0], 0), buckets[1]
+        counted += [t.bucket >= lo, t.bucket <= hi]
+        fresh += [s.ts_ns >= lo * BUCKET_NS, s.ts_ns < (hi + 1) * BUCKET_NS]
+        bucket = s.ts_ns // BUCKET_NS  # timestamps are never negative
+        by = [bucket]
+    if pids is not None:
+        counted.append(_pid_filter(t.node, t.pid, pids))
+        fresh.append(_pid_filter(s.node, s.pid, pids))
+    both = union_all(
+        select(
+            t.bucket.label("b"),
+            t.node,
+            t.pid,
+            t.tid,
+            t.stack_id,
+            t.thread.label("thread"),
+            t.samples.label("n"),
+            literal_column("0", Integer).label("new"),
+            literal_column("0", Integer).label("last"),
+        ).where(*counted),
+        select(
+            bucket.label("b"),
+            s.node,
+            s.pid,
+            s.tid,
+            s.stack_id,
+            _newest_thread(conn).label("thread"),
+            func.count(),
+            literal_column("1", Integer),
+            func.max(s.id),
+        )
+        .where(*fresh)
+        .group_by(*by, s.node, s.pid, s.tid, s.stack_id),
+    ).subquery()
+    c = both.c
+    per_bucket = (
+        select(
+            c.node,
+            c.pid,
+            c.tid,
+            c.stack_id,
+            func.coalesce(func.max(case((c.new == 1, c.thread))), func.max(c.thread)).label(
+                "thread"
+            ),
+            func.sum(c.n).label("n"),
+        )
+        .group_by(c.b, c.node, c.pid, c.tid, c.stack_id)
+        .subquery()
     )
+    k = per_bucket.c
+    q = select(k.node, k.pid, k.tid, func.max(k.thread), k.stack_id, func.sum(k.n)).group_by(
+        k.node, k.pid, k.tid, k.stack_id
+    )
+    return [(n, int(p), int(td), th, int(st), int(x)) for n, p, td, th, st, x in conn.execute(q)]
 
 
 def stack_counts(
@@ -122,27 +142,51 @@ def stack_counts(
     *,
     buckets: tuple[int, int] | None = None,
     pids: Collection[tuple[str, int]] | None = None,
-) -> list[tuple[str, int, int, str, int, int]]:
+) -> list[Row]:
     """(node, pid, tid, thread, stack_id, samples) of a session: the whole session, or the
-    time buckets ``buckets`` (first, last inclusive); only the (node, pid)s in `pids`."""
-    t = StackCountRow
-    conds: list[ColumnElement[bool]] = [t.session_id == session_id]
-    if buckets is None:
-        conds.append(t.bucket == TOTAL_BUCKET)
-    else:
-        conds += [t.bucket >= max(buckets[0], 0), t.bucket <= buckets[1]]
-    if pids is not None:
-        if not pids:
+    time buckets ``buckets`` (first, last inclusive); only the (node, pid)s in `pids`.
+    Counted rows plus the samples not counted yet. The watermark goes in as a number (the
+    planner then reads only the samples past it) and is read again after: a compaction
+    that committed meanwhile raised it, and the read is repeated."""
+    if pids is not None and not pids:
+        return []
+    for _ in range(_RETRIES):
+        mark = _mark(conn, session_id)
+        if mark is None:
             return []
-        conds.append(or_(*(and_(t.node == n, t.pid == p) for n, p in sorted(pids))))
-    if buckets is None:
-        q = select(t.node, t.pid, t.tid, t.thread, t.stack_id, t.samples).where(*conds)
-        from kubeprof.storage.bulk_read import driver_rows  # a read helper, for reads only
+        rows = _read(conn, session_id, int(mark), buckets, pids)
+        if _mark(conn, session_id) == mark:
+            return rows
+    inline = select(SessionRow.counted_sample_id).where(SessionRow.id == session_id)
+    return _read(conn, session_id, inline.scalar_subquery(), buckets, pids)
 
-        return driver_rows(conn, q)  # plain tuples: 100,000 rows in a third of the time
-    q2 = (
-        select(t.node, t.pid, t.tid, func.max(t.thread), t.stack_id, func.sum(t.samples))
-        .where(*conds)
-        .group_by(t.node, t.pid, t.tid, t.stack_id)
-    )
-    return [(n, int(p), int(td), th, int(s), int(c)) for n, p, td, th, s, c in conn.execute(q2)]
+
+def _totals(conn: Connection, floor: int) -> dict[int, dict[str, int]]:
+    t, s, x = StackCountRow, SampleRow, SessionRow
+    both = union_all(
+        select(t.session_id, t.node, t.samples.label("n")).where(t.bucket == TOTAL_BUCKET),
+        select(s.session_id, s.node, func.count())
+        .join(x, x.id == s.session_id)
+        .where(s.id > floor, s.id > x.counted_sample_id)
+        .group_by(s.session_id, s.node),
+    ).subquery()
+    c = both.c
+    out: dict[int, dict[str, int]] = {}
+    for sid, node, n in conn.execute(
+        select(c.session_id, c.node, func.sum(c.n)).group_by(c.session_id, c.node)
+    ):
+        out.setdefault(int(sid), {})[node] = int(n or 0)
+    return out
+
+
+def session_totals(conn: Connection) -> dict[int, dict[str, int]]:
+    """session id -> node -> CPU samples, for every session with samples: the session
+    totals counted plus the samples past each watermark (one statement). The lowest
+    watermark bounds the sample ids read; read again if a watermark moved meanwhile."""
+    marks_q = select(SessionRow.id, SessionRow.counted_sample_id)
+    for _ in range(_RETRIES):
+        marks = {int(i): int(m) for i, m in conn.execute(marks_q)}
+        out = _totals(conn, min(marks.values(), default=0))
+        if {int(i): int(m) for i, m in conn.execute(marks_q)} == marks:
+            return out
+    return _totals(conn, 0)

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 
 from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import cpu_samples, migrate, models, offcpu, sessions
+from kubeprof.storage import compaction, cpu_samples, migrate, models, offcpu, sessions
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.store_location import default_url, prepare_sqlite_path
@@ -71,7 +71,22 @@ class Store:
                     f"cannot open the store {engine.url!r}: {why}; check "
                     "the URL and that the database is up and writable"
                 ) from exc
+            if engine.dialect.name == "sqlite":
+                store.count_leftovers()
         return store
+
+    def count_leftovers(self) -> None:
+        """Count what a writer left uncounted (a `kubeprof record` killed before its end).
+        Only the local store does this on open: a report against the cluster's database
+        writes nothing there (its operator counts at start). Readers are right either way;
+        this keeps every later session list from counting the same samples again."""
+        try:
+            with self.engine.connect() as conn:
+                todo = compaction.uncounted(conn)
+            for sid in todo:
+                compaction.compact(self.engine, sid)
+        except DatabaseError:  # read-only or busy: the readers add what is not counted
+            pass
 
     def close(self) -> None:
         self.engine.dispose()
@@ -95,6 +110,7 @@ class Store:
         """Mark a session ended; `meta` entries are merged into the stored ones."""
         with self.engine.begin() as conn:
             sessions.finish(conn, session_id, status, end_ns=end_ns, meta=meta)
+        compaction.compact(self.engine, session_id)  # count its samples once, now
 
     # -- data -------------------------------------------------------------------------------
 

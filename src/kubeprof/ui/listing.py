@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from kubeprof.storage import queries as q
-from kubeprof.storage.models import ProcessRow, SessionAggregateRow, SessionRow, StackCountRow
-from kubeprof.storage.stack_counts import TOTAL_BUCKET
+from kubeprof.storage.models import ProcessRow, SessionAggregateRow
+from kubeprof.storage.stack_counts import session_totals
 from kubeprof.ui.refs import ref_of
 from kubeprof.ui.summary import PAGE, Cache
 
@@ -46,19 +46,9 @@ def _pod_counts(conn: Connection) -> dict[int, int]:
 
 
 def _nodes_and_samples(conn: Connection) -> dict[int, tuple[int, int]]:
-    """session id -> (nodes with CPU samples, CPU samples), from the session totals.
-
-    Asked per session (correlated subqueries: the primary key's (session, bucket) prefix
-    finds each session's total rows), not as one scan of every count row for the total
-    bucket: at 10 M samples those are 4 M rows of time buckets, most of a second."""
-    t = StackCountRow
-    own = (t.session_id == SessionRow.id, t.bucket == TOTAL_BUCKET)
-    q2 = select(
-        SessionRow.id,
-        select(func.count(t.node.distinct())).where(*own).scalar_subquery(),
-        select(func.sum(t.samples)).where(*own).scalar_subquery(),
-    )
-    return {int(s): (int(n), int(c or 0)) for s, n, c in conn.execute(q2)}
+    """session id -> (nodes with CPU samples, CPU samples), from the session totals."""
+    totals = session_totals(conn)
+    return {sid: (len(nodes), sum(nodes.values())) for sid, nodes in totals.items()}
 
 
 def sessions(conn: Connection, cache: Cache | None = None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import delete, func, select, text
 
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind
-from kubeprof.storage import Store, migrate
+from kubeprof.storage import Store, compaction, migrate
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import SessionRow, StackCountRow
 from kubeprof.storage.stack_counts import BUCKET_NS, bucket_of
@@ -77,6 +77,7 @@ def test_time_range_reads_only_its_buckets(store):
 def test_deleting_a_session_deletes_its_counts(store):
     sid = store.create_session("s", hz=100)
     store.write_batch(sid, _batch(1, 10, (MAIN, HOT)))
+    assert compaction.compact(store.engine, sid) == 10
     with store.engine.begin() as conn:
         assert conn.scalar(select(func.count()).select_from(StackCountRow)) == 2
         conn.execute(delete(SessionRow).where(SessionRow.id == sid))
