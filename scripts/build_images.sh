@@ -84,7 +84,15 @@ for c in $WHICH; do
     fi
     log "building $tag from docker/$c.Dockerfile (inputs $key)"
     start=$(date +%s)
+    old=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
     "${PODMAN[@]}" build --network host "${LIMITS[@]}" "${SECRET[@]}" --build-arg "BASE=$BASE_TAG" \
         --label "dev.kubeprof.inputs=$key" -f "docker/$c.Dockerfile" -t "$tag" .
     log "built $tag in $(( $(date +%s) - start )) s, $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$tag") bytes"
+    # The image this tag named before, and the untagged build stages: ~3.4 GB a rebuild of
+    # both, which filled this machine's disk after a day of fresh-clone runs.
+    new=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$tag")
+    if [ -n "$old" ] && [ "$old" != "$new" ]; then
+        "${PODMAN[@]}" rmi "$old" >/dev/null 2>&1 || log "kept the old $tag ($old): in use"
+    fi
+    "${PODMAN[@]}" image prune -f >/dev/null 2>&1 || true
 done

@@ -81,11 +81,17 @@ def images() -> None:
 
 
 @pytest.fixture
-def workdir() -> Iterator[Path]:
+def workdir(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A folder the containers share; removed after a passing test (each holds a
+    PostgreSQL data folder and the agent's spool, ~0.5 GB), kept after a failing one."""
     d = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-img-"))
     d.chmod(0o755)  # the operator container runs as 65532
+    failed_before = request.session.testsfailed
     yield d
-    print(f"\nimage e2e files: {d}", file=sys.stderr)
+    if request.session.testsfailed > failed_before or os.environ.get("KUBEPROF_KEEP_E2E"):
+        print(f"\nimage e2e files kept: {d}", file=sys.stderr)
+    else:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class Container:
