@@ -19,6 +19,12 @@ store included), wall time and the child's peak RSS (wait4):
                 the session page's first flame graph is answered (the page's two requests as
                 it sends them, at once: the summary, ?whole-session=1, and the flame graph,
                 /flamegraph?view=cpu), and each request from when both were sent.
+
+With --views (storage.prepared_views), each timed as above, in this order: the session's
+stored views dropped; report text (computed, then stored), report json and text (read
+back), ui (its whole-session view computed and stored), ui again (read back); the views
+dropped again and stored by the operator's fill (`kubeprof.operator.view_fill.fill`, a child
+process, timed the same way); then report text, json and ui read back. Stored body sizes too.
 """
 
 from __future__ import annotations
@@ -284,6 +290,67 @@ def time_ui(url: str, session: str) -> tuple[float, float, float, int]:
     return t_flame - t0, t_sum - t1, t_flame - t1, peak_of(err)
 
 
+FILL = (
+    "import sys; from kubeprof.operator import view_fill; from kubeprof.storage import Store;"
+    "s = Store.open(sys.argv[1]); assert view_fill.fill(s.engine, int(sys.argv[2]))"
+)
+
+
+def drop_views(url: str, session: str) -> int:
+    """Delete the session's stored views; its id."""
+    with psycopg.connect(url.replace("+psycopg", "")) as c:
+        sid = c.execute("SELECT id FROM sessions WHERE name = %s", (session,)).fetchone()[0]
+        c.execute("DELETE FROM prepared_views WHERE session_id = %s", (sid,))
+    return int(sid)
+
+
+def view_sizes(url: str, sid: int) -> str:
+    with psycopg.connect(url.replace("+psycopg", "")) as c:
+        got = c.execute(
+            "SELECT options, octet_length(body), pg_column_size(body) FROM prepared_views "
+            "WHERE session_id = %s ORDER BY options",
+            (sid,),
+        ).fetchall()
+    return "; ".join(f"{o}: {n:,} bytes ({m:,} stored)" for o, n, m in got)
+
+
+def report_row(url: str, session: str, fmt: str, out: Path, label: str) -> str:
+    argv = [*KUBEPROF, "report", "--store", url, session, "--format", fmt]
+    wall, rss = run_child([*argv, "--out", str(out / f"r.{fmt}")])
+    size = (out / f"r.{fmt}").stat().st_size
+    return f"| report {fmt}, {label} | {wall:.2f} | | | {rss / 1024:.0f} | {size:,} bytes |"
+
+
+def ui_row(url: str, session: str, label: str) -> str:
+    first, summ, flame, rss = time_ui(url, session)
+    times = f"{first:.2f} | {summ:.2f} | {flame:.2f}"
+    return f"| ui first flame graph, {label} | {times} | {rss / 1024:.0f} | |"
+
+
+def views_rows(url: str, session: str, out: Path) -> list[str]:
+    """The --views sequence (module docstring); one table row each, printed as it goes."""
+    rows: list[str] = []
+
+    def add(row: str) -> None:
+        rows.append(row)
+        print(row, flush=True)
+
+    sid = drop_views(url, session)
+    add(report_row(url, session, "text", out, "computed + stored"))
+    add(report_row(url, session, "json", out, "read back"))
+    add(report_row(url, session, "text", out, "read back"))
+    add(ui_row(url, session, "whole-session view computed + stored"))
+    add(ui_row(url, session, "read back"))
+    drop_views(url, session)
+    wall, rss = run_child([sys.executable, "-c", FILL, url, str(sid)])
+    add(f"| operator fill (both views, one computation) | {wall:.2f} | | | {rss / 1024:.0f} | |")
+    add(report_row(url, session, "text", out, "after the operator's fill"))
+    add(report_row(url, session, "json", out, "after the operator's fill"))
+    add(ui_row(url, session, "after the operator's fill"))
+    print("stored:", view_sizes(url, sid), flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -295,6 +362,7 @@ def main() -> None:
     ap.add_argument("--pg-url", default="", help="an existing PostgreSQL database to use")
     ap.add_argument("--session", default="", help="a session already written (skips writing)")
     ap.add_argument("--keep", action="store_true", help="leave the temp server running")
+    ap.add_argument("--views", action="store_true", help="time stored views (docstring)")
     args = ap.parse_args()
     pg = None
     url = args.pg_url
@@ -315,7 +383,9 @@ def main() -> None:
             print(f"wrote {session}: {what} in {write_s:.0f} s", flush=True)
         out = Path(tempfile.mkdtemp(prefix="kp-big-report-"))
         rows = []
-        for r in range(args.repeat):
+        for _ in range(args.repeat if args.views else 0):
+            rows += views_rows(url, session, out)
+        for r in range(0 if args.views else args.repeat):
             for fmt in ("text", "json"):
                 wall, rss = run_child(
                     [
@@ -349,11 +419,12 @@ def main() -> None:
             f"{load[0]:.1f} at the end; bench peak RSS "
             f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
         )
+        run = "" if args.views else " run |"
         print(
-            "| what | run | wall s | summary request s | flame graph request s "
+            f"| what |{run} wall s | summary request s | flame graph request s "
             "| peak RSS MiB | output |"
         )
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("|---|" + ("---:|" if run else "") + "---:|---:|---:|---:|---|")
         print("\n".join(rows))
     finally:
         if pg is not None and not args.keep:

@@ -22,7 +22,7 @@ from kubeprof.analysis.interpreter_frames import fold_stacks
 from kubeprof.gc_pause import gc_paused
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
 from kubeprof.reportdata import CPU_WINDOW, Profile, Report, WeightedStack
-from kubeprof.storage import Store
+from kubeprof.storage import Store, prepared_views
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import GpuActivityRow, OffCpuSampleRow, SampleRow
 from kubeprof.storage.offcpu import offcpu_samples
@@ -177,14 +177,33 @@ def load_report(
 
     CPython's own frames are folded out of stacks with Python frames unless
     `keep_interpreter` (analysis.interpreter_frames says why). The CPU view follows the
-    window the GPU analysis judged unless `whole_session` (`cpu_follows_window`)."""
+    window the GPU analysis judged unless `whole_session` (`cpu_follows_window`).
+
+    A final session's view is stored the first time and read back after that
+    (storage.prepared_views: only while the code and the session's row are unchanged)."""
+    options = prepared_views.Options(keep_interpreter, whole_session)
     with gc_paused():  # kubeprof.gc_pause says why
-        return _prepared(conn, info, keep_interpreter, whole_session)
+        stored = prepared_views.load(conn, info, options)
+        if stored is not None:
+            return stored
+        report = _prepared(conn, info, keep_interpreter, whole_session)
+    prepared_views.save(conn.engine, info, options, report)
+    return report
 
 
 def _prepared(
     conn: Connection, info: q.SessionInfo, keep_interpreter: bool, whole_session: bool
 ) -> Report:
+    report, cpu = _whole(conn, info, keep_interpreter)
+    if whole_session or cpu is None:
+        return report
+    return cpu_follows_window(report, cpu, fold=not keep_interpreter)
+
+
+def _whole(
+    conn: Connection, info: q.SessionInfo, keep_interpreter: bool
+) -> tuple[Report, SampleColumns | None]:
+    """The whole-session report and the sample columns a CPU window is cut from."""
     # the samples' server-side grouping runs while this thread loads the GPU records
     samples = SideRead(conn, lambda c: q.sample_columns(c, info))
     profile = q.load_profile(conn, info)
@@ -205,9 +224,22 @@ def _prepared(
         process_names=names,
         offcpu=waits,
     )
-    if whole_session or cpu is None:
-        return report
-    return cpu_follows_window(report, cpu, fold=not keep_interpreter)
+    return report, cpu
+
+
+def store_views(conn: Connection, info: q.SessionInfo, *, keep_interpreter: bool = False) -> int:
+    """Store a final session's two views, whole session and GPU window (what `kubeprof
+    report` and the web UI's page ask for), from one computation; how many were stored.
+    The operator runs it once a session's aggregation has finished."""
+    if not prepared_views.final(info):
+        return 0
+    with gc_paused():
+        whole, cpu = _whole(conn, info, keep_interpreter)
+        window = whole if cpu is None else cpu_follows_window(whole, cpu, fold=not keep_interpreter)
+    return sum(
+        prepared_views.save(conn.engine, info, prepared_views.Options(keep_interpreter, w), r)
+        for w, r in ((False, window), (True, whole))
+    )
 
 
 def fold_view(stacks: tuple[WeightedStack, ...], view: str) -> tuple[WeightedStack, ...]:

@@ -32,6 +32,7 @@ from kubeprof.operator import (
     no_data,
     tenancy,
     tracer_status,
+    view_fill,
 )
 from kubeprof.operator.agent_failures import AgentFailure
 from kubeprof.operator.config import LABEL_COMPONENT, LABEL_SESSION, TOKEN_KEY
@@ -414,6 +415,7 @@ def _close_and_aggregate(p: Pass, entry: SessionEntry, pod_names: Mapping[str, s
     except BaseException:
         entry.reopen()  # not aggregated: agents may keep delivering until we are
         raise
+    view_fill.note(ctx.engine, entry.db_id)  # its report view, off this pass
     metrics.publish_gpu_idle(p.s.namespace, p.s.name, summary, dict(pod_names))
     metrics.publish_findings(p.s.namespace, p.s.name, summary)
     return aggregate.status_summary(summary, pod_names, ctx.config.status_top_targets)

@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -242,6 +243,22 @@ class SessionAggregateRow(Base):
     gpu_idle_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     detail: Mapped[str] = mapped_column(default="{}")
     computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PreparedViewRow(Base):
+    """A final session's prepared report view, stored once (`storage.prepared_views`).
+
+    Read back only while `fingerprint` (the code that shapes the view) and `seal` (the
+    session's row as it was) still match; `body` is msgspec's MessagePack of the view.
+    """
+
+    __tablename__ = "prepared_views"
+    session_id: Mapped[int] = _session_id(primary_key=True)
+    options: Mapped[str] = mapped_column(String(64), primary_key=True)  # Options.key()
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    seal: Mapped[str] = mapped_column(String(64))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    stored_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class StackCountRow(Base):

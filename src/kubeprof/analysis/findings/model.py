@@ -37,7 +37,8 @@ class Gain:
 class Evidence:
     """What backs a finding: numbers, CPU stacks/frames, kernels and source lines."""
 
-    numbers: dict[str, float] = field(default_factory=dict)
+    # int | float: a count stays an int when a stored view is read back (storage.prepared_views)
+    numbers: dict[str, int | float] = field(default_factory=dict)
     frames: tuple[str, ...] = ()  # CPU frames with their share, e.g. "load_batch (data.py:42) 88 %"
     kernels: tuple[str, ...] = ()  # short kernel names
     lines: tuple[str, ...] = ()  # Python source lines, "file.py:42 function"
