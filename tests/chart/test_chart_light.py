@@ -4,20 +4,6 @@ from __future__ import annotations
 
 from tests.support import chart
 
-POLICY_RULES = [
-    {
-        "apiGroups": ["kubeprof.dev"],
-        "resources": ["profilingsessions"],
-        "verbs": ["create", "delete"],
-    },
-    {
-        "apiGroups": ["kubeprof.dev"],
-        "resources": ["profilingpolicies"],
-        "verbs": ["get", "list", "watch", "patch"],
-    },
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingpolicies/status"], "verbs": ["patch"]},
-]
-
 
 def _env(docs: list[dict]) -> dict[str, str]:
     dep = chart.find(docs, "Deployment", "kp-kubeprof")
@@ -30,7 +16,7 @@ def test_off_by_default(helm_built) -> None:
     assert not [d for d in docs if d["metadata"]["name"].endswith("-light")]
     assert "KUBEPROF_LIGHT_AGENTS" not in _env(docs)
     sessions = chart.find(docs, "ClusterRole", "kp-kubeprof-sessions")["rules"]
-    assert not [r for r in sessions if r in POLICY_RULES]
+    assert not [r for r in sessions if r in chart.POLICY_RULES]
 
 
 def test_enabled_renders_daemonset_service_and_exact_rights(helm_built) -> None:
@@ -49,7 +35,7 @@ def test_enabled_renders_daemonset_service_and_exact_rights(helm_built) -> None:
         "http://kp-kubeprof-light.kubeprof-system.svc:9400/metrics"
     )
     sessions = chart.find(docs, "ClusterRole", "kp-kubeprof-sessions")["rules"]
-    assert [r for r in sessions if r in POLICY_RULES] == POLICY_RULES
+    assert [r for r in sessions if r in chart.POLICY_RULES] == chart.POLICY_RULES
 
 
 def test_service_monitor_scrapes_light_agents_when_both_enabled(helm_built) -> None:

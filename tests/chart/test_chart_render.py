@@ -209,19 +209,6 @@ def test_rbac_is_exactly_the_calls_the_operator_makes():
     assert subjects == {"kp-kubeprof-sessions": want, "kp-kubeprof-cluster": want}
 
 
-POLICY_RULES = [
-    {
-        "apiGroups": ["kubeprof.dev"],
-        "resources": ["profilingsessions"],
-        "verbs": ["create", "delete"],
-    },
-    {
-        "apiGroups": ["kubeprof.dev"],
-        "resources": ["profilingpolicies"],
-        "verbs": ["get", "list", "watch", "patch"],
-    },
-    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingpolicies/status"], "verbs": ["patch"]},
-]
 LIGHT_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
 
 
@@ -232,7 +219,7 @@ def test_rbac_with_the_light_agent_is_exactly_its_calls_and_deep_adds_none(deep)
     docs = chart.render({"lightAgent": {"enabled": True, "deep": deep}})
     roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
     assert roles == {
-        "kp-kubeprof-sessions": [SESSION_RULES[0], *POLICY_RULES, *SESSION_RULES[1:]],
+        "kp-kubeprof-sessions": [SESSION_RULES[0], *chart.POLICY_RULES, *SESSION_RULES[1:]],
         "kp-kubeprof-cluster": CLUSTER_RULES,
         "kp-kubeprof-light": LIGHT_RULES,
     }

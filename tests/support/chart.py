@@ -23,6 +23,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kubeprof"
 BUILD_SCRIPT = ROOT / "tests" / "e2e" / "cluster" / "build_helm.sh"
 
+# The sessions ClusterRole's rules the light agent's ProfilingPolicy adds (and only it).
+POLICY_RULES = [
+    {
+        "apiGroups": ["kubeprof.dev"],
+        "resources": ["profilingsessions"],
+        "verbs": ["create", "delete"],
+    },
+    {
+        "apiGroups": ["kubeprof.dev"],
+        "resources": ["profilingpolicies"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {"apiGroups": ["kubeprof.dev"], "resources": ["profilingpolicies/status"], "verbs": ["patch"]},
+]
+
 
 def helm_path() -> Path:
     return cache_root() / "bin" / f"helm-{HELM_VERSION}" / "helm"
