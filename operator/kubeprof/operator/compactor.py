@@ -60,7 +60,6 @@ class Compactor:
             for sid in sorted(todo):
                 try:
                     compaction.compact(self.engine, sid)
-                except (
-                    SQLAlchemyError
-                ) as exc:  # readers add what is not counted; next batch retries
+                except SQLAlchemyError as exc:
+                    # Readers add what is not counted; the session's next batch retries.
                     log.warning("counting session %s's samples failed: %s", sid, exc)

@@ -71,22 +71,7 @@ class Store:
                     f"cannot open the store {engine.url!r}: {why}; check "
                     "the URL and that the database is up and writable"
                 ) from exc
-            if engine.dialect.name == "sqlite":
-                store.count_leftovers()
         return store
-
-    def count_leftovers(self) -> None:
-        """Count what a writer left uncounted (a `kubeprof record` killed before its end).
-        Only the local store does this on open: a report against the cluster's database
-        writes nothing there (its operator counts at start). Readers are right either way;
-        this keeps every later session list from counting the same samples again."""
-        try:
-            with self.engine.connect() as conn:
-                todo = compaction.uncounted(conn)
-            for sid in todo:
-                compaction.compact(self.engine, sid)
-        except DatabaseError:  # read-only or busy: the readers add what is not counted
-            pass
 
     def close(self) -> None:
         self.engine.dispose()
