@@ -55,7 +55,13 @@ def test_record_gpu_then_report(tmp_path) -> None:
     m = re.search(r"kernels: ([\d,]+) .*attributed to a Python stack: ([\d.]+) %", rep.stdout)
     assert m, rep.stdout[-2000:]
     assert int(m.group(1).replace(",", "")) > 60 * 50
-    assert float(m.group(2)) >= 99.0
+    # Every kernel has its Python stack but unbind's backward `cat`: the view launched no
+    # forward kernel to take a line from (BENCHMARKS.md: 1.1 % on the H200, 1.6 % on an H100).
+    # The report says so; nothing else is left unexplained (rounding: 0.1 each).
+    nf = re.search(r"not attributed: ([\d.]+) % backward kernels of autograd nodes", rep.stdout)
+    no_forward = float(nf.group(1)) if nf else 0.0
+    assert float(m.group(2)) + no_forward >= 99.8, (m.group(2), no_forward)
+    assert no_forward < 3.0
     assert "GPU idle ratio" in rep.stdout and "Top kernels" in rep.stdout
     html = tmp_path / "e2e.html"
     h = subprocess.run(

@@ -26,6 +26,11 @@ BACKWARD_PREFIX = "backward of "
 # Python stack that traced the op (from the optimised module XLA dumped):
 # ``[XLA jit_train_step: jit(train_step)/jvp()/dot_general]``.
 XLA_PREFIX = "[XLA "
+# The receiver's frame for a backward kernel whose autograd node was made by an op that
+# launched no kernel (a view: ``unbind``'s backward is a ``cat``): no forward launch carries
+# its line, so it keeps no Python frame. Counted apart so the report can say what the
+# unattributed time is rather than leave it unexplained.
+NO_FORWARD_PREFIX = "[backward of an autograd node whose forward launch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,7 @@ class Attribution:
     via_main_ns: int = 0  # of attributed_ns: launched by a native thread, main thread's stack
     via_backward_ns: int = 0  # of attributed_ns: backward kernels, their forward op's stack
     via_xla_ns: int = 0  # of attributed_ns: XLA kernels, their HLO op's tracing stack
+    no_forward_ns: int = 0  # not attributed: backward kernels of nodes whose op launched nothing
 
     # One share per figure below, each with its own meaning in its docstring (alike in shape).
     def _of_total(self, ns: int, empty: float) -> float:
@@ -79,9 +85,9 @@ def attribution(
     activities: Iterable[GpuActivity], kinds: frozenset[str] = frozenset({"kernel"})
 ) -> Attribution:
     """Share of GPU time (of ``kinds``) whose launch had a Python stack."""
-    tot = att = n = na = via = bwd = xla = 0
+    tot = att = n = na = via = bwd = xla = nofwd = 0
     # Launch stacks are shared tuples (one per distinct stack): classify each tuple once.
-    seen: dict[int, int] = {}  # id(stack) -> 0 unattributed, 1 own line, 2 main, 3 bwd, 4 xla
+    seen: dict[int, int] = {}  # id(stack) -> _how's answer
     for a in activities:
         if a.kind in kinds:
             d = a.end_ns - a.start_ns
@@ -90,7 +96,9 @@ def attribution(
             how = seen.get(id(a.stack))
             if how is None:
                 how = seen[id(a.stack)] = _how(a.stack)
-            if how:
+            if how == 5:
+                nofwd += d
+            elif how:
                 att += d
                 na += 1
                 if how == 2:
@@ -99,14 +107,15 @@ def attribution(
                     bwd += d
                 elif how == 4:
                     xla += d
-    return Attribution(tot, att, n, na, via, bwd, xla)
+    return Attribution(tot, att, n, na, via, bwd, xla, nofwd)
 
 
 def _how(stack: Stack) -> int:
     """How a launch stack attributes its kernel: 0 not at all (no Python frame), 1 to its
-    own line, 2 through the main-thread fallback, 3 backward, 4 XLA (``attribution``)."""
+    own line, 2 through the main-thread fallback, 3 backward, 4 XLA, 5 not at all: a
+    backward kernel whose forward op launched nothing (``attribution``)."""
     if not has_python_stack(stack):
-        return 0
+        return 5 if _marker(stack).startswith(NO_FORWARD_PREFIX) else 0
     marker = _marker(stack)
     for how, prefix in ((2, FOREIGN_PREFIX), (3, BACKWARD_PREFIX), (4, XLA_PREFIX)):
         if marker.startswith(prefix):

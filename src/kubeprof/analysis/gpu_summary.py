@@ -64,6 +64,8 @@ class GpuSummary:
     counters: dict[str, int] = field(default_factory=dict)
     attributed_via_backward_ns: int = 0  # backward kernels charged to their forward op's line
     attributed_via_xla_ns: int = 0  # XLA kernels charged to their HLO op's Python line
+    # not attributed: backward kernels of autograd nodes whose forward op launched no kernel
+    unattributed_no_forward_ns: int = 0
 
 
 def gpu_summary(
@@ -130,6 +132,7 @@ def gpu_summary(
         counters=dict(counters or {}),
         attributed_via_backward_ns=att.via_backward_ns,
         attributed_via_xla_ns=att.via_xla_ns,
+        unattributed_no_forward_ns=att.no_forward_ns,
     )
 
 

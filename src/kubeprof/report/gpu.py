@@ -90,6 +90,17 @@ def _idle_html(s: GpuSummary) -> str:
     )
 
 
+def _no_forward(s: GpuSummary) -> str:
+    """What unattributed kernel time is, when the receiver knows: backward kernels of
+    autograd nodes made by an op that launched no kernel (a view), so no line to charge."""
+    return (
+        f"{_pct(s.unattributed_no_forward_ns / max(1, s.kernel_ns))} backward kernels of "
+        "autograd nodes whose forward op launched no kernel (a view such as `unbind`, whose "
+        "backward is a `cat`), shown as `[backward of an autograd node whose forward launch "
+        "was not recorded]`"
+    )
+
+
 def _name(pid: int, names: Mapping[int, str] | None) -> str:
     name = (names or {}).get(pid, "")
     return f"{name} [{pid}]" if name and name != str(pid) else f"pid {pid}"
@@ -128,6 +139,8 @@ def render_gpu_text(
             f"  of which {_pct(s.attributed_via_main_ns / max(1, s.kernel_ns))} launched by "
             "native threads (autograd, XLA) and shown under the main thread's stack"
         )
+    if s.kernels and s.unattributed_no_forward_ns:
+        out.append(f"  not attributed: {_no_forward(s)}")
     idle = _idle_line(s, headline_shown)
     if idle is not None:
         out.append(idle)
@@ -218,7 +231,9 @@ def render_gpu_html(
     return (
         '<section class="kubeprof-gpu">'
         f"<p>{s.kernels:,} kernels, {e(_ms(s.kernel_ns))} of GPU kernel time, "
-        f"{_pct(s.attributed_share)} attributed to a Python stack. {_idle_html(s)}</p>"
+        f"{_pct(s.attributed_share)} attributed to a Python stack"
+        + (f" (not attributed: {e(_no_forward(s))})" if s.unattributed_no_forward_ns else "")
+        + f". {_idle_html(s)}</p>"
         "<table><tr><th>device</th><th>idle (session)</th><th>idle (steady state)</th>"
         "<th>busy over the session</th></tr>"
         f"{''.join(rows)}</table>"

@@ -35,7 +35,8 @@ CLOCK_MONOTONIC, ratios 0..1, ``null`` where no data backs a figure):
 - ``top_functions`` / ``top_stacks``: per view (cpu, gpu): functions by self and total time,
   stacks (root first) by value.
 - ``gpu``: the GPU summary (kernels, kernel_ns, attributed_share and the parts of it through the
-  main-thread fallback and through backward -> forward links, memcpy/memset/sync time,
+  main-thread fallback and through backward -> forward links, the unattributed share of
+  backward kernels whose forward op launched no kernel, memcpy/memset/sync time,
   session_idle_ratio, ``top_kernels``, NVML ``metrics``), null without GPU records.
 """
 
@@ -235,6 +236,10 @@ def _gpu(s: GpuSummary | None) -> dict[str, Any] | None:
         if traced and s.kernel_ns
         else None,
         "attributed_via_xla_share": s.attributed_via_xla_ns / s.kernel_ns
+        if traced and s.kernel_ns
+        else None,
+        # not attributed: backward kernels of autograd nodes whose forward op launched none
+        "unattributed_no_forward_share": s.unattributed_no_forward_ns / s.kernel_ns
         if traced and s.kernel_ns
         else None,
         "session_idle_ratio": s.session.idle_ratio if traced else None,

@@ -27,8 +27,11 @@ from kubeprof.agent.gpu.capture import DATA, read_capture, replay
 from kubeprof.agent.gpu.launch_stacks import FOREIGN_MARKER
 from kubeprof.agent.gpu.stack_join import NO_FORWARD
 from kubeprof.agent.gpu.wire import FrameDecoder
-from kubeprof.analysis.gpu_attribution import attribution
+from kubeprof.analysis.gpu_attribution import NO_FORWARD_PREFIX, attribution
+from kubeprof.analysis.gpu_summary import gpu_summary
 from kubeprof.model import FrameKind, GpuActivity
+from kubeprof.report.gpu import render_gpu_text
+from kubeprof.report.json_report import _gpu
 
 REPO = Path(__file__).resolve().parents[3]
 TRUTH = REPO / "tests" / "fixtures" / "gpu" / "truth"
@@ -200,6 +203,23 @@ def test_backward_kernels_are_charged_to_a_forward_op_or_kept_as_unmatched(name)
     att = attribution(fwd + bwd)
     unmatched_ns = sum(k.end_ns - k.start_ns for k in unmatched)
     assert att.total_ns - att.attributed_ns == unmatched_ns
+    # ... and counted apart, so the report says what the unattributed time is
+    assert att.no_forward_ns == unmatched_ns
+    assert NO_FORWARD.startswith(NO_FORWARD_PREFIX)
     assert att.via_backward_ns == bwd_ns - unmatched_ns
     assert att.via_main_ns == 0
     assert att.own_line_share > 0.98  # was 0.39 with the fallback (test above)
+
+
+def test_the_report_says_what_the_unattributed_kernel_time_is():
+    """train_torch's only kernels without a Python stack are unbind's backward cats: the
+    text report names them with their share, and the JSON carries the same share."""
+    kernels, _tids = _replayed(C_HOOK)
+    s = gpu_summary(kernels, (), min(k.start_ns for k in kernels), max(k.end_ns for k in kernels))
+    no_fwd = sum(k.end_ns - k.start_ns for k in kernels if k.stack[-2].name == NO_FORWARD)
+    assert no_fwd and s.unattributed_no_forward_ns == no_fwd
+    assert s.attributed_ns + no_fwd == s.kernel_ns  # nothing else left unexplained
+    text = render_gpu_text(s)
+    share = f"{100 * no_fwd / s.kernel_ns:.1f} %"
+    assert f"  not attributed: {share} backward kernels of autograd nodes whose forward op" in text
+    assert _gpu(s)["unattributed_no_forward_share"] == pytest.approx(no_fwd / s.kernel_ns)
