@@ -25,6 +25,10 @@ stored views dropped; report text (computed, then stored), report json and text 
 back), ui (its whole-session view computed and stored), ui again (read back); the views
 dropped again and stored by the operator's fill (`kubeprof.operator.view_fill.fill`, a child
 process, timed the same way); then report text, json and ui read back. Stored body sizes too.
+
+With --flame-rounds N --before DIR (another tree, e.g. main's from `git archive`): only the
+UI, N rounds alternating that tree and this one: the session's views dropped, filled by the
+tree's own operator code, then `kubeprof ui` started twice (`flame_rows`).
 """
 
 from __future__ import annotations
@@ -227,10 +231,12 @@ def peak_of(output: str) -> int:
     return int(output.rsplit("KP_PEAK_KIB=", 1)[1].split()[0])
 
 
-def run_child(argv: list[str]) -> tuple[float, int]:
-    """(wall s, peak RSS KiB) of one command run to its end."""
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
+    """(wall s, peak RSS KiB) of one command run to its end (`env`: its environment)."""
     t0 = time.perf_counter()
-    r = subprocess.run(peak_argv(argv), capture_output=True, text=True, cwd=REPO, check=False)
+    r = subprocess.run(
+        peak_argv(argv), capture_output=True, text=True, cwd=REPO, check=False, env=env
+    )
     wall = time.perf_counter() - t0
     if r.returncode:
         raise SystemExit(f"{argv} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
@@ -242,8 +248,11 @@ def get(url: str) -> bytes:
         return r.read()
 
 
-def time_ui(url: str, session: str) -> tuple[float, float, float, int]:
-    """(start to first flame graph, summary request, flame graph request) seconds, peak KiB."""
+def time_ui(
+    url: str, session: str, env: dict[str, str] | None = None
+) -> tuple[float, float, float, int, bytes]:
+    """(start to first flame graph, summary request, flame graph request) seconds, peak KiB
+    and the flame graph's answer."""
     from tests.e2e.cluster.ports import pick
 
     port = pick(1)[0]
@@ -255,6 +264,7 @@ def time_ui(url: str, session: str) -> tuple[float, float, float, int]:
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        env=env,
     )
     try:
         while True:
@@ -287,7 +297,7 @@ def time_ui(url: str, session: str) -> tuple[float, float, float, int]:
     finally:
         p.terminate()
         _, err = p.communicate(timeout=60)
-    return t_flame - t0, t_sum - t1, t_flame - t1, peak_of(err)
+    return t_flame - t0, t_sum - t1, t_flame - t1, peak_of(err), body
 
 
 FILL = (
@@ -297,10 +307,12 @@ FILL = (
 
 
 def drop_views(url: str, session: str) -> int:
-    """Delete the session's stored views; its id."""
+    """Delete the session's stored views and flame graphs; its id."""
     with psycopg.connect(url.replace("+psycopg", "")) as c:
         sid = c.execute("SELECT id FROM sessions WHERE name = %s", (session,)).fetchone()[0]
         c.execute("DELETE FROM prepared_views WHERE session_id = %s", (sid,))
+        if c.execute("SELECT to_regclass('prepared_flames')").fetchone()[0] is not None:
+            c.execute("DELETE FROM prepared_flames WHERE session_id = %s", (sid,))
     return int(sid)
 
 
@@ -322,7 +334,7 @@ def report_row(url: str, session: str, fmt: str, out: Path, label: str) -> str:
 
 
 def ui_row(url: str, session: str, label: str) -> str:
-    first, summ, flame, rss = time_ui(url, session)
+    first, summ, flame, rss, _ = time_ui(url, session)
     times = f"{first:.2f} | {summ:.2f} | {flame:.2f}"
     return f"| ui first flame graph, {label} | {times} | {rss / 1024:.0f} | |"
 
@@ -351,6 +363,69 @@ def views_rows(url: str, session: str, out: Path) -> list[str]:
     return rows
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment that runs kubeprof from another tree (its src, operator and agent
+    first on PYTHONPATH), e.g. main's as a `git archive` folder."""
+    paths = [str(tree / d) for d in ("src", "operator", "agent")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+HEAD = (
+    "from alembic.script import ScriptDirectory; from kubeprof.storage import migrate;"
+    "print(ScriptDirectory.from_config(migrate.alembic_config()).get_current_head())"
+)
+
+
+def schema_for(url: str, env: dict[str, str]) -> None:
+    """The database's schema taken down to the newest migration the tree of `env` knows
+    (an older kubeprof refuses a newer schema); this tree's code upgrades it again."""
+    from kubeprof.storage import migrate
+
+    head = subprocess.run(
+        [sys.executable, "-c", HEAD], capture_output=True, text=True, env=env, check=True
+    ).stdout.strip()
+    store = Store.open(url)
+    try:
+        with store.engine.begin() as conn:
+            migrate.downgrade(conn, head)
+    finally:
+        store.close()
+
+
+def flame_rows(url: str, session: str, rounds: int, before: Path) -> list[str]:
+    """--flame-rounds with --before: the web UI's first flame graph after the operator's
+    fill, the tree at `before` and this one alternating (before first in odd rounds), each
+    filling its own views (the code fingerprints differ; the schema taken down to what the
+    other tree knows first) and then started twice; the two trees' flame graph answers
+    compared byte for byte."""
+    rows: list[str] = []
+    bodies: dict[str, bytes] = {}
+    for r in range(rounds):
+        for which in ("before", "after") if r % 2 == 0 else ("after", "before"):
+            env = tree_env(before) if which == "before" else None
+            sid = drop_views(url, session)
+            if env is not None:
+                schema_for(url, env)
+            fill = run_child([sys.executable, "-c", FILL, url, str(sid)], env)
+            for k in (1, 2):
+                load = os.getloadavg()[0]
+                first, summ, flame, rss, body = time_ui(url, session, env)
+                assert bodies.setdefault(which, body) == body, which
+                rows.append(
+                    f"| {r + 1} | {which} | {k} | {load:.1f} | {first:.2f} | {summ:.2f} | "
+                    f"{flame:.2f} | {rss / 1024:.0f} | {fill[0]:.1f} / {fill[1] / 1024:.0f} |"
+                )
+                print(rows[-1], flush=True)
+    same = bodies["before"] == bodies["after"]
+    print(f"flame graph answers byte-identical: {same} ({len(bodies['after']):,} bytes)")
+    print(
+        "| round | tree | ui start | load | start to first flame graph s | summary request s"
+        " | flame graph request s | peak RSS MiB | fill s / MiB |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -363,7 +438,13 @@ def main() -> None:
     ap.add_argument("--session", default="", help="a session already written (skips writing)")
     ap.add_argument("--keep", action="store_true", help="leave the temp server running")
     ap.add_argument("--views", action="store_true", help="time stored views (docstring)")
+    ap.add_argument(
+        "--flame-rounds", type=int, default=0, help="with --before: the UI's first flame graph"
+    )
+    ap.add_argument("--before", type=Path, help="another tree to alternate with (docstring)")
     args = ap.parse_args()
+    if args.flame_rounds and args.before is None:
+        ap.error("--flame-rounds needs --before DIR (e.g. main's tree from `git archive`)")
     pg = None
     url = args.pg_url
     if not url:
@@ -381,6 +462,9 @@ def main() -> None:
             session, write_s = write_session(url, args.kernels, args.samples, args.threads)
             what = f"{args.kernels:,} kernels, {args.samples:,} CPU samples"
             print(f"wrote {session}: {what} in {write_s:.0f} s", flush=True)
+        if args.flame_rounds:
+            print("\n".join(flame_rows(url, session, args.flame_rounds, args.before)))
+            return
         out = Path(tempfile.mkdtemp(prefix="kp-big-report-"))
         rows = []
         for _ in range(args.repeat if args.views else 0):
@@ -406,7 +490,7 @@ def main() -> None:
                     f" {size:,} bytes |"
                 )
                 print(rows[-1], flush=True)
-            first, summ, flame, rss = time_ui(url, session)
+            first, summ, flame, rss, _ = time_ui(url, session)
             rows.append(
                 f"| ui first flame graph | {r + 1} | {first:.2f} | {summ:.2f} | "
                 f"{flame:.2f} | {rss / 1024:.0f} | |"

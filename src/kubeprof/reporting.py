@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.analysis import energy, gpu_trace
 from kubeprof.analysis.cpu_samples import SampleColumns
@@ -21,8 +21,9 @@ from kubeprof.analysis.gpu_summary import gpu_profile_stacks, gpu_summary
 from kubeprof.analysis.interpreter_frames import fold_stacks
 from kubeprof.gc_pause import gc_paused
 from kubeprof.model import GpuActivity, GpuMetricSample, OffCpuSample
+from kubeprof.report.flame_page import stacks_page
 from kubeprof.reportdata import CPU_WINDOW, Profile, Report, WeightedStack
-from kubeprof.storage import Store, prepared_views
+from kubeprof.storage import Store, prepared_flames, prepared_views
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import GpuActivityRow, OffCpuSampleRow, SampleRow
 from kubeprof.storage.offcpu import offcpu_samples
@@ -180,15 +181,31 @@ def load_report(
     window the GPU analysis judged unless `whole_session` (`cpu_follows_window`).
 
     A final session's view is stored the first time and read back after that
-    (storage.prepared_views: only while the code and the session's row are unchanged)."""
+    (storage.prepared_views: only while the code and the session's row are unchanged);
+    a whole-session view's CPU flame graph with it (`store_view`)."""
     options = prepared_views.Options(keep_interpreter, whole_session)
     with gc_paused():  # kubeprof.gc_pause says why
         stored = prepared_views.load(conn, info, options)
         if stored is not None:
             return stored
         report = _prepared(conn, info, keep_interpreter, whole_session)
-    prepared_views.save(conn.engine, info, options, report)
+    store_view(conn.engine, info, options, report)
     return report
+
+
+def store_view(
+    engine: Engine, info: q.SessionInfo, options: prepared_views.Options, report: Report
+) -> bool:
+    """Store a final session's view; a whole-session one with its CPU flame graph as the
+    web UI answers it (storage.prepared_flames: the page's first graph, read back instead
+    of the view's megabytes or `stack_counts`). True when the view was stored."""
+    if not prepared_views.save(engine, info, options, report):
+        return False
+    if options.whole_session:
+        with gc_paused():
+            page = stacks_page("cpu", report.profile.cpu)
+        prepared_flames.save(engine, info, "cpu", options.keep_interpreter, page)
+    return True
 
 
 def _prepared(
@@ -237,7 +254,7 @@ def store_views(conn: Connection, info: q.SessionInfo, *, keep_interpreter: bool
         whole, cpu = _whole(conn, info, keep_interpreter)
         window = whole if cpu is None else cpu_follows_window(whole, cpu, fold=not keep_interpreter)
     return sum(
-        prepared_views.save(conn.engine, info, prepared_views.Options(keep_interpreter, w), r)
+        store_view(conn.engine, info, prepared_views.Options(keep_interpreter, w), r)
         for w, r in ((False, window), (True, whole))
     )
 

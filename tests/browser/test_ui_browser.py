@@ -6,6 +6,9 @@ import json
 
 FRAMES = "window.kubeprofFlamegraph.frames()"
 READY = f"window.kubeprofFlamegraph && {FRAMES}.length > 0"
+# A session page draws its first flame graph before the summary comes (app.js asks for both
+# at once); the findings, the timeline and the view buttons come with the summary.
+SESSION_READY = f"!!document.getElementById('kp-findings') && {READY}"
 
 
 def _canvas_point(browser, frame: dict) -> tuple[float, float]:
@@ -40,7 +43,7 @@ def test_sessions_list_renders_rows_from_the_store(browser, ui_url, shots):
 
 
 def test_session_page_shows_findings_and_the_hottest_function_widest(browser, ui_url, shots):
-    browser.goto(ui_url + "/sessions/local/pageable?view=cpu", READY)
+    browser.goto(ui_url + "/sessions/local/pageable?view=cpu", SESSION_READY)
     titles = browser.eval(
         "[...document.querySelectorAll('.kp-finding h3')].map(h => h.textContent)"
     )
@@ -84,7 +87,7 @@ def test_session_page_shows_findings_and_the_hottest_function_widest(browser, ui
 
 
 def test_deep_link_selects_the_gpu_view(browser, ui_url, shots):
-    browser.goto(ui_url + "/sessions/local/pageable?view=gpu", READY)
+    browser.goto(ui_url + "/sessions/local/pageable?view=gpu", SESSION_READY)
     names = [f["name"] for f in browser.eval(FRAMES)]
     assert any(n.startswith("memcpy HtoD") for n in names)
     pressed = browser.eval(
@@ -113,7 +116,7 @@ def test_diff_view_colours_the_function_that_changed(browser, ui_url, shots):
 
 
 def test_clicking_the_timeline_narrows_the_flame_graph_to_that_time(browser, ui_url, shots):
-    browser.goto(ui_url + "/sessions/local/pageable?view=cpu", READY)
+    browser.goto(ui_url + "/sessions/local/pageable?view=cpu", SESSION_READY)
     total = browser.eval(f"{FRAMES}[0].w")  # the root frame at full width: all samples
     status = "document.getElementById('kp-status').textContent"
     whole = browser.eval(status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.storage import prepared_flames_scenario as flame_scenario
 from tests.unit.storage import prepared_views_scenario as scenario
 
 pytestmark = pytest.mark.e2e
@@ -37,3 +38,9 @@ def test_a_running_session_is_never_stored(url):
 
 def test_deleting_a_session_removes_its_views(url):
     scenario.check_deleting_a_session_removes_its_views(url)
+
+
+@pytest.mark.parametrize("check", flame_scenario.CHECKS, ids=flame_scenario.check_id)
+def test_whole_session_flame_graphs_stored(check, url, monkeypatch):
+    """`storage.prepared_flames` through the web UI's routes (each check says what)."""
+    check(url, monkeypatch)

@@ -245,20 +245,30 @@ class SessionAggregateRow(Base):
     computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class PreparedViewRow(Base):
-    """A final session's prepared report view, stored once (`storage.prepared_views`).
+class _PreparedRow:
+    """A final session's result stored once: read back only while `fingerprint` (the code
+    that shapes it) and `seal` (the session's row as it was) still match."""
 
-    Read back only while `fingerprint` (the code that shapes the view) and `seal` (the
-    session's row as it was) still match; `body` is msgspec's MessagePack of the view.
-    """
-
-    __tablename__ = "prepared_views"
     session_id: Mapped[int] = _session_id(primary_key=True)
-    options: Mapped[str] = mapped_column(String(64), primary_key=True)  # Options.key()
+    options: Mapped[str] = mapped_column(String(64), primary_key=True)  # what was asked
     fingerprint: Mapped[str] = mapped_column(String(64))
     seal: Mapped[str] = mapped_column(String(64))
     body: Mapped[bytes] = mapped_column(LargeBinary)
     stored_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PreparedViewRow(_PreparedRow, Base):
+    """A final session's prepared report view, stored once (`storage.prepared_views`);
+    `options` is `Options.key()`, `body` msgspec's MessagePack of the view."""
+
+    __tablename__ = "prepared_views"
+
+
+class PreparedFlameRow(_PreparedRow, Base):
+    """A final session's whole-session flame graph as the web UI answers it, stored once
+    (`storage.prepared_flames`); `options` names the view and flags, `body` is JSON."""
+
+    __tablename__ = "prepared_flames"
 
 
 class StackCountRow(Base):

@@ -41,7 +41,7 @@ from kubeprof.analysis.findings import Analysis
 from kubeprof.analysis.gpu_summary import GpuSummary
 from kubeprof.reportdata import Profile, Report
 from kubeprof.storage.bulk import dialect_insert
-from kubeprof.storage.models import PreparedViewRow
+from kubeprof.storage.models import PreparedFlameRow, PreparedViewRow
 from kubeprof.storage.queries import SessionInfo
 
 log = logging.getLogger(__name__)
@@ -121,25 +121,11 @@ def seal(info: SessionInfo) -> str:
 def load(conn: Connection, info: SessionInfo, options: Options) -> Report | None:
     """The stored view of a final session with these options, or None (not stored, stale,
     or not readable: then it is computed)."""
-    if not final(info):
-        return None
-    try:  # on a connection of its own: a failed read must not end the caller's transaction
-        with conn.engine.connect() as own:
-            body = own.scalar(
-                select(PreparedViewRow.body).where(
-                    PreparedViewRow.session_id == info.id,
-                    PreparedViewRow.options == options.key(),
-                    PreparedViewRow.fingerprint == fingerprint(),
-                    PreparedViewRow.seal == seal(info),
-                )
-            )
-    except SQLAlchemyError as exc:  # a store older than this table, or no right to read it
-        log.debug("prepared view of session %d not read: %s", info.id, type(exc).__name__)
-        return None
+    body = read_body(conn, info, PreparedViewRow, options.key())
     if body is None:
         return None
     try:
-        return decode(bytes(body))
+        return decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         log.warning("prepared view of session %d ignored (does not decode): %s", info.id, exc)
         return None
@@ -148,19 +134,49 @@ def load(conn: Connection, info: SessionInfo, options: Options) -> Report | None
 def save(engine: Engine, info: SessionInfo, options: Options, report: Report) -> bool:
     """Store the view of a final session (replacing an older one) in its own short
     transaction; True when stored. Failures are logged, never raised."""
+    return write_body(engine, info, PreparedViewRow, options.key(), encode(report))
+
+
+Table = type[PreparedViewRow] | type[PreparedFlameRow]
+
+
+def read_body(conn: Connection, info: SessionInfo, table: Table, key: str) -> bytes | None:
+    """The body stored for a final session under `key` while the code fingerprint and the
+    session's seal match, else None (also when the table cannot be read)."""
+    if not final(info):
+        return None
+    try:  # on a connection of its own: a failed read must not end the caller's transaction
+        with conn.engine.connect() as own:
+            body = own.scalar(
+                select(table.body).where(
+                    table.session_id == info.id,
+                    table.options == key,
+                    table.fingerprint == fingerprint(),
+                    table.seal == seal(info),
+                )
+            )
+    except SQLAlchemyError as exc:  # a store older than this table, or no right to read it
+        log.debug("%s of session %d not read: %s", table.__tablename__, info.id, type(exc).__name__)
+        return None
+    return None if body is None else bytes(body)
+
+
+def write_body(engine: Engine, info: SessionInfo, table: Table, key: str, body: bytes) -> bool:
+    """Store `body` for a final session under `key` (replacing an older one) in its own
+    short transaction; True when stored. Failures are logged, never raised."""
     if not final(info):
         return False
     row = {
         "session_id": info.id,
-        "options": options.key(),
+        "options": key,
         "fingerprint": fingerprint(),
         "seal": seal(info),
-        "body": encode(report),
+        "body": body,
         "stored_at": datetime.now(UTC),
     }
     try:
         with engine.begin() as conn:
-            stmt = dialect_insert(conn, PreparedViewRow).values(**row)
+            stmt = dialect_insert(conn, table).values(**row)
             conn.execute(
                 stmt.on_conflict_do_update(
                     index_elements=["session_id", "options"],
@@ -170,6 +186,7 @@ def save(engine: Engine, info: SessionInfo, options: Options, report: Report) ->
                 )
             )
     except SQLAlchemyError as exc:  # read-only role, busy, or the session just went
-        log.info("prepared view of session %d not stored: %s", info.id, type(exc).__name__)
+        what = table.__tablename__
+        log.info("%s of session %d not stored: %s", what, info.id, type(exc).__name__)
         return False
     return True

@@ -7,11 +7,12 @@ open connection.
 
 from __future__ import annotations
 
+from kubeprof.report.flame_page import top_functions
 from kubeprof.ui.comparison import Pair, check_sort, diff, diff_numbers, prepare
 from kubeprof.ui.flames import buckets_for, check_view, flamegraph, view_stacks
 from kubeprof.ui.listing import sessions
 from kubeprof.ui.refs import LOCAL, ApiError, find, ref_of
-from kubeprof.ui.summary import PAGE, Cache, Prepared, summary, top_functions
+from kubeprof.ui.summary import PAGE, Cache, Prepared, summary
 
 __all__ = [
     "LOCAL",

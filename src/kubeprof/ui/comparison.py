@@ -15,12 +15,12 @@ from sqlalchemy.engine import Connection
 
 from kubeprof.report.diff import diff_payload
 from kubeprof.report.diff_render import diff_dict
+from kubeprof.report.flame_page import flame_page
 from kubeprof.report.session_diff import diff_reports
 from kubeprof.report.views import view_stacks
 from kubeprof.reportdata import Report
 from kubeprof.reporting import load_report
 from kubeprof.storage import queries as q
-from kubeprof.ui.flames import flame_page
 from kubeprof.ui.refs import ApiError, ref_of
 
 SORTS = ("self", "total")  # `kubeprof diff --sort`

@@ -2,7 +2,9 @@
 HTML report's own data format (flamegraph.js); `comparison` draws two sessions' diff.
 
 CPU time reads `stack_counts` (whole session, or the 1 s buckets of a time range), so the
-answer costs the distinct stacks, not the samples; GPU time reads the kernel records.
+answer costs the distinct stacks, not the samples; GPU time reads the kernel records. A
+final session's whole-session graph (no range, pod or GPU) is built once and then read
+back (`storage.prepared_flames`; `reporting` stores the CPU one with the page's view).
 """
 
 from __future__ import annotations
@@ -12,16 +14,13 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from kubeprof.analysis.gpu_summary import gpu_profile_stacks
-from kubeprof.report.flamegraph import KINDS, PALETTE, tree_payload
-from kubeprof.report.tree import build_tree
-from kubeprof.report.views import view_info
+from kubeprof.report.flame_page import stacks_page
 from kubeprof.reportdata import WeightedStack
 from kubeprof.reporting import fold_view
-from kubeprof.storage import offcpu
+from kubeprof.storage import offcpu, prepared_flames
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
 from kubeprof.ui.refs import ApiError, pod_names
-from kubeprof.ui.summary import top_functions
 
 
 def buckets_for(
@@ -133,6 +132,11 @@ def flamegraph(
     keep_interpreter: bool = False,
 ) -> dict[str, Any]:
     """One view's flame graph, in the HTML report's own data format (flamegraph.js)."""
+    whole = from_s is None and to_s is None and not pod and not gpu
+    if whole:  # a final session's: built once (prepared_flames checks it is final)
+        stored = prepared_flames.load(conn, info, check_view(view), keep_interpreter)
+        if stored is not None:
+            return stored
     stacks = view_stacks(
         conn,
         info,
@@ -143,8 +147,6 @@ def flamegraph(
         gpu=gpu,
         keep_interpreter=keep_interpreter,
     )
-    tree = build_tree(stacks, group="process")
-    payload = tree_payload(tree, title=view_info(view).title, unit=view_info(view).count_unit)
     b = buckets_for(info, from_s, to_s) if view == "cpu" else None
     rng = None
     if b is not None:
@@ -153,9 +155,7 @@ def flamegraph(
             ((b[1] + 1) * BUCKET_NS - info.start_ns) / 1e9,
         ]
     # top: of exactly this graph (per pod, GPU and time range)
-    return flame_page(view, payload, range=rng, stacks=len(stacks), top=top_functions(stacks))
-
-
-def flame_page(view: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """What the flame graph page draws: one view's payload, the colours and `extra`."""
-    return {"kinds": KINDS, "palette": PALETTE, "initial": view, "views": {view: payload}, **extra}
+    page = stacks_page(view, stacks, span=rng)
+    if whole:
+        prepared_flames.save(conn.engine, info, view, keep_interpreter, page)
+    return page

@@ -14,19 +14,30 @@ from urllib.parse import parse_qsl, urlsplit
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
 from kubeprof.ui import api
+from kubeprof.ui.activity import Activity
 from kubeprof.ui.routes import Response, Routes
 
+# The warm-up starts a session's analysis after this long without a request in flight,
+# and waits no longer than WARM_MOST_S for it (kubeprof.ui.activity says why).
+WARM_QUIET_S = 0.5
+WARM_MOST_S = 10.0
 
-def make_server(routes: Routes, host: str, port: int) -> ThreadingHTTPServer:
-    """An HTTP server answering with `routes` (port 0: any free port)."""
+
+def make_server(
+    routes: Routes, host: str, port: int, activity: Activity | None = None
+) -> ThreadingHTTPServer:
+    """An HTTP server answering with `routes` (port 0: any free port); each request is
+    counted in `activity` when given."""
+    counted = activity or Activity()
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "kubeprof-ui"
 
         def _answer(self, head: bool) -> None:
             url = urlsplit(self.path)
-            resp = routes.handle("GET", url.path, dict(parse_qsl(url.query)))
-            self._send(resp, head)
+            with counted.request():
+                resp = routes.handle("GET", url.path, dict(parse_qsl(url.query)))
+                self._send(resp, head)
 
         def _send(self, resp: Response, head: bool = False) -> None:
             self.send_response(resp.status)
@@ -57,12 +68,15 @@ def make_server(routes: Routes, host: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def warm(routes: Routes) -> None:
+def warm(routes: Routes, activity: Activity | None = None) -> None:
     """Analyse finished sessions in the background, newest first, so the sessions list
-    shows their GPU idle and top finding (a local session has no session-end aggregate)."""
+    shows their GPU idle and top finding (a local session has no session-end aggregate);
+    each once the server's requests (`activity`) leave a quiet moment."""
     with routes.engine.connect() as conn:
         infos = [s for s in reversed(q.list_sessions(conn, counts=False)) if s.status != "running"]
     for info in infos:
+        if activity is not None:
+            activity.wait_quiet(WARM_QUIET_S, WARM_MOST_S)
         try:
             with routes.engine.connect() as conn:
                 api.summary(conn, info, routes.cache, api.PAGE)
@@ -74,8 +88,9 @@ def ui_command(store_url: str | None, host: str, port: int) -> int:
     """Serve the UI until interrupted."""
     store = Store.open(store_url)
     routes = Routes(store.engine)
+    activity = Activity()
     try:
-        server = make_server(routes, host, port)
+        server = make_server(routes, host, port, activity)
     except OSError:
         store.close()
         raise
@@ -85,7 +100,7 @@ def ui_command(store_url: str | None, host: str, port: int) -> int:
         file=sys.stderr,
         flush=True,
     )
-    threading.Thread(target=warm, args=(routes,), name="ui-warm", daemon=True).start()
+    threading.Thread(target=warm, args=(routes, activity), name="ui-warm", daemon=True).start()
     try:
         server.serve_forever()
     except KeyboardInterrupt:

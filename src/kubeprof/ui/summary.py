@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +19,13 @@ from sqlalchemy.engine import Connection
 from kubeprof.model import FrameKind
 from kubeprof.report.analysis_html import findings_html
 from kubeprof.report.evidence import targets, title
+from kubeprof.report.flame_page import top_functions
 from kubeprof.report.formats import gpu_off_reason
 from kubeprof.report.gpu import render_gpu_html
 from kubeprof.report.header import items, process_names
 from kubeprof.report.json_report import top_tables
-from kubeprof.report.text import function_label, function_times
 from kubeprof.report.views import available_views
-from kubeprof.reportdata import Report, WeightedStack
+from kubeprof.reportdata import Report
 from kubeprof.reporting import load_report
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import BUCKET_NS
@@ -117,23 +117,6 @@ def _gpus(conn: Connection, info: q.SessionInfo) -> list[dict[str, Any]]:
     return [
         {"id": f"{node}:{dev}" if node else str(dev), "node": node, "device": dev}
         for node, dev in seen
-    ]
-
-
-def top_functions(stacks: Sequence[WeightedStack], n: int = 15) -> list[dict[str, Any]]:
-    """Functions by self time (what the text report's table shows), with total time."""
-    self_ns, total_ns = function_times(stacks)
-    whole = sum(ws.value_ns for ws in stacks) or 1
-    ranked = sorted(self_ns, key=lambda k: (-self_ns[k], str(k)))[:n]
-    return [
-        {
-            "function": function_label(k),
-            "kind": k[0],
-            "selfNs": self_ns[k],
-            "totalNs": total_ns[k],
-            "selfShare": self_ns[k] / whole,
-        }
-        for k in ranked
     ]
 
 

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from kubeprof import reporting
+from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.storage import Store, prepared_views, sessions
 from kubeprof.storage import queries as q
 from kubeprof.storage.models import PreparedViewRow, SessionRow
@@ -43,6 +44,17 @@ def report_files(url: str, name: str, out: Path, **flags: bool) -> dict[str, byt
         assert reporting.report_command(name, fmt, None, str(path), url, text=text, **flags) == 0
         got[fmt] = path.read_bytes()
     return got
+
+
+def reopen_with_a_late_sample(store: Store, name: str, function: str = "late") -> int:
+    """Session `name` set running again and one more CPU sample (in `function`) written
+    to it, as a reopened session receives; its id."""
+    with store.engine.begin() as conn:
+        sid = q.find_session(conn, name).id
+        conn.execute(update(SessionRow).where(SessionRow.id == sid).values(status="running"))
+    late = CpuSample(1, 1, 1, "late", 0, (Frame(function, FrameKind.PYTHON, "/l.py", 1),))
+    store.write_batch(sid, Batch(samples=(late,)))
+    return sid
 
 
 def never_computed(monkeypatch: pytest.MonkeyPatch) -> None:

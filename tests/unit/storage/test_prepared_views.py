@@ -3,16 +3,17 @@ never shown when the code, the session or its status says they may be stale."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import update
 
 from kubeprof import reporting
-from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.operator import view_fill
 from kubeprof.storage import Store
 from kubeprof.storage import queries as q
-from kubeprof.storage.models import PreparedViewRow, SessionRow
+from kubeprof.storage.models import PreparedViewRow
 from kubeprof.ui.routes import Routes
 from tests.unit.report.truth_store import store_fixture
+from tests.unit.storage import prepared_flames_scenario as flame_scenario
 from tests.unit.storage import prepared_views_scenario as scenario
 
 
@@ -48,11 +49,7 @@ def test_a_session_reopened_and_finished_again_is_recomputed(tmp_path, monkeypat
         assert reporting.load(url, "copyonly", whole_session=True) == before
     store = Store.open(url)
     try:
-        with store.engine.begin() as conn:
-            sid = q.find_session(conn, "copyonly").id
-            conn.execute(update(SessionRow).where(SessionRow.id == sid).values(status="running"))
-        late = CpuSample(1, 1, 1, "late", 0, (Frame("late", FrameKind.PYTHON, "/l.py", 1),))
-        store.write_batch(sid, Batch(samples=(late,)))
+        sid = scenario.reopen_with_a_late_sample(store, "copyonly")
         store.finish_session(sid)
     finally:
         store.close()
@@ -106,3 +103,9 @@ def test_the_operator_fills_a_completed_sessions_view(tmp_path, monkeypatch):
     for query in ({}, {"whole-session": "1"}):
         resp = Routes(Store.open(url).engine).handle("GET", "/api/v1/sessions/local/serve", query)
         assert resp.status == 200, resp.body[:300]
+
+
+@pytest.mark.parametrize("check", flame_scenario.CHECKS, ids=flame_scenario.check_id)
+def test_whole_session_flame_graphs_stored(check, tmp_path, monkeypatch):
+    """`storage.prepared_flames` through the web UI's routes (each check says what)."""
+    check(_url(tmp_path), monkeypatch)
