@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from kubeprof.storage.models import SampleRow, SessionRow, StackCountRow
 from kubeprof.storage.stack_counts import BUCKET_NS, TOTAL_BUCKET
@@ -203,7 +203,7 @@ def settle(engine: Engine, session_ids: Collection[int] | None = None) -> int:
     for sid in todo:
         try:
             done += compact(engine, sid)
-        except OperationalError as exc:  # locked or read-only: readers still add them
+        except (OperationalError, ProgrammingError) as exc:  # busy, read-only, no privilege
             log.info("counting session %s's samples left for later: %s", sid, exc)
             break
     return done
