@@ -12,21 +12,16 @@ noisy on a shared machine to see a few percent.
 
 from __future__ import annotations
 
-import argparse
 import random
-import shutil
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 from sqlalchemy import text
 
+import pg_scratch
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.storage import Store
 
-ROOT = Path(__file__).resolve().parents[1]
 INDEX = "ix_samples_session_id_id"
 
 
@@ -57,46 +52,38 @@ def _set_index(store: Store, present: bool) -> None:
         conn.execute(text("ANALYZE samples"))
 
 
+def _rounds(
+    store: Store, rows: int, batch: int, rounds: int, stacks: list[tuple[Frame, ...]]
+) -> dict[bool, list[float]]:
+    """Rows/s of each cell, by whether the index was present; prints each."""
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    _cell(store, batch, batch, stacks)  # interns the stacks, untimed
+    print(f"| round | index | rows/s ({batch:,} a batch) |\n|---:|---|---:|")
+    for r in range(rounds):
+        for present in (False, True) if r % 2 == 0 else (True, False):
+            _set_index(store, present)
+            rate = _cell(store, rows, batch, stacks)
+            rates[present].append(rate)
+            print(f"| {r + 1} | {'with' if present else 'without'} | {rate:,.0f} |")
+    _set_index(store, True)  # the schema as migrated
+    return rates
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = pg_scratch.arguments(__doc__)
     p.add_argument("--rows", type=int, default=200_000, help="samples per cell")
     p.add_argument("--batch", type=int, default=5_000, help="samples per batch")
     p.add_argument("--rounds", type=int, default=4, help="pairs of cells")
-    p.add_argument("--dsn", help="SQLAlchemy URL of an existing, empty PostgreSQL database")
     args = p.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="kubeprof-bench-ix-"))
-    pg = None
-    if args.dsn:
-        url = args.dsn
-    else:
-        sys.path.insert(0, str(ROOT))
-        from tests.e2e.cluster import Postgres
-
-        tmp.chmod(0o711)
-        pg = Postgres(tmp / "pg").start()
-        url = pg.url
     funcs = [Frame(f"fn{i}", FrameKind.PYTHON, "/app/m.py", i) for i in range(200)]
     rng = random.Random(1)
     stacks = [tuple(rng.choice(funcs) for _ in range(24)) for _ in range(500)]
-    store = Store.open(url)
-    rates: dict[bool, list[float]] = {False: [], True: []}
-    try:
-        _cell(store, args.batch, args.batch, stacks)  # interns the stacks, untimed
-        print(f"| round | index | rows/s ({args.batch:,} a batch) |\n|---:|---|---:|")
-        for r in range(args.rounds):
-            for present in (False, True) if r % 2 == 0 else (True, False):
-                _set_index(store, present)
-                rate = _cell(store, args.rows, args.batch, stacks)
-                rates[present].append(rate)
-                print(f"| {r + 1} | {'with' if present else 'without'} | {rate:,.0f} |")
-        _set_index(store, True)  # the schema as migrated
-    finally:
-        store.close()
-        if pg is not None:
-            pg.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    with pg_scratch.database(args.dsn) as url:
+        store = Store.open(url)
+        try:
+            rates = _rounds(store, args.rows, args.batch, args.rounds, stacks)
+        finally:
+            store.close()
     without, with_ = (statistics.median(rates[k]) for k in (False, True))
     print(f"\nmedian rows/s without {without:,.0f}, with {with_:,.0f}: {with_ / without:.2f}x")
     return 0

@@ -16,25 +16,23 @@ Without --dsn a throw-away PostgreSQL 15 is started with the e2e harness (fsync 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pg_scratch
 from kubeprof import reporting
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.storage import Store, compaction
 from kubeprof.storage import queries as q
 from kubeprof.storage.stack_counts import session_totals
 
-ROOT = Path(__file__).resolve().parents[1]
 BATCH = 10_000  # samples per write_batch
 
 
@@ -109,15 +107,12 @@ def measure(url: str, repeat: int, expect: int) -> dict[str, float]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = pg_scratch.arguments(__doc__)
     p.add_argument("--sessions", type=int, default=20, help="finished sessions")
     p.add_argument("--samples", type=int, default=50_000, help="samples per finished session")
     p.add_argument("--killed", type=int, default=5_000, help="the killed recording's samples")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--stores", default="sqlite,postgresql")
-    p.add_argument("--dsn", help="SQLAlchemy URL of an existing, empty PostgreSQL database")
     p.add_argument("--label", default="", help="the first column (which tree ran)")
     args = p.parse_args()
     tree = "settles" if hasattr(compaction, "settle") else "no settle"
@@ -129,24 +124,17 @@ def main() -> int:
     expect = args.sessions * args.samples + args.killed
     for kind in args.stores.split(","):
         tmp = Path(tempfile.mkdtemp(prefix="kubeprof-bench-list-"))
-        pg = None
-        if kind == "sqlite":
-            url = f"sqlite:///{tmp}/kp.db"
-        elif args.dsn:
-            url = args.dsn
-        else:
-            sys.path.insert(0, str(ROOT))
-            from tests.e2e.cluster import Postgres
-
-            tmp.chmod(0o711)
-            pg = Postgres(tmp / "pg").start()
-            url = pg.url
+        sqlite = f"sqlite:///{tmp}/kp.db"
         try:
-            built = build(url, args.sessions, args.samples, args.killed)
-            m = measure(url, args.repeat, expect)
+            db = (
+                contextlib.nullcontext(sqlite)
+                if kind == "sqlite"
+                else pg_scratch.database(args.dsn)
+            )
+            with db as url:
+                built = build(url, args.sessions, args.samples, args.killed)
+                m = measure(url, args.repeat, expect)
         finally:
-            if pg is not None:
-                pg.stop()
             shutil.rmtree(tmp, ignore_errors=True)
         print(
             f"| {args.label or tree} | {kind} | {built:.1f} | {m['totals']:.1f} | "
