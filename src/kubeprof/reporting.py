@@ -157,13 +157,22 @@ def load(
     (`load_report` prepares it)."""
     store = Store.open(store_url)
     try:
+        info = _touch(store, ref)
         with store.engine.connect() as conn:
-            info = q.find_session(conn, ref)
             return load_report(
                 conn, info, keep_interpreter=keep_interpreter, whole_session=whole_session
             )
     finally:
         store.close()
+
+
+def _touch(store: Store, ref: str | None) -> q.SessionInfo:
+    """Session `ref`, its samples no writer counted (a killed recording's) counted now,
+    once, instead of added by every read of it."""
+    with store.engine.connect() as conn:
+        info = q.find_session(conn, ref)
+    store.settle([info.id])
+    return info
 
 
 def load_report(
@@ -409,8 +418,8 @@ def timeline_command(
 
     store = Store.open(store_url)
     try:
+        info = _touch(store, ref)
         with store.engine.connect() as conn:
-            info = q.find_session(conn, ref)
             args = timeline_inputs(conn, info, keep_interpreter=keep_interpreter)
     finally:
         store.close()
@@ -481,6 +490,7 @@ def _text_width(out: str | None) -> int:
 def sessions_command(store_url: str | None) -> int:
     store = Store.open(store_url)
     try:
+        store.settle()  # a killed recording's samples counted once, not at every listing
         with store.engine.connect() as conn:
             sessions = q.list_sessions(conn)
     finally:

@@ -122,3 +122,11 @@ def test_the_operator_counts_in_the_background(store):
     while scenario.counted_rows(store, sid) < 30 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert scenario.counted_rows(store, sid) == 30
+
+
+def test_stale_sessions_cost_only_their_own_rows(store):
+    work = scenario.check_stale_sessions_cost_their_own_rows(store)
+    # Three reads of the totals, each fetching the killed session's 60 uncounted samples
+    # and no other sample row; none once they are counted.
+    assert work["before"] == work["after"] == 3 * 60, work
+    assert work["settled"] == 0, work

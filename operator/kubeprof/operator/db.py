@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.model import Batch
 from kubeprof.operator.compactor import Compactor
-from kubeprof.storage import sessions
+from kubeprof.storage import compaction, sessions
 from kubeprof.storage.bulk import dialect_insert
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
@@ -82,8 +82,11 @@ def session_meta(conn: Connection, session_id: int) -> dict[str, str]:
 
 
 def finish_session(engine: Engine, session_id: int, status: str) -> None:
+    """End the session's row and count its samples (a failed session is not aggregated,
+    so nothing else would: readers would add them at every read)."""
     with engine.begin() as conn:
         sessions.finish(conn, session_id, status)
+    compaction.compact(engine, session_id)
 
 
 INTERNER_MAX = 500_000  # cached frame + stack ids per writer thread (~100 B each)

@@ -16,19 +16,26 @@ which no batch of the session is in flight. SQLite has one writer at a time: the
 committed id is settled.
 
 Readers (`stack_counts.stack_counts`, `stack_counts.session_totals`) add the samples past
-the watermark themselves, so they answer the same whether compaction ran or not.
+the watermark themselves, so they answer the same whether compaction ran or not. They find
+them per session through samples' (session_id, id) index: a session left uncounted (a
+killed recording) or created empty costs its own rows, not every sample stored after it.
+A finished session is counted by its finisher; `settle` counts a killed one's when a
+reader first touches it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Collection
 
 from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from kubeprof.storage.models import SampleRow, SessionRow, StackCountRow
 from kubeprof.storage.stack_counts import BUCKET_NS, TOTAL_BUCKET
 
+log = logging.getLogger(__name__)
 _PG_LOCK_CLASS = 0x6B70  # first int4 key of the per-session sample writers' lock ("kp")
 CHUNK = 500_000  # samples counted per transaction at most
 
@@ -173,17 +180,30 @@ def count_all(conn: Connection) -> None:
             count_range(conn, sid, mark, int(top))
 
 
-def uncounted(conn: Connection) -> list[int]:
-    """Sessions with samples past their watermark: a writer that died before counting
-    (a killed `kubeprof record`, an operator gone mid-session) leaves them, and every
-    session list then re-counts them until something counts them for good."""
-    low = conn.scalar(select(func.min(SessionRow.counted_sample_id)))
-    if low is None:
-        return []
-    q = (
-        select(SampleRow.session_id)
-        .join(SessionRow, SessionRow.id == SampleRow.session_id)
-        .where(SampleRow.id > low, SampleRow.id > SessionRow.counted_sample_id)
-        .distinct()
-    )
-    return sorted(int(i) for i in conn.scalars(q))
+def uncounted(conn: Connection, session_ids: Collection[int] | None = None) -> list[int]:
+    """Sessions (of `session_ids`, default all) with samples past their watermark: a
+    writer that died before counting (a killed `kubeprof record`, an operator gone
+    mid-session) leaves them, and every reader adds them until something counts them.
+    One probe of (session_id, id) per session: a session costs its own rows only."""
+    x, s = SessionRow, SampleRow
+    fresh = select(s.id).where(s.session_id == x.id, s.id > x.counted_sample_id).exists()
+    q = select(x.id).where(fresh).order_by(x.id)
+    if session_ids is not None:
+        q = q.where(x.id.in_(sorted(session_ids)))
+    return [int(i) for i in conn.scalars(q)]
+
+
+def settle(engine: Engine, session_ids: Collection[int] | None = None) -> int:
+    """Count the samples readers would otherwise add at every read (a killed recording's),
+    once, when a reader first touches their session; how many. Safe beside live writers
+    (`compact`'s barrier); a store busy or read-only leaves them to be added by readers."""
+    with engine.connect() as conn:
+        todo = uncounted(conn, session_ids)
+    done = 0
+    for sid in todo:
+        try:
+            done += compact(engine, sid)
+        except (OperationalError, ProgrammingError) as exc:  # busy, read-only, no privilege
+            log.info("counting session %s's samples left for later: %s", sid, exc)
+            break
+    return done

@@ -120,6 +120,8 @@ class SampleRow(Base):
     stack_id: Mapped[int] = mapped_column(ForeignKey("stacks.id"))
     __table_args__ = (
         Index("ix_samples_session_stack", "session_id", "stack_id"),
+        # a session's samples past its count watermark, and nobody else's (compaction)
+        Index("ix_samples_session_id_id", "session_id", "id"),
         Index("ix_samples_stack_id", "stack_id"),  # "still used?" of the shared-rows GC
     )
 

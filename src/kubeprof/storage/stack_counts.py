@@ -21,6 +21,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    text,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import aggregate_order_by
@@ -161,32 +162,40 @@ def stack_counts(
     return _read(conn, session_id, inline.scalar_subquery(), buckets, pids)
 
 
-def _totals(conn: Connection, floor: int) -> dict[int, dict[str, int]]:
-    t, s, x = StackCountRow, SampleRow, SessionRow
-    both = union_all(
-        select(t.session_id, t.node, t.samples.label("n")).where(t.bucket == TOTAL_BUCKET),
-        select(s.session_id, s.node, func.count())
-        .join(x, x.id == s.session_id)
-        .where(s.id > floor, s.id > x.counted_sample_id)
-        .group_by(s.session_id, s.node),
-    ).subquery()
-    c = both.c
-    out: dict[int, dict[str, int]] = {}
-    for sid, node, n in conn.execute(
-        select(c.session_id, c.node, func.sum(c.n)).group_by(c.session_id, c.node)
-    ):
-        out.setdefault(int(sid), {})[node] = int(n or 0)
-    return out
+def _totals_sql(conn: Connection) -> str:
+    """Per session: its whole-session count rows and its samples past its own watermark,
+    each found through the session's key (stack_counts' primary key, samples'
+    (session_id, id)), so a session costs its own rows, never another's. PostgreSQL runs
+    the LATERAL per session; SQLite's CROSS JOIN keeps sessions the outer loop."""
+    own = (
+        f"SELECT c.node AS node, c.samples AS n FROM {StackCountRow.__tablename__} c "
+        f"WHERE c.session_id = x.id AND c.bucket = {TOTAL_BUCKET} UNION ALL "
+        f"SELECT s.node, count(*) FROM {SampleRow.__tablename__} s "
+        "WHERE s.session_id = x.id AND s.id > x.counted_sample_id GROUP BY s.node"
+    )
+    x = SessionRow.__tablename__
+    if conn.dialect.name == "postgresql":
+        return (
+            f"SELECT x.id, t.node, sum(t.n) FROM {x} x CROSS JOIN LATERAL ({own}) t "
+            "GROUP BY x.id, t.node"
+        )
+    counted = (
+        f"SELECT x.id AS sid, c.node AS node, c.samples AS n FROM {x} x "
+        f"CROSS JOIN {StackCountRow.__tablename__} c "
+        f"WHERE c.session_id = x.id AND c.bucket = {TOTAL_BUCKET}"
+    )
+    fresh = (
+        f"SELECT x.id, s.node, count(*) FROM {x} x CROSS JOIN {SampleRow.__tablename__} s "
+        "WHERE s.session_id = x.id AND s.id > x.counted_sample_id GROUP BY x.id, s.node"
+    )
+    return f"SELECT sid, node, sum(n) FROM ({counted} UNION ALL {fresh}) GROUP BY sid, node"
 
 
 def session_totals(conn: Connection) -> dict[int, dict[str, int]]:
-    """session id -> node -> CPU samples, for every session with samples: the session
-    totals counted plus the samples past each watermark (one statement). The lowest
-    watermark bounds the sample ids read; read again if a watermark moved meanwhile."""
-    marks_q = select(SessionRow.id, SessionRow.counted_sample_id)
-    for _ in range(_RETRIES):
-        marks = {int(i): int(m) for i, m in conn.execute(marks_q)}
-        out = _totals(conn, min(marks.values(), default=0))
-        if {int(i): int(m) for i, m in conn.execute(marks_q)} == marks:
-            return out
-    return _totals(conn, 0)
+    """session id -> node -> CPU samples, for every session with samples: its counted
+    totals plus its samples past its watermark, in one statement (one snapshot, so a
+    compaction committing meanwhile is seen whole or not at all)."""
+    out: dict[int, dict[str, int]] = {}
+    for sid, node, n in conn.execute(text(_totals_sql(conn))):
+        out.setdefault(int(sid), {})[node] = int(n or 0)
+    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Unpack
 
 from sqlalchemy import create_engine, event
@@ -96,6 +96,11 @@ class Store:
         with self.engine.begin() as conn:
             sessions.finish(conn, session_id, status, end_ns=end_ns, meta=meta)
         compaction.compact(self.engine, session_id)  # count its samples once, now
+
+    def settle(self, session_ids: Collection[int] | None = None) -> int:
+        """Count the samples of these sessions (default all) that no writer counted (a
+        killed recording's), so later reads need not add them; how many."""
+        return compaction.settle(self.engine, session_ids)
 
     # -- data -------------------------------------------------------------------------------
 

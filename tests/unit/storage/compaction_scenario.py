@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind
 from kubeprof.storage import Store, compaction
@@ -77,7 +79,9 @@ def sample_rows(store: Store, session_id: int) -> int:
 
 def check_none_half_full(store: Store) -> None:
     """Every reader answers the same with compaction not run, half run and fully run, and
-    that equals a count over the sample rows."""
+    that equals a count over the sample rows; a stale empty session stored first (the
+    lowest watermark) changes nothing."""
+    store.create_session("stale-empty")
     sid = write(store, "later")
     other = write(store, "other")  # a second session's ids interleave nothing but exist
     compaction.compact(store.engine, other)
@@ -133,3 +137,74 @@ def check_crash_counts_nothing_twice(store: Store, kill: Any = None) -> None:
     assert compaction.compact(store.engine, sid) == SAMPLES
     assert counted_rows(store, sid) == sample_rows(store, sid) == SAMPLES
     assert answers(store, "crash") == before
+
+
+def work_of(store: Store, read: Callable[[Connection], object]) -> int:
+    """What `read(conn)` costs, deterministically: on PostgreSQL the sample rows it fetched
+    (this transaction's table statistics), on SQLite the virtual-machine steps it ran
+    (SQLite keeps no per-table counters; equal rows read take equal steps)."""
+    with store.engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            stat = (
+                "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+                "FROM pg_stat_xact_user_tables WHERE relname = 'samples'"
+            )
+            before = int(conn.exec_driver_sql(stat).scalar_one())
+            read(conn)
+            return int(conn.exec_driver_sql(stat).scalar_one()) - before
+        steps = [0]
+
+        def step() -> int:
+            steps[0] += 1
+            return 0  # go on
+
+        raw = conn.connection.driver_connection
+        raw.set_progress_handler(step, 1)
+        try:
+            read(conn)
+        finally:
+            raw.set_progress_handler(None, 1)
+        return steps[0]
+
+
+def _listings(conn: Connection) -> object:
+    """Every reader of the per-session totals: `kubeprof sessions`, find_session, the UI."""
+    return (q.list_sessions(conn), q.find_session(conn, "busy"), listing._nodes_and_samples(conn))
+
+
+def check_stale_sessions_cost_their_own_rows(store: Store) -> dict[str, int]:
+    """An empty session and a killed recording stored first no longer make the session
+    totals read the samples of sessions counted after them: the work is the same with 180
+    or 1,980 counted samples stored after them (it grew with them through the lowest
+    watermark). `settle` then counts the killed one's samples, once; answers never change.
+    The work measured, by name."""
+    store.create_session("stale-empty")
+    killed = store.create_session("killed", hz=99)  # its recorder died: never finished
+    store.write_batch(killed, Batch(samples=tuple(_sample(0, i) for i in range(60))))
+    busy = write(store, "busy")
+    store.finish_session(busy)
+    work = {"before": work_of(store, _listings)}
+    for _ in range(10):  # ten more times the counted samples, the same count rows
+        for b in range(3):
+            samples = tuple(_sample(b, i) for i in range(60))
+            store.write_batch(busy, Batch(samples=samples), node=f"node-{b % 2}")
+    assert compaction.compact(store.engine, busy) == 10 * SAMPLES
+    work["after"] = work_of(store, _listings)
+    with store.engine.connect() as conn:
+        assert q.find_session(conn, "busy").samples == 11 * SAMPLES
+        assert q.find_session(conn, "killed").samples == 60
+        assert compaction.uncounted(conn) == [killed]
+    assert work["after"] <= work["before"] * 1.05, work
+
+    assert compaction.settle(store.engine) == 60
+    assert counted_rows(store, killed) == 60
+    with store.engine.connect() as conn:
+        assert compaction.uncounted(conn) == []
+        assert {s.name: s.samples for s in q.list_sessions(conn)} == {
+            "stale-empty": 0,
+            "killed": 60,
+            "busy": 11 * SAMPLES,
+        }
+    work["settled"] = work_of(store, _listings)
+    assert work["settled"] <= work["after"], work
+    return work

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeprof import reporting
 from kubeprof.storage import Store
 from tests.unit.storage import compaction_scenario as scenario
 
@@ -31,3 +32,20 @@ def test_finishing_a_local_session_counts_its_samples(store):
     assert scenario.counted_rows(store, sid) == 0
     store.finish_session(sid)
     assert scenario.counted_rows(store, sid) == scenario.SAMPLES
+
+
+def test_stale_sessions_cost_only_their_own_rows(store):
+    scenario.check_stale_sessions_cost_their_own_rows(store)
+
+
+def test_listing_sessions_counts_a_killed_recordings_samples_once(store, capsys):
+    killed = store.create_session("killed", hz=99)  # never finished: its recorder died
+    store.write_batch(killed, scenario.Batch(samples=(scenario._sample(0, 1),)))
+    url = store.engine.url.render_as_string(hide_password=False)
+    path = url.removeprefix("sqlite:///")
+    assert reporting.sessions_command(f"sqlite:///file:{path}?mode=ro&uri=true") == 0
+    assert scenario.counted_rows(store, killed) == 0  # a read-only store lists, counts later
+    assert " killed " in capsys.readouterr().out
+    assert reporting.sessions_command(url) == 0
+    assert scenario.counted_rows(store, killed) == 1
+    assert " killed " in capsys.readouterr().out
