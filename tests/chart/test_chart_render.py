@@ -377,6 +377,21 @@ def test_cross_namespace_values_reach_the_operator_and_its_rbac():
     } in rules
 
 
+def test_cross_namespace_with_watched_namespaces_may_list_pods_in_any_namespace():
+    """A cross-namespace session's target namespace need not be watched: with
+    watchNamespaces set, only the cluster role can let the operator list its pods."""
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+
+    def cluster_rules(operator: dict) -> list:
+        docs = chart.render({"operator": operator})
+        return next(d["rules"] for d in docs if d["metadata"]["name"] == "kp-kubeprof-cluster")
+
+    assert pods in cluster_rules({"allowCrossNamespace": True, "watchNamespaces": ["team"]})
+    # not otherwise: cluster-wide the sessions role already binds everywhere
+    assert pods not in cluster_rules({"allowCrossNamespace": True})
+    assert pods not in cluster_rules({"watchNamespaces": ["team"]})
+
+
 def test_dashboard_configmap_for_the_sidecar_uses_real_metrics():
     cm = chart.find(chart.render(CUSTOM), "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
