@@ -223,25 +223,22 @@ def _gpu(s: GpuSummary | None) -> dict[str, Any] | None:
     if s is None:
         return None
     traced = bool(s.kernels)
+
+    def share(ns: int) -> float | None:
+        """`ns` as a share of kernel time; None without kernels."""
+        return ns / s.kernel_ns if traced and s.kernel_ns else None
+
     return {
         "kernels": s.kernels,
         "kernel_ns": s.kernel_ns,
         "attributed_share": s.attributed_share if traced else None,
         # of kernel time: shown under the main thread's stack (launched by a native thread,
         # the approximate fallback), and backward kernels charged to their forward op's line
-        "attributed_via_main_share": s.attributed_via_main_ns / s.kernel_ns
-        if traced and s.kernel_ns
-        else None,
-        "attributed_via_backward_share": s.attributed_via_backward_ns / s.kernel_ns
-        if traced and s.kernel_ns
-        else None,
-        "attributed_via_xla_share": s.attributed_via_xla_ns / s.kernel_ns
-        if traced and s.kernel_ns
-        else None,
+        "attributed_via_main_share": share(s.attributed_via_main_ns),
+        "attributed_via_backward_share": share(s.attributed_via_backward_ns),
+        "attributed_via_xla_share": share(s.attributed_via_xla_ns),
         # not attributed: backward kernels of autograd nodes whose forward op launched none
-        "unattributed_no_forward_share": s.unattributed_no_forward_ns / s.kernel_ns
-        if traced and s.kernel_ns
-        else None,
+        "unattributed_no_forward_share": share(s.unattributed_no_forward_ns),
         "session_idle_ratio": s.session.idle_ratio if traced else None,
         "memcpy_ns": s.memcpy_ns,
         "memcpy_bytes": s.memcpy_bytes,
