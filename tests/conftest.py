@@ -110,33 +110,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from tests.support import xdist_groups
 
         xdist_groups.write(prefix, workerinput["workerid"], groups)
-
-
-# The operator's e2e session tests that tests/e2e/test_chart_rbac.py runs again in a child
-# pytest, with the operator holding nothing but the chart's ServiceAccount (a stricter run
-# of the same tests). Where that child run is part of this run, they run there only, not
-# twice (~6 min of the serial worker's time).
-_RBAC_CHILD = (
-    "tests/e2e/test_chart_rbac.py::"
-    "test_operator_session_tests_pass_with_only_the_charts_service_account"
-)
-
-
-@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_run_session_tests_once(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    """Deselect the session tests the chart-RBAC child run runs, when it is selected too
-    (after -k/-m), as root (else it skips) and not inside that child run itself."""
-    from tests.e2e import operator_helpers as h
-    from tests.e2e.test_chart_rbac import SESSION_TESTS
-
-    if os.environ.get(h.OPERATOR_KUBECONFIG_ENV) or os.geteuid() != 0:
-        return
-    if not any(item.nodeid == _RBAC_CHILD for item in items):
-        return
-    files = {f"tests/e2e/{name}" for name in SESSION_TESTS}
-    again = [item for item in items if item.nodeid.split("::", 1)[0] in files]
-    if again:
-        items[:] = [item for item in items if item not in again]
-        config.hook.pytest_deselected(items=again)
