@@ -6,7 +6,7 @@ KUBEPROF := $(VENV)/bin/kubeprof
 DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
 # make test: tests/integration (eBPF sampling: sample counts need the CPUs) runs alone
 # first; then the rest on xdist workers, each group of tests (tests/conftest.py: `serial`
-# = eBPF and machine-wide state, `cluster`) in order on one; TEST_WORKERS=0: one process.
+# = eBPF and machine-wide state, `cluster:<module>`) in order on one; TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 3
 
 .PHONY: setup demo test lint unit chart integration e2e helm-build cluster-build cluster-up cluster-down images bench clean

@@ -156,6 +156,9 @@ def main() -> int:
             work,
             interval_s=args.interval,
             args=("--agent-shard-nodes", str(args.shard_nodes)),
+            # The cluster's admin, as in the tables' runs (the e2e tests' default is the
+            # chart's ServiceAccount; the bench needs no helm).
+            chart_values=None,
         ).start()
 
         doc = yaml.safe_load(h.session_yaml(SESSION, NS, "trainer", "2h"))

@@ -2,10 +2,10 @@
 and sets up what several pytest processes of one run share (`make test` runs xdist workers):
 
 - tests that must not overlap run in order on one xdist worker each: group `serial` for
-  machine-wide state (marker `serial`, also given to every test marked `bpf`), group `cluster`
-  for the other tests of the control plane (their operators watch every namespace, so two
-  of them never share one); the worker of each starts its own control plane when a test
-  asks for one; the rest run on the other workers;
+  machine-wide state (marker `serial`, also given to every test marked `bpf`), and a group
+  `cluster:<module>` for each module of other tests of the control plane. Each worker starts
+  its own control plane when a test asks for one and runs one test at a time on it, so two
+  operators (which watch every namespace) never share one; modules spread over the workers;
 - one PostgreSQL server for the whole run (tests/e2e/cluster/shared.py), stopped here at the end.
 """
 
@@ -23,7 +23,7 @@ if str(_ROOT) not in sys.path:
 from tests.e2e.cluster import shared  # noqa: E402
 
 SERIAL_GROUP = "serial"  # eBPF and other machine-wide state
-CLUSTER_GROUP = "cluster"  # the control plane's other tests
+CLUSTER_GROUP = "cluster"  # the control plane's other tests: "cluster:<module>"
 SERIAL_FIXTURES = frozenset({"bpf_ready"})
 CLUSTER_FIXTURES = frozenset({"k8s_cluster", "k8s_client"})
 _OWNED_PG = pytest.StashKey[Path]()
@@ -77,8 +77,11 @@ def group_of(item: pytest.Item) -> str | None:
     if SERIAL_FIXTURES & fixtures:
         return SERIAL_GROUP
     if CLUSTER_FIXTURES & fixtures:
-        # A cluster started by hand is one for both groups: then they are one.
-        return SERIAL_GROUP if os.environ.get("KUBEPROF_E2E_RUN_DIR") else CLUSTER_GROUP
+        # A cluster started by hand is one for every worker: then its tests are one group.
+        if os.environ.get("KUBEPROF_E2E_RUN_DIR"):
+            return SERIAL_GROUP
+        # A module's tests share module-scoped fixtures (an operator, namespaces): one worker.
+        return f"{CLUSTER_GROUP}:{item.nodeid.split('::', 1)[0]}"
     if "postgres_dsn" in fixtures:
         # Its module-scoped database and fixtures are set up once, on one worker.
         return item.nodeid.split("::", 1)[0]
@@ -110,33 +113,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from tests.support import xdist_groups
 
         xdist_groups.write(prefix, workerinput["workerid"], groups)
-
-
-# The operator's e2e session tests that tests/e2e/test_chart_rbac.py runs again in a child
-# pytest, with the operator holding nothing but the chart's ServiceAccount (a stricter run
-# of the same tests). Where that child run is part of this run, they run there only, not
-# twice (~6 min of the serial worker's time).
-_RBAC_CHILD = (
-    "tests/e2e/test_chart_rbac.py::"
-    "test_operator_session_tests_pass_with_only_the_charts_service_account"
-)
-
-
-@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_run_session_tests_once(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    """Deselect the session tests the chart-RBAC child run runs, when it is selected too
-    (after -k/-m), as root (else it skips) and not inside that child run itself."""
-    from tests.e2e import operator_helpers as h
-    from tests.e2e.test_chart_rbac import SESSION_TESTS
-
-    if os.environ.get(h.OPERATOR_KUBECONFIG_ENV) or os.geteuid() != 0:
-        return
-    if not any(item.nodeid == _RBAC_CHILD for item in items):
-        return
-    files = {f"tests/e2e/{name}" for name in SESSION_TESTS}
-    again = [item for item in items if item.nodeid.split("::", 1)[0] in files]
-    if again:
-        items[:] = [item for item in items if item not in again]
-        config.hook.pytest_deselected(items=again)

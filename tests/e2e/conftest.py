@@ -125,6 +125,16 @@ def postgres_server() -> Iterator[Postgres]:
         _cleanup(d, ok)
 
 
+@pytest.fixture(autouse=True)
+def _operators_refused_nothing() -> Iterator[None]:
+    """After each test: the API server refused no call of an operator it started (each runs
+    with only the chart's RBAC, tests/e2e/operator_helpers.py), even one it left running."""
+    yield
+    from tests.e2e import operator_helpers
+
+    operator_helpers.assert_no_operator_refused()
+
+
 @pytest.fixture(scope="module")
 def postgres_dsn(postgres_server: Postgres, request: pytest.FixtureRequest) -> Iterator[PgDsn]:
     """DSNs of a new database for this test module on the shared server (dropped after it)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,12 +22,16 @@ from typing import Any
 
 import yaml
 
+from tests.e2e import chart_cluster
 from tests.e2e.cluster import Cluster
 from tests.e2e.cluster.ports import pick
 
 ROOT = Path(__file__).resolve().parents[2]
-# When set, the operator runs with this kubeconfig instead of the cluster's admin one.
-OPERATOR_KUBECONFIG_ENV = "KUBEPROF_E2E_OPERATOR_KUBECONFIG"
+# The API server's RBAC refusal ('User "..." cannot VERB resource "R"'), and kopf's own
+# fallback after a refused watch ("Not enough permissions"). kopf logs a refused call and
+# carries on, so a test would not notice it otherwise. (Other 403s, such as a namespace
+# being terminated, are not about the rules.)
+REFUSED = re.compile(r'.*cannot \w+ resource ".*|.*Not enough permissions.*')
 KUBEPROF = [sys.executable, "-m", "kubeprof.cli"]
 CRD = ROOT / "crds" / "profilingsession.yaml"
 EXAMPLE = ROOT / "examples" / "profilingsession.yaml"
@@ -222,7 +227,13 @@ class Operator:
     # to project a ServiceAccount token), so they send the session token: the fallback
     # mode. test_agent_identity runs "serviceaccount", the default, with TokenRequest tokens.
     agent_auth: str = "session-token"
+    # Its identity: the operator ServiceAccount of the chart rendered with these values
+    # ({}: a plain `helm install`), holding nothing but the chart's RBAC; the values a
+    # deployment with the test's flags would have. None: the cluster's admin, only for a
+    # test that says why no chart identity can do.
+    chart_values: dict[str, Any] | None = field(default_factory=dict)
     proc: Proc | None = None
+    refusals_said: bool = False  # its refused calls failed a test already
 
     @property
     def url(self) -> str:
@@ -248,11 +259,17 @@ class Operator:
             self.agent_auth,
             *self.args,
         ]
-        # test_chart_rbac runs these tests once with the chart's ServiceAccount credentials.
-        kubeconfig = os.environ.get(OPERATOR_KUBECONFIG_ENV) or str(self.cluster.kubeconfig)
-        self.proc = _spawn(argv, {"KUBECONFIG": kubeconfig}, self.workdir / "operator.log")
+        env = {"KUBECONFIG": str(self.kubeconfig())}
+        self.proc = _spawn(argv, env, self.workdir / "operator.log")
+        _STARTED.append(self)
         poll(self._healthy, 60, "operator /healthz")
         return self
+
+    def kubeconfig(self) -> Path:
+        """The credentials the operator runs with (see chart_values)."""
+        if self.chart_values is None:
+            return self.cluster.kubeconfig
+        return chart_cluster.operator_identity(self.cluster, self.chart_values)
 
     def _healthy(self) -> bool:
         import urllib.request
@@ -272,12 +289,46 @@ class Operator:
             return r.read().decode()
 
     def stop(self) -> None:
+        """SIGTERM; then fail if the API server refused the operator anything meanwhile."""
         if self.proc is not None:
             self.proc.stop()
+            self.assert_nothing_refused()
 
     def kill(self) -> None:
         if self.proc is not None:
             self.proc.kill()
+            self.assert_nothing_refused()
+
+    def assert_nothing_refused(self) -> None:
+        """The chart's rules were enough: no call of this operator was refused (its log).
+        Said once per operator (one failed test, not every test after it)."""
+        if self.proc is None or self.refusals_said:
+            return
+        denied = refusals(self.proc.text())
+        self.refusals_said = bool(denied)
+        assert not denied, (
+            f"the API server refused the operator ({self.proc.log}) calls outside its "
+            f"RBAC rules (charts/kubeprof/templates/rbac.yaml, values {self.chart_values}):\n"
+            + "\n".join(denied[:10])
+        )
+
+
+# Every operator started by this process, until it has exited: tests/e2e/conftest.py checks
+# their logs after each test, those a test never stops included.
+_STARTED: list[Operator] = []
+
+
+def assert_no_operator_refused() -> None:
+    """No operator started so far was refused an API call; forget those that exited."""
+    for op in list(_STARTED):
+        if op.proc is None or not op.proc.alive() or op.refusals_said:
+            _STARTED.remove(op)
+        op.assert_nothing_refused()
+
+
+def refusals(log: str) -> list[str]:
+    """The lines of `log` that say an API call was refused by RBAC."""
+    return REFUSED.findall(log)
 
 
 def start_agent(

@@ -4,7 +4,7 @@ nodes, and the bundled database's claim binds.
 
 What this does not exercise: kwok runs no containers, so the images, the probes, the
 securityContext's effect and the migrations at start are not run here (the operator process
-itself runs in test_operator*.py, with this chart's RBAC in test_chart_rbac.py). The
+itself runs in test_operator*.py, with this chart's RBAC: operator_helpers.py). The
 ServiceMonitor and PrometheusRule need the prometheus-operator CRDs, which this cluster does
 not have; their rules run in real Prometheus/promtool instead (test_prometheus_alerts.py,
 tests/chart/test_alert_rules.py).

@@ -39,6 +39,7 @@ import pytest
 from kubeprof.agent.gpu.control import switch
 from kubeprof.operator.config import IMAGE_REPO, default_image
 from kubeprof.operator.webhook import InjectConfig, build_patch
+from tests.e2e import chart_cluster
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
 from tests.e2e.cluster.ports import pick
@@ -296,7 +297,8 @@ def operator(
 ) -> Iterator[tuple[Container, str]]:
     h.apply_crd(k8s_cluster)
     kubeconfig = workdir / "kubeconfig"
-    shutil.copy(k8s_cluster.kubeconfig, kubeconfig)
+    # The chart's operator ServiceAccount, as every e2e operator (operator_helpers.Operator).
+    shutil.copy(chart_cluster.operator_identity(k8s_cluster, {}), kubeconfig)
     kubeconfig.chmod(0o644)
     spool = workdir / "spool"
     port = pick(1)[0]
@@ -340,10 +342,14 @@ def operator(
         h.poll(healthy, 120, "the operator container's /healthz")
         yield op, url
     finally:
-        (workdir / "operator.log").write_text(op.logs())
+        log = op.logs()
+        (workdir / "operator.log").write_text(log)
         op.remove()
-        kubeconfig.unlink()  # the test cluster's admin credentials: not left in /tmp
+        kubeconfig.unlink()  # the operator's credentials: not left in /tmp
         shutil.rmtree(workdir / "volumes" / "token", ignore_errors=True)  # the ingest token
+    denied = h.refusals(log)
+    why = "the API server refused the operator container calls outside the chart's RBAC:\n"
+    assert not denied, why + "\n".join(denied[:10])
 
 
 @pytest.mark.usefixtures("operator")

@@ -211,6 +211,7 @@ def test_light_agent_metrics_and_policy(k8s_cluster: Cluster, postgres_dsn, ns: 
             postgres_dsn.url,
             work,
             args=("--light-agents", ",".join(urls.values()), "--policy-interval", "1"),
+            chart_values={"lightAgent": {"enabled": True}},  # the ProfilingPolicy rules
         ).start()
         try:
             policy = {

@@ -45,7 +45,8 @@ def operator(cluster: Cluster, postgres_dsn):
     """A real operator watching only this module's namespaces (the cluster may be shared)."""
     d = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-nodata-"))
     ns_args = [a for ns in NS.values() for a in ("--namespace", ns)]
-    op = h.Operator(cluster, postgres_dsn.url, d, args=tuple(ns_args)).start()
+    values = {"operator": {"watchNamespaces": list(NS.values())}}  # the chart's, for --namespace
+    op = h.Operator(cluster, postgres_dsn.url, d, args=tuple(ns_args), chart_values=values).start()
     yield op
     op.stop()
     print(f"\nno-data operator log: {d}")

@@ -9,7 +9,6 @@ sharing one Kube, as the ingest API's executor does.
 from __future__ import annotations
 
 import base64
-import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +21,7 @@ from kubeprof.operator import build
 from kubeprof.operator.config import OperatorConfig
 from kubeprof.operator.kube import Kube, KubeError
 from kubeprof.operator.spec import parse
+from tests.e2e import chart_cluster
 from tests.e2e import operator_helpers as h
 from tests.e2e.cluster import Cluster
 
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def kube(k8s_cluster: Cluster) -> Kube:
-    # test_chart_rbac runs this file once with the chart ServiceAccount's credentials.
-    return Kube(os.environ.get(h.OPERATOR_KUBECONFIG_ENV) or str(k8s_cluster.kubeconfig))
+    # The operator's own identity: the chart's ServiceAccount, holding only its RBAC rules.
+    return Kube(str(chart_cluster.operator_identity(k8s_cluster, {})))
 
 
 @pytest.fixture

@@ -44,10 +44,14 @@ def cluster(k8s_cluster: Cluster):
         k8s_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def _operator(c: Cluster, postgres_dsn, namespaces: list[str], *args: str) -> h.Operator:
+def _operator(
+    c: Cluster, postgres_dsn, namespaces: list[str], *args: str, admin: bool = False
+) -> h.Operator:
     d = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-ten-"))
     ns_args = [a for ns in namespaces for a in ("--namespace", ns)]
-    return h.Operator(c, postgres_dsn.url, d, args=(*ns_args, *args)).start()
+    # The chart's rules for the same settings: RoleBindings in the watched namespaces only.
+    values = None if admin else {"operator": {"watchNamespaces": namespaces}}
+    return h.Operator(c, postgres_dsn.url, d, args=(*ns_args, *args), chart_values=values).start()
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +65,13 @@ def strict(cluster: Cluster, postgres_dsn):
 
 @pytest.fixture(scope="module")
 def open_op(cluster: Cluster, postgres_dsn):
-    """An operator allowing cross-namespace targets, watching only the team namespace."""
-    op = _operator(cluster, postgres_dsn, [NS["team"]], "--allow-cross-namespace")
+    """An operator allowing cross-namespace targets, watching only the team namespace.
+
+    It runs as the cluster's admin: the chart grants no right outside operator.watchNamespaces
+    (its namespaced variant, needed to watch one namespace beside `strict`), so its rules
+    would refuse listing the target namespace's pods (HTTP 403, seen with
+    watchNamespaces=[team] and allowCrossNamespace=true)."""
+    op = _operator(cluster, postgres_dsn, [NS["team"]], "--allow-cross-namespace", admin=True)
     yield op
     op.stop()
     print(f"\nopen operator log: {op.workdir}")

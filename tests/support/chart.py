@@ -22,6 +22,9 @@ HELM_VERSION = "v4.3.2"  # build_helm.sh carries the same pin (test_chart checks
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kubeprof"
 BUILD_SCRIPT = ROOT / "tests" / "e2e" / "cluster" / "build_helm.sh"
+MISSING_HELM = (
+    f"helm {HELM_VERSION} is not built: run make helm-build ({BUILD_SCRIPT.relative_to(ROOT)})"
+)
 
 # The sessions ClusterRole's rules the light agent's ProfilingPolicy adds (and only it).
 POLICY_RULES = [
@@ -103,7 +106,4 @@ def rules_file(docs: list[dict[str, Any]], path: Path) -> Path:
 def helm_built() -> None:
     """Fails (not skips) when helm is missing: `make chart` and `make test` build it."""
     if not helm_path().exists():
-        pytest.fail(
-            f"helm {HELM_VERSION} is not built: run make helm-build "
-            f"({BUILD_SCRIPT.relative_to(ROOT)})"
-        )
+        pytest.fail(MISSING_HELM)

@@ -54,10 +54,29 @@ class GroupScheduling(LoadScopeScheduling):
 
 
 class Scheduler:
-    """The plugin the main process registers: `--dist loadgroup` uses GroupScheduling."""
+    """The plugin the main process registers: `--dist loadgroup` uses GroupScheduling; at
+    the end it prints each worker's busy time, the figure to balance the groups by."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
+        self.busy: dict[str, list[float]] = {}  # worker id -> [seconds, tests]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)  # the worker that ran it (xdist's controller)
+        if node is None:
+            return
+        busy = self.busy.setdefault(node.gateway.id, [0.0, 0])
+        busy[0] += report.duration
+        busy[1] += report.when == "call"
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.busy:
+            terminalreporter.write_line(
+                "busy time per xdist worker (setup + call + teardown): "
+                + ", ".join(
+                    f"{w} {s:.0f} s ({n:.0f} tests)" for w, (s, n) in sorted(self.busy.items())
+                )
+            )
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object:
