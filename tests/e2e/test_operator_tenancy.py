@@ -45,12 +45,13 @@ def cluster(k8s_cluster: Cluster):
 
 
 def _operator(
-    c: Cluster, postgres_dsn, namespaces: list[str], *args: str, admin: bool = False
+    c: Cluster, postgres_dsn, namespaces: list[str], *args: str, cross: bool = False
 ) -> h.Operator:
     d = Path(tempfile.mkdtemp(prefix="kubeprof-e2e-ten-"))
     ns_args = [a for ns in namespaces for a in ("--namespace", ns)]
-    # The chart's rules for the same settings: RoleBindings in the watched namespaces only.
-    values = None if admin else {"operator": {"watchNamespaces": namespaces}}
+    # The chart's rules for the same settings: RoleBindings in the watched namespaces only
+    # (and, for cross-namespace targets, listing pods in any namespace).
+    values = {"operator": {"watchNamespaces": namespaces, "allowCrossNamespace": cross}}
     return h.Operator(c, postgres_dsn.url, d, args=(*ns_args, *args), chart_values=values).start()
 
 
@@ -65,13 +66,10 @@ def strict(cluster: Cluster, postgres_dsn):
 
 @pytest.fixture(scope="module")
 def open_op(cluster: Cluster, postgres_dsn):
-    """An operator allowing cross-namespace targets, watching only the team namespace.
-
-    It runs as the cluster's admin: the chart grants no right outside operator.watchNamespaces
-    (its namespaced variant, needed to watch one namespace beside `strict`), so its rules
-    would refuse listing the target namespace's pods (HTTP 403, seen with
-    watchNamespaces=[team] and allowCrossNamespace=true)."""
-    op = _operator(cluster, postgres_dsn, [NS["team"]], "--allow-cross-namespace", admin=True)
+    """An operator allowing cross-namespace targets, watching only the team namespace, with
+    the chart's rules for those values (before 91d98ad they refused listing the target
+    namespace's pods: HTTP 403)."""
+    op = _operator(cluster, postgres_dsn, [NS["team"]], "--allow-cross-namespace", cross=True)
     yield op
     op.stop()
     print(f"\nopen operator log: {op.workdir}")
