@@ -116,3 +116,16 @@ def test_version_from_paths():
     assert cpython_layout.version_of("/x/lib/libpython3.13.so.1.0") == (3, 13)
     assert cpython_layout.version_of("/usr/lib/libpython3.12d.so") == (3, 12)
     assert cpython_layout.version_of("/usr/bin/pythonista") is None
+
+
+def test_a_table_that_is_not_the_code_objects_gives_line_0_not_a_huge_number():
+    """A line table read from freed memory decodes to anything; once it gave a line below
+    -2**63, which no store column holds, and the whole batch was refused."""
+    # long form (code 14) with a line delta whose varint runs on: -(huge)
+    garbage = bytes([0x80 | (14 << 3)]) + bytes([0x7F] * 20) + bytes([0x01, 0, 0, 0])
+    assert line_311(garbage, 1, 0) == 0
+    # a short run that still lands above a C int
+    big = bytes([0x80 | (14 << 3), 0x7E, 0x7F, 0x7F, 0x7F, 0x7F, 0x3F, 0, 0, 0])
+    assert line_311(big, 1, 0) == 0
+    # 3.10: a first line near a C int's top, then +127 a hundred times, is no line either
+    assert line_310(bytes([0, 127] * 100 + [2, 0]), (1 << 31) - 10, 0) == 0

@@ -19,11 +19,16 @@ from kubeprof.model import Frame, FrameKind
 RawPyFrame = tuple[int, int, int]  # (code address, instruction pointer/f_lasti, flags)
 _USER_TOP = 1 << 47  # x86-64 user addresses lie below
 _CODE_READ = 256  # bytes of a code object read at once: every field we need is below
+# CPython keeps line numbers in C ints. A table read from memory the code object no longer
+# owns (freed and reused between the sample and our read) can decode to any number, which
+# no column stores (seen: -18,744,146,661,623,044,296, and the whole batch was refused):
+# such a line is unknown (0).
+_MAX_LINE = (1 << 31) - 1
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
     shift = value = 0
-    while i < len(data):
+    while i < len(data) and shift < 64:  # longer runs are not a table's: see _MAX_LINE
         b = data[i]
         i += 1
         value |= (b & 63) << shift
@@ -31,6 +36,11 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
         if not b & 64:
             break
     return value, i
+
+
+def _plausible(line: int) -> int:
+    """`line`, or 0 (unknown) when no CPython line can be it (see _MAX_LINE)."""
+    return line if 0 <= line <= _MAX_LINE else 0
 
 
 def _svarint(data: bytes, i: int) -> tuple[int, int]:
@@ -61,7 +71,7 @@ def line_311(table: bytes, firstlineno: int, unit: int) -> int:
         if delta is not None:
             line += delta
         if start <= unit < start + length:
-            return line if delta is not None else 0
+            return _plausible(line) if delta is not None else 0
         start += length
     return 0
 
@@ -75,7 +85,7 @@ def line_310(table: bytes, firstlineno: int, byte_offset: int) -> int:
         if ldelta != -128:
             line += ldelta
         if addr <= byte_offset < end:
-            return line if ldelta != -128 else 0
+            return _plausible(line) if ldelta != -128 else 0
         addr = end
     return 0
 
