@@ -15,6 +15,13 @@ and torch.profiler alike).
            kubeprof_nostack (callbacks, no stack), kubeprof_activity (records only),
            kineto (torch.profiler CPU+CUDA), kineto_stack (with_stack=True)
 
+``--cpus 2,3,4,5`` pins each child (all its threads) to those CPUs. Decode is also measured
+as 40 pairs of 128-token chunks (``KUBEPROF_BENCH_PAIR_TOKENS``), untraced and traced
+strictly alternating, each traced chunk against its two untraced neighbours (the median of
+those pairs), because the host's speed jumps between two levels for seconds at a time;
+and 8 tokens twice right after each enable
+(the first pays what switching on costs at each kernel's first launch, the second does not).
+
 The decode loop is an autoregressive batch-1 generation with a small transformer (6 blocks,
 d=512, KV cache, greedy, no CUDA graphs): ~100 short kernels a token, reported as tokens/s.
 ``--breakdown`` runs, in one process per launch hook (C, Python), the launch-bound loop
@@ -39,6 +46,9 @@ OPS = 20_000  # launch-bound ops per repetition
 MATMULS = 50
 TRAIN_STEPS = 100  # launch-bound training steps (small MLP, forward + backward) per repetition
 DECODE_TOKENS = 128  # tokens generated per repetition (batch 1, after a 16-token prompt)
+SHORT_TOKENS = 8  # the few tokens timed right after the profiler is switched on
+PAIR_TOKENS = int(os.environ.get("KUBEPROF_BENCH_PAIR_TOKENS", "128"))  # tokens a chunk
+PAIRS = 40
 MODES = {
     "kubeprof": {"KUBEPROF_GPU_STACKS": "callsite"},
     "kubeprof_pyhook": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_HOOK": "python"},
@@ -122,7 +132,11 @@ def decoder(torch: object) -> object:
     return generate
 
 
-def child(mode: str, reps: int, matmul_n: int) -> dict:
+def child(
+    mode: str, reps: int, matmul_n: int, cpus: str = "", breakdown_loop: str = "launch"
+) -> dict:
+    if cpus:  # before torch starts its threads, so all of them inherit it
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     import torch
 
     x = torch.ones(256, device="cuda")
@@ -157,6 +171,14 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         """Batch-1 autoregressive decode: ~100 short kernels per token."""
         generate(DECODE_TOKENS)  # type: ignore[operator]
 
+    def short() -> None:
+        """A few tokens: the first/second probe after an enable."""
+        generate(SHORT_TOKENS)  # type: ignore[operator]
+
+    def chunk() -> None:
+        """One element of the paired decode measurement."""
+        generate(PAIR_TOKENS)  # type: ignore[operator]
+
     tracer = None
     if mode.startswith("kubeprof") or mode == "breakdown":
         from kubeprof.agent.gpu import inject
@@ -172,12 +194,15 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         "decode": [],
     }
 
-    def profiled(fn: object) -> float:
-        """Time of ``fn`` while profiled, including the tracer's own record processing."""
+    def profiled(fn: object, split: list[float] | None = None) -> float:
+        """Time of ``fn`` while profiled, including the tracer's own record processing;
+        ``split`` gets the time of ``fn`` alone (before the flush and hand-over)."""
         if tracer is not None:
             tracer.resume()
             t0 = time.perf_counter()
             fn()
+            if split is not None:
+                split.append(time.perf_counter() - t0)
             # hand every record to our converter and the wire now, inside the timing, so
             # none of this work leaks into the next (baseline) repetition
             tracer.flush()
@@ -195,7 +220,8 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         dt = time.perf_counter() - t0
         t1 = time.perf_counter()
         prof.__exit__(None, None, None)  # Kineto's post-processing, reported apart
-        stop_costs[fn.__name__].append(time.perf_counter() - t1)  # type: ignore[attr-defined]
+        stop = time.perf_counter() - t1
+        stop_costs.setdefault(fn.__name__, []).append(stop)  # type: ignore[attr-defined]
         return dt
 
     def plain(fn: object) -> float:
@@ -215,6 +241,8 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         profiled(train_bound)
         profiled(decode)
     if mode == "breakdown":
+        if breakdown_loop == "decode":
+            return breakdown(tracer, reps, decode, plain, profiled, unit=DECODE_TOKENS)
         return breakdown(tracer, reps, launch_bound, plain, profiled)
     res: dict[str, list[float]] = {
         "base_launch": [],
@@ -225,7 +253,22 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
         "prof_train": [],
         "base_decode": [],
         "prof_decode": [],
+        "base_short": [],
+        "prof_short_first": [],
+        "prof_short_second": [],
     }
+
+    def first_and_second() -> None:
+        """The same few tokens twice per enable: the first pays what switching the
+        profiler on costs at each kernel's first launch after it, the second does not."""
+        if tracer is not None:
+            tracer.resume()
+            res["prof_short_first"].append(plain(short))
+            res["prof_short_second"].append(plain(short))
+            tracer.flush()
+            tracer.sender.drain_and_send()
+            tracer.pause()
+
     for r in range(reps):
         order = ("base", "prof") if r % 2 == 0 else ("prof", "base")
         for which in order:
@@ -234,6 +277,11 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
             res[f"{which}_compute"].append(run(compute_bound))
             res[f"{which}_train"].append(run(train_bound))
             res[f"{which}_decode"].append(run(decode))
+            if which == "base":
+                res["base_short"].append(plain(short))
+            else:
+                first_and_second()
+    res.update(decode_pairs(plain, profiled, chunk))
     if tracer is not None:
         tracer.resume()
     profiled_reps = reps + 2
@@ -248,9 +296,39 @@ def child(mode: str, reps: int, matmul_n: int) -> dict:
     }
 
 
-def breakdown(tracer: object, reps: int, loop: object, plain: object, profiled: object) -> dict:
-    """The launch-bound loop under each activity kind alone, callbacks alone, ...; the
-    tracer is reconfigured while paused, variants interleaved with the untraced loop."""
+def decode_pairs(plain: object, profiled: object, chunk: object) -> dict[str, list[float]]:
+    """Short untraced and traced decode chunks strictly alternating (B P B P ... B).
+
+    The host's speed jumps between two levels for seconds at a time (0.24 or 0.35-0.44 s
+    for the same 128 tokens, traced or not, pinned or not); each traced chunk is compared
+    with the untraced chunks on either side of it, so a jump moves at most one pair."""
+    base: list[float] = [plain(chunk)]  # type: ignore[operator]
+    prof: list[float] = []
+    unflushed: list[float] = []  # the traced chunk before its records are handed over
+    for _ in range(PAIRS):
+        prof.append(profiled(chunk, unflushed))  # type: ignore[operator]
+        base.append(plain(chunk))  # type: ignore[operator]
+    return {"pair_base": base, "pair_prof": prof, "pair_prof_unflushed": unflushed}
+
+
+def paired_loss(r: dict, key: str = "pair_prof") -> float:
+    """Median over the pairs of the tokens/s lost: each traced chunk against the mean of
+    its two untraced neighbours."""
+    b, p = r["pair_base"], r[key]
+    return statistics.median(100 * (1 - (b[i] + b[i + 1]) / 2 / t) for i, t in enumerate(p))
+
+
+def breakdown(
+    tracer: object,
+    reps: int,
+    loop: object,
+    plain: object,
+    profiled: object,
+    unit: int = OPS,
+) -> dict:
+    """A loop (launch-bound, or decode) under each activity kind alone, callbacks alone, ...;
+    the tracer is reconfigured while paused, variants interleaved with the untraced loop.
+    ``unit``: the loop's ops (or tokens), for the added time per op."""
     from dataclasses import replace
 
     tr: object = tracer
@@ -292,13 +370,15 @@ def breakdown(tracer: object, reps: int, loop: object, plain: object, profiled: 
     base = statistics.median(res["base"])
     return {
         "mode": "breakdown",
+        "loop": "decode" if unit != OPS else "launch",
         "hook": "python" if python_hook else "c",
         "base_s": base,
         "rows": {
             k: {
                 "median_s": statistics.median(v),
                 "slowdown": statistics.median(v) / base,
-                "added_us_per_op": (statistics.median(v) - base) / OPS * 1e6,
+                "added_us_per_op": (statistics.median(v) - base) / unit * 1e6,
+                "loss_pct": 100 * (1 - base / statistics.median(v)),
             }
             for k, v in res.items()
             if k != "base"
@@ -308,7 +388,9 @@ def breakdown(tracer: object, reps: int, loop: object, plain: object, profiled: 
 
 
 # ---------------------------------------------------------------- parent
-def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
+def run_mode(
+    mode: str, reps: int, matmul_n: int, cpus: str = "", breakdown_loop: str = "launch"
+) -> dict:
     sys.path[:0] = [str(REPO / "src"), str(REPO / "agent")]
     from kubeprof.agent.gpu.inject import tracer_env
     from kubeprof.agent.gpu.receiver import GpuReceiver
@@ -322,6 +404,10 @@ def run_mode(mode: str, reps: int, matmul_n: int) -> dict:
         str(reps),
         "--matmul-n",
         str(matmul_n),
+        "--cpus",
+        cpus,
+        "--breakdown-loop",
+        breakdown_loop,
     ]
     env = {
         **os.environ,
@@ -395,12 +481,31 @@ def summarise(r: dict) -> dict:
     }
     train = {k: statistics.median(r[k]) for k in ("base_train", "prof_train") if r.get(k)}
     dec = {k: statistics.median(r[k]) for k in ("base_decode", "prof_decode") if r.get(k)}
+    more = {
+        k: statistics.median(r[k])
+        for k in (
+            "base_short",
+            "prof_short_first",
+            "prof_short_second",
+        )
+        if r.get(k)
+    }
     return {
         "mode": r["mode"],
         "hook": r.get("hook"),
         "decode_tokens_per_s_base": DECODE_TOKENS / dec["base_decode"] if dec else None,
         "decode_tokens_per_s_traced": DECODE_TOKENS / dec["prof_decode"] if dec else None,
         "decode_loss_pct": 100 * (1 - dec["base_decode"] / dec["prof_decode"]) if dec else None,
+        "decode_loss_paired_pct": paired_loss(r) if r.get("pair_base") else None,
+        "decode_loss_paired_unflushed_pct": (
+            paired_loss(r, "pair_prof_unflushed") if r.get("pair_prof_unflushed") else None
+        ),
+        "decode_pairs": len(r.get("pair_prof") or ()),
+        "decode_pair_tokens": PAIR_TOKENS,
+        "short_tokens": SHORT_TOKENS,
+        "short_base_s": more.get("base_short"),
+        "short_first_after_enable_s": more.get("prof_short_first"),
+        "short_second_after_enable_s": more.get("prof_short_second"),
         "launch_base_s": med["base_launch"],
         "launch_prof_s": med["prof_launch"],
         "launch_slowdown": med["prof_launch"] / med["base_launch"],
@@ -434,24 +539,36 @@ def main() -> None:
         "--breakdown", action="store_true", help="per-kind / per-callback costs, per hook"
     )
     p.add_argument("--hooks", default="c,python", help="launch hooks for --breakdown")
+    p.add_argument("--cpus", default="", help="pin each child to these CPUs, e.g. 2,3")
+    p.add_argument(
+        "--breakdown-loop",
+        default="launch",
+        choices=("launch", "decode"),
+        help="the loop --breakdown measures (decode: added time per token)",
+    )
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.reps, args.matmul_n)), flush=True)
+        res = child(args.child, args.reps, args.matmul_n, args.cpus, args.breakdown_loop)
+        print(json.dumps(res), flush=True)
         return
     rows, raw = [], []
     hooks = args.hooks.split(",")
     modes = [f"breakdown_{h}" for h in hooks] if args.breakdown else args.modes.split(",")
     for mode in modes:
-        r = run_mode(mode, args.reps, args.matmul_n)
+        r = run_mode(mode, args.reps, args.matmul_n, args.cpus, args.breakdown_loop)
         raw.append(r)
         if "error" in r:
             print(f"{mode}: FAILED\n{r['error']}", flush=True)
             continue
         if r["mode"] == "breakdown":
-            print(f"\n{mode} (hook {r['hook']}), base {r['base_s']:.3f} s / {OPS:,} ops")
-            print("| variant | slowdown | added µs/op |\n| --- | ---: | ---: |")
+            unit = f"{DECODE_TOKENS} tokens" if r.get("loop") == "decode" else f"{OPS:,} ops"
+            print(f"\n{mode} (hook {r['hook']}), base {r['base_s']:.3f} s / {unit}")
+            print("| variant | slowdown | loss | added µs/op |\n| --- | ---: | ---: | ---: |")
             for name, row in r["rows"].items():
-                print(f"| {name} | {row['slowdown']:.2f}× | {row['added_us_per_op']:.2f} |")
+                print(
+                    f"| {name} | {row['slowdown']:.2f}× | {row['loss_pct']:.1f} % "
+                    f"| {row['added_us_per_op']:.2f} |"
+                )
             continue
         s = summarise(r)
         rows.append(s)
@@ -459,9 +576,9 @@ def main() -> None:
     print(
         "\n| mode | launch-bound slowdown | added µs/op | compute-bound slowdown "
         "| training-step slowdown | decode tokens/s untraced → traced (loss) "
-        "| kernels seen / launched |"
+        "| decode loss, paired chunks (before hand-over) | kernels seen / launched |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in rows:
         seen = "-"
         if s["kernels"]:
@@ -471,7 +588,9 @@ def main() -> None:
             f"| {s['compute_slowdown']:.3f}× | {s['train_slowdown'] or 0:.2f}× "
             f"| {s['decode_tokens_per_s_base'] or 0:.0f} → "
             f"{s['decode_tokens_per_s_traced'] or 0:.0f}"
-            f" ({s['decode_loss_pct'] or 0:.1f} %) | {seen} |"
+            f" ({s['decode_loss_pct'] or 0:.1f} %) | {s['decode_loss_paired_pct'] or 0:.1f} %"
+            f" ({s['decode_loss_paired_unflushed_pct'] or 0:.1f} %) of {s['decode_pairs']}"
+            f" | {seen} |"
         )
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": rows, "raw": raw}, indent=1))

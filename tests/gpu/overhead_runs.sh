@@ -2,6 +2,8 @@
 # One call on the GPU machine: the GPU tests once, then bench/gpu_overhead.py RUNS times
 # (fresh processes each run), for the decode-loss median over runs (issue 29).
 # Usage (repo root): OUT=/tmp/out RUNS=3 MODES=kubeprof,kineto_stack bash tests/gpu/overhead_runs.sh
+#   CPUS=2,3,4,5   pin every bench child to these CPUs
+#   BREAKDOWN=decode|launch   also run --breakdown (C hook) on that loop after the first run
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -25,8 +27,15 @@ for i in $(seq 1 "$RUNS"); do
   left=$((BUDGET_S - SECONDS))
   [ "$left" -gt 60 ] || { echo "run $i skipped: ${left}s left" >>"$log"; break; }
   timeout "$left" python3 bench/gpu_overhead.py --modes "$MODES" --reps "$REPS" \
-    --out "$OUT/bench$i.json" >"$OUT/bench$i.txt" 2>&1
+    --cpus "${CPUS:-}" --out "$OUT/bench$i.json" >"$OUT/bench$i.txt" 2>&1
   echo "bench run $i rc=$? after ${SECONDS}s" >>"$log"
+  if [ "$i" = 1 ] && [ -n "${BREAKDOWN:-}" ]; then
+    left=$((BUDGET_S - SECONDS))
+    timeout "$left" python3 bench/gpu_overhead.py --breakdown --hooks c --reps "$REPS" \
+      --breakdown-loop "$BREAKDOWN" --cpus "${CPUS:-}" --out "$OUT/breakdown.json" \
+      >"$OUT/breakdown.txt" 2>&1
+    echo "breakdown ($BREAKDOWN) rc=$? after ${SECONDS}s" >>"$log"
+  fi
 done
 cat "$log"; tail -5 "$OUT/pytest.txt" 2>/dev/null
-for f in "$OUT"/bench*.txt; do echo "== $f"; tail -12 "$f"; done
+for f in "$OUT"/bench*.txt "$OUT"/breakdown.txt; do [ -f "$f" ] && { echo "== $f"; tail -16 "$f"; }; done
