@@ -323,6 +323,11 @@ def _record(
                 f"the store could not be written; data kept in {sink.kept_in} "
                 "(gzip JSON batches in the cluster agent's format)"
             )
+        if sink is not None and sink.refused:
+            warnings.append(
+                f"{len(sink.refused)} record(s) left out, the store refused their values "
+                f"(the rest stored): {sink.refused[0]}"
+            )
         end_meta = {
             "exit_code": str(exit_code),
             **_tracer_status(running.values()),

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kubeprof.agent import invalid_records
 from kubeprof.agent.cluster.spool import Spool
 from kubeprof.agent.driver import merge
 from kubeprof.model import Batch
@@ -37,6 +38,7 @@ class StoreSink:
         self.rows = 0
         self.records = 0  # CPU samples, waits + GPU activities: what a profile is made of
         self.kept_in: Path | None = None  # set when the last resort was used
+        self.refused: list[str] = []  # records left out: the store refused their values
 
     def write(self, batch: Batch) -> None:
         if (
@@ -61,9 +63,25 @@ class StoreSink:
                     + len(self.pending[0].offcpu_samples)
                 )
             except Exception as exc:  # noqa: BLE001 - keep the data, report the cause
+                if not _store_down(exc) and self._drop_invalid():
+                    continue  # the rest of the batch, without the records it refused
                 self.log(f"kubeprof: store write failed, keeping data in memory: {exc}")
                 return False
             self.pending.pop(0)
+        return True
+
+    def _drop_invalid(self) -> bool:
+        """Take out of the first pending batch the records the ingest would refuse (a
+        value past its column fails the whole batch's transaction); True if any were."""
+        good, reasons = invalid_records.split(self.pending[0])
+        if not reasons:
+            return False
+        self.refused += reasons
+        shown = "; ".join(reasons[:3]) + (
+            f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+        )
+        self.log(f"kubeprof: {len(reasons)} record(s) refused, the rest of the batch kept: {shown}")
+        self.pending[0] = good
         return True
 
     def close(self) -> None:
@@ -77,3 +95,12 @@ class StoreSink:
             batch_id,
         )
         self.kept_in = spool.folder
+
+
+def _store_down(exc: Exception) -> bool:
+    """The store could not be reached or used (retry later), as opposed to a refused value."""
+    from sqlalchemy import exc as sa  # only here: the node agent has no database driver
+
+    return isinstance(exc, (sa.OperationalError, sa.InterfaceError, sa.DisconnectionError)) or (
+        isinstance(exc, sa.DBAPIError) and exc.connection_invalidated
+    )

@@ -139,3 +139,24 @@ def test_spool_sink_splits_a_poll_larger_than_the_ingest_takes(tmp_path: Path):
     assert pieces[0].processes == big.processes and pieces[0].counters == big.counters
     assert all(not p.processes and not p.counters for p in pieces[1:])
     assert all(a.stack == deep for p in pieces for a in p.gpu_activities)
+
+
+def test_invalid_records_are_found_one_by_one_and_the_rest_kept():
+    """What `StoreSink` leaves out after a refused write: exactly the records the ingest
+    would refuse, each named by its field; a valid batch comes back as it was."""
+    from kubeprof.agent.invalid_records import split
+
+    kernels = tuple(
+        GpuActivity("kernel", "k", i * 10, i * 10 + 5, 0, 7, -1 if i in (3, 17) else i)
+        for i in range(40)
+    )
+    batch = Batch(samples=_b(5).samples, gpu_activities=kernels, counters={"c": 1})
+    good, reasons = split(batch)
+    assert [a.correlation_id for a in good.gpu_activities] == [
+        i for i in range(40) if i not in (3, 17)
+    ]
+    assert good.samples == batch.samples and good.counters == {"c": 1}
+    assert len(reasons) == 2 and reasons[0].startswith("gpu_activities[3]: ")
+    assert reasons[1].startswith("gpu_activities[17]: ") and "correlation_id" in reasons[1]
+    valid = _b(3)
+    assert split(valid) == (valid, [])

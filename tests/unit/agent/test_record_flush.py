@@ -168,3 +168,42 @@ def test_a_failing_collector_is_named_and_the_others_still_stored(tmp_path):
     )
     assert any("BrokenSource" in w and "ring buffer gone" in w for w in res.warnings)
     assert bad.stopped and _stored(url, "iso") == good.n + 1 >= 3
+
+
+class OneBadSource(CountingSource):
+    """Polls 3 samples a time; the first poll's second sample has a frame line no column
+    holds (what a code object's line table read from reused memory once decoded to)."""
+
+    def poll(self) -> Batch:
+        bad = self.n == 0
+        rows = []
+        for k in range(3):
+            self.n += 1
+            line = -18_744_146_661_623_044_296 if bad and k == 1 else 1
+            rows.append(
+                CpuSample(self.n, 1, 1, "t", 0, (Frame("f", FrameKind.PYTHON, "/x.py", line),))
+            )
+        return Batch(samples=tuple(rows))
+
+
+def test_a_value_the_store_refuses_costs_its_record_not_the_session(tmp_path):
+    """One sample's out-of-range frame line used to fail every batch's write: the session
+    ended with 0 rows. Now only that sample is left out, and the warning names its field."""
+    url = f"sqlite:///{tmp_path}/r.db"
+    src, logged = OneBadSource(), []
+    res = record(
+        RecordOptions(
+            command=[sys.executable, "-c", "import time; time.sleep(0.5)"],
+            store_url=url,
+            sources=[src],
+            poll_interval_s=0.05,
+            name="bad",
+            log=logged.append,
+        )
+    )
+    assert src.n >= 4  # the bad poll, and the stop's sample at least
+    assert _stored(url, "bad") == res.rows == src.n - 1
+    left_out = [w for w in res.warnings if "left out" in w]
+    assert len(left_out) == 1 and left_out[0].startswith("1 record(s) left out")
+    assert "samples[1]" in left_out[0] and "line" in left_out[0]
+    assert any("1 record(s) refused" in m for m in logged)
