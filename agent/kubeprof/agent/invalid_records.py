@@ -34,7 +34,8 @@ def _why(batch: Batch) -> str | None:
 def _bad(key: str, recs: Sequence[Any], first: int, out: list[tuple[int, str]]) -> None:
     """Indexes (into the original list) and reasons of the records of ``recs`` the ingest
     refuses on their own."""
-    why = _why(Batch(**{key: tuple(recs)}))
+    kwargs: dict[str, Any] = {key: tuple(recs)}
+    why = _why(Batch(**kwargs))
     if why is None:
         return
     if len(recs) == 1:
@@ -50,7 +51,7 @@ def split(batch: Batch) -> tuple[Batch, list[str]]:
     record naming its field; the batch unchanged and [] when every record is valid."""
     if _why(batch) is None:
         return batch, []
-    keep: dict[str, tuple[Any, ...]] = {}
+    keep: dict[str, Any] = {}
     reasons: list[str] = []
     for key in _KEYS:
         recs: tuple[Any, ...] = getattr(batch, key)
@@ -62,6 +63,6 @@ def split(batch: Batch) -> tuple[Batch, list[str]]:
             keep[key] = tuple(r for i, r in enumerate(recs) if i not in drop)
             reasons += [why for _, why in bad]
     if not reasons and _why(Batch(counters=batch.counters)) is not None:
-        keep["counters"] = {}  # type: ignore[assignment]
+        keep["counters"] = {}
         reasons.append(f"counters: {_why(Batch(counters=batch.counters))}")
     return dataclasses.replace(batch, **keep), reasons
