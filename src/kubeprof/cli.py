@@ -227,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
         "lands on Python functions",
     )
     rep.add_argument(
+        "--node",
+        metavar="NAME",
+        help="with -f perfetto: the node whose timeline to write; a cluster session "
+        "with several nodes needs it (each node's pids and clock are its own)",
+    )
+    rep.add_argument(
         "--whole-session",
         action="store_true",
         help="CPU view over the whole session; by default it follows the window "
@@ -403,6 +409,7 @@ def _stored(args: argparse.Namespace) -> int:
         return reporting.report_command(
             args.session,
             view=args.view,
+            node=args.node,
             text=reporting.TextOptions(args.top, args.width, args.startup_frames),
             **_read_options(args),
         )

@@ -310,9 +310,15 @@ def report_command(
     *,
     text: TextOptions | None = None,
     whole_session: bool = False,
+    node: str | None = None,
 ) -> int:
     if fmt == "perfetto":
-        return timeline_command(store_url, ref, out, keep_interpreter=keep_interpreter)
+        return timeline_command(store_url, ref, out, keep_interpreter=keep_interpreter, node=node)
+    if node is not None:
+        raise LookupError(
+            "--node: only the timeline (-f perfetto) is drawn per node; the other formats "
+            "cover every node of the session (drop --node)"
+        )
     report = load(store_url, ref, keep_interpreter=keep_interpreter, whole_session=whole_session)
     profile = report.profile
     if view == "gpu" and not profile.gpu:
@@ -381,17 +387,51 @@ def timeline_size(conn: Connection, session_id: int) -> int:
     )
 
 
+class NodeChoice(LookupError):
+    """A timeline asked of a session with several nodes without naming one, or naming one
+    the session does not have; the message lists the session's nodes."""
+
+
+def timeline_node(conn: Connection, info: q.SessionInfo, node: str | None) -> str:
+    """The one node a timeline of ``info`` draws: ``node``, or the session's only node.
+
+    Each node's pids and CLOCK_MONOTONIC are its own, so two nodes on one time axis would
+    put unrelated times side by side and merge processes that share a pid."""
+    nodes = q.session_nodes(conn, info.id)
+    named = ", ".join(repr(n) for n in nodes)
+    if node is None:
+        if len(nodes) > 1:
+            raise NodeChoice(
+                f"session {info.name!r} has records from {len(nodes)} nodes ({named}); a "
+                "timeline draws one node's clock: name one (--node NAME; in the web UI, "
+                "?node=NAME)"
+            )
+        return nodes[0] if nodes else ""
+    if node not in nodes:
+        raise NodeChoice(
+            f"node: session {info.name!r} has no records from node {node!r}; its "
+            f"nodes: {named or 'none'}"
+        )
+    return node
+
+
 def timeline_inputs(
-    conn: Connection, info: q.SessionInfo, *, keep_interpreter: bool = False
+    conn: Connection,
+    info: q.SessionInfo,
+    *,
+    keep_interpreter: bool = False,
+    node: str | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of `write_perfetto` for a stored session: its GPU records,
-    CPU and off-CPU samples, process names and phases (the CLI and the web UI both)."""
+    """The keyword arguments of `write_perfetto` for a stored session: one node's GPU
+    records, CPU and off-CPU samples, process names and phases (the CLI and the web UI
+    both); `timeline_node` picks the node."""
     from kubeprof.analysis import gpu_trace, phases
 
-    activities = q.gpu_activities(conn, info.id)
-    cpu = q.sample_columns(conn, info)
-    waits = offcpu_samples(conn, info.id)
-    names = {pid: name for (_, pid), name in q.process_names(conn, info.id).items()}
+    node = timeline_node(conn, info, node)
+    activities = q.gpu_activities(conn, info.id, node)
+    cpu = q.sample_columns(conn, info, node)
+    waits = offcpu_samples(conn, info.id, node)
+    names = {pid: name for (n, pid), name in q.process_names(conn, info.id).items() if n == node}
     start = info.start_ns or min((a.start_ns for a in activities), default=0)
     end = info.end_ns or max((a.end_ns for a in activities), default=start)
     work = any(a.kind in ("kernel", "memcpy", "memset") for a in activities)
@@ -409,7 +449,12 @@ def timeline_inputs(
 
 
 def timeline_command(
-    store_url: str | None, ref: str | None, out: str | None, *, keep_interpreter: bool = False
+    store_url: str | None,
+    ref: str | None,
+    out: str | None,
+    *,
+    keep_interpreter: bool = False,
+    node: str | None = None,
 ) -> int:
     """Session `ref` as Chrome trace-event JSON for Perfetto (report.perfetto), written
     event by event to `out` (SESSION.trace.json by default; gzip'd when it ends in .gz,
@@ -420,10 +465,11 @@ def timeline_command(
     try:
         info = _touch(store, ref)
         with store.engine.connect() as conn:
-            args = timeline_inputs(conn, info, keep_interpreter=keep_interpreter)
+            args = timeline_inputs(conn, info, keep_interpreter=keep_interpreter, node=node)
     finally:
         store.close()
-    out = out if out is not None else default_out(info.name, ".trace.json")
+    if out is None:  # one file per node when named: SESSION.NODE.trace.json
+        out = default_out(info.name + (f".{node}" if node else ""), ".trace.json")
     if out == "-":
         write_perfetto(sys.stdout, **args)
         return 0

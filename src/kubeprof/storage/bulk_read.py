@@ -50,15 +50,18 @@ def driver_rows(
         return cur.fetchall()
 
 
-def thread_columns(conn: Connection, session_id: int) -> tuple[list[ThreadSamples], dict[int, int]]:
+def thread_columns(
+    conn: Connection, session_id: int, node: str | None = None
+) -> tuple[list[ThreadSamples], dict[int, int]]:
     """Each thread's samples, in (pid, tid) order, as time-sorted ``array('q')`` columns of
     timestamps and dense stack indexes; and stack id -> index, numbered in order of first
     appearance (threads in order, each in time order), as a row-by-row read numbers them.
 
     A thread's name is the one of its earliest sample. Samples of one thread with the same
-    timestamp keep the table's order (a sampler never takes two of one thread at once)."""
+    timestamp keep the table's order (a sampler never takes two of one thread at once).
+    ``node``: only that node's samples (pids and clocks are each node's own)."""
     groups: dict[tuple[int, int], list[tuple[str, array[int], array[int]]]] = {}
-    for pid, tid, thread, ts, ids in _sample_groups(conn, session_id):
+    for pid, tid, thread, ts, ids in _sample_groups(conn, session_id, node):
         groups.setdefault((pid, tid), []).append((thread, ts, ids))
     threads: list[ThreadSamples] = []
     index: dict[int, int] = {}
@@ -75,10 +78,11 @@ def thread_columns(conn: Connection, session_id: int) -> tuple[list[ThreadSample
 
 
 def _sample_groups(
-    conn: Connection, session_id: int
+    conn: Connection, session_id: int, node: str | None = None
 ) -> Iterable[tuple[int, int, str, array[int], array[int]]]:
     """(pid, tid, thread name, timestamps, stack ids) per thread and name, unsorted."""
     t = SampleRow.__table__
+    where = [t.c.session_id == session_id] + ([t.c.node == node] if node is not None else [])
     if _psycopg(conn):
         q = (
             select(
@@ -88,7 +92,7 @@ def _sample_groups(
                 func.array_agg(t.c.ts_ns),
                 func.array_agg(t.c.stack_id),
             )
-            .where(t.c.session_id == session_id)
+            .where(*where)
             .group_by(t.c.pid, t.c.tid, t.c.thread)
         )
         return [
@@ -96,9 +100,7 @@ def _sample_groups(
             for pid, tid, thread, ts, ids in driver_rows(conn, q, raw_int8_arrays=True)
         ]
     out: dict[tuple[int, int, str], tuple[array[int], array[int]]] = {}
-    q2 = select(t.c.pid, t.c.tid, t.c.thread, t.c.ts_ns, t.c.stack_id).where(
-        t.c.session_id == session_id
-    )
+    q2 = select(t.c.pid, t.c.tid, t.c.thread, t.c.ts_ns, t.c.stack_id).where(*where)
     for pid, tid, thread, ts_ns, stack_id in conn.execute(q2.order_by(t.c.id)):
         ts, ids = out.setdefault((pid, tid, thread), (array("q"), array("q")))
         ts.append(ts_ns)

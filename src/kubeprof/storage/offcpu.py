@@ -114,10 +114,13 @@ def offcpu_stacks(
     return tuple(out)
 
 
-def offcpu_samples(conn: Connection, session_id: int) -> list[OffCpuSample]:
-    """Every off-CPU sample of a session in time order, stacks included (for analyses
-    that line waits up with GPU idle time)."""
+def offcpu_samples(
+    conn: Connection, session_id: int, node: str | None = None
+) -> list[OffCpuSample]:
+    """Every off-CPU sample of a session (of one node, if given) in time order, stacks
+    included (for analyses that line waits up with GPU idle time)."""
     t = OffCpuSampleRow
+    where = [t.session_id == session_id] + ([t.node == node] if node is not None else [])
     rows = list(
         conn.execute(
             select(
@@ -131,7 +134,7 @@ def offcpu_samples(conn: Connection, session_id: int) -> list[OffCpuSample]:
                 t.source,
                 t.stack_id,
             )
-            .where(t.session_id == session_id)
+            .where(*where)
             .order_by(t.ts_ns, t.id)
         )
     )

@@ -13,7 +13,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select, union
 from sqlalchemy.engine import Connection
 
 from kubeprof.analysis.cpu_samples import SampleColumns
@@ -28,9 +28,11 @@ from kubeprof.storage.models import (
     GpuActivityRow,
     GpuMetricRow,
     GpuTracerRow,
+    OffCpuSampleRow,
     ProcessRow,
     SampleRow,
     SessionRow,
+    StackCountRow,
 )
 
 # A gpu_metrics row's columns carry GpuMetricSample's field names: its fields, in order.
@@ -141,6 +143,24 @@ def pick_session(sessions: Sequence[SessionInfo], ref: str) -> SessionInfo:
     raise SessionNotFound(
         f"no session named {ref!r}; recent sessions: {names} (`kubeprof sessions` lists all)"
     )
+
+
+def session_nodes(conn: Connection, session_id: int) -> list[str]:
+    """The nodes a session holds records from, sorted ("" alone for a local session).
+
+    Read where it is cheap: processes, the counted samples' rollup, GPU and off-CPU
+    records, and only the samples past the session's counting watermark."""
+    counted = (
+        select(SessionRow.counted_sample_id).where(SessionRow.id == session_id).scalar_subquery()
+    )
+    q = union(
+        select(ProcessRow.node).where(ProcessRow.session_id == session_id),
+        select(StackCountRow.node).where(StackCountRow.session_id == session_id),
+        select(GpuActivityRow.node).where(GpuActivityRow.session_id == session_id),
+        select(OffCpuSampleRow.node).where(OffCpuSampleRow.session_id == session_id),
+        select(SampleRow.node).where(SampleRow.session_id == session_id, SampleRow.id > counted),
+    )
+    return sorted({r[0] for r in conn.execute(q)})
 
 
 def process_names(conn: Connection, session_id: int) -> dict[tuple[str, int], str]:
@@ -263,9 +283,10 @@ def _gpu_activity_rows(
     return out
 
 
-def gpu_activities(conn: Connection, session_id: int) -> list[GpuActivity]:
-    """All GPU activity records of a session, in start order, with launch stacks."""
-    return [a for _, a in _gpu_activity_rows(conn, session_id, stacks=True)]
+def gpu_activities(conn: Connection, session_id: int, node: str | None = None) -> list[GpuActivity]:
+    """All GPU activity records of a session (of one node, if given), in start order, with
+    launch stacks."""
+    return [a for _, a in _gpu_activity_rows(conn, session_id, stacks=True, node=node)]
 
 
 def gpu_activities_by_node(
@@ -498,15 +519,18 @@ def recent_gpu_records(
     return acts, util
 
 
-def sample_columns(conn: Connection, session: SessionInfo) -> SampleColumns | None:
+def sample_columns(
+    conn: Connection, session: SessionInfo, node: str | None = None
+) -> SampleColumns | None:
     """A session's CPU samples as columns for the analysis, per thread in time order.
 
     Read per thread into ``array('q')`` columns (``bulk_read.thread_columns``), so ten
     million samples never become objects. ``hz`` is the session's sampling rate and
     ``source`` its ``cpu_source`` meta (``bpf`` unless the py-spy fallback ran). None when
-    the session has no CPU samples. Nodes are not told apart: a local session has one.
+    the session has no CPU samples. Nodes are not told apart unless ``node`` names one (a
+    local session has one; a timeline draws one node's clock).
     """
-    threads, stack_index = thread_columns(conn, session.id)
+    threads, stack_index = thread_columns(conn, session.id, node)
     if not threads:
         return None
     loaded = load_stacks(conn, stack_index)

@@ -155,7 +155,7 @@ class Routes:
                         keep_interpreter=keep,
                     )
                 if parts[3] == "timeline":
-                    return self._timeline(conn, info)
+                    return self._timeline(conn, info, query.get("node"))
             if parts[:1] == ["diff"] and parts[1:] in ([], ["numbers"]):
                 return self._diff(conn, parts[1:] == ["numbers"], query)
         raise api.ApiError(404, "no such API path; see the README's Web UI part")
@@ -172,13 +172,14 @@ class Routes:
         view = api.check_view(query.get("view", "cpu"))
         return api.diff(api.prepare(conn, base, new, keep_interpreter=keep), view=view)
 
-    def _timeline(self, conn: Connection, info: q.SessionInfo) -> Response:
-        """The session's Perfetto trace as a gzip'd file to save (not a Content-Encoding:
-        the file stays .json.gz, which ui.perfetto.dev and chrome://tracing open)."""
-        body = timeline_gz(conn, info, limit=self.timeline_limit)
+    def _timeline(self, conn: Connection, info: q.SessionInfo, node: str | None) -> Response:
+        """The session's (one node's) Perfetto trace as a gzip'd file to save (not a
+        Content-Encoding: the file stays .json.gz, which ui.perfetto.dev and
+        chrome://tracing open)."""
+        body = timeline_gz(conn, info, limit=self.timeline_limit, node=node)
         headers = {
             **HEADERS,
-            "Content-Disposition": f'attachment; filename="{filename(info)}"',
+            "Content-Disposition": f'attachment; filename="{filename(info, node)}"',
         }
         return Response(200, "application/gzip", body, headers)
 

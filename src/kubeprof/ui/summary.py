@@ -143,6 +143,7 @@ def _summary(conn: Connection, info: q.SessionInfo, how: Prepared) -> dict[str, 
     out = _summary_of(report, info)
     out["pods"] = _pods(conn, info)
     out["gpus"] = _gpus(conn, info)
+    out["nodes"] = q.session_nodes(conn, info.id)  # a timeline per node when several
     out["prepared"] = {"keepInterpreter": how.keep_interpreter, "wholeSession": how.whole_session}
     return out
 

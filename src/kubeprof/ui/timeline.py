@@ -17,18 +17,18 @@ import tempfile
 from sqlalchemy.engine import Connection
 
 from kubeprof.report.perfetto import write_perfetto
-from kubeprof.reporting import timeline_inputs, timeline_size
+from kubeprof.reporting import NodeChoice, timeline_inputs, timeline_node, timeline_size
 from kubeprof.storage import queries as q
 from kubeprof.ui.refs import LOCAL, ApiError, ref_of
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")  # kept out of the Content-Disposition file name
 
 
-def filename(info: q.SessionInfo) -> str:
-    """The download's name, NAMESPACE_NAME.trace.json.gz (as the CLI names a cluster
-    session's files), with anything but letters, digits, '.', '_' and '-' as '_'."""
+def filename(info: q.SessionInfo, node: str | None = None) -> str:
+    """The download's name, NAMESPACE_NAME[.NODE].trace.json.gz (as the CLI names a
+    cluster session's files), with anything but letters, digits, '.', '_' and '-' as '_'."""
     ns, name = ref_of(info)
-    return _UNSAFE.sub("_", f"{ns}_{name}") + ".trace.json.gz"
+    return _UNSAFE.sub("_", f"{ns}_{name}" + (f".{node}" if node else "")) + ".trace.json.gz"
 
 
 def cli_ref(info: q.SessionInfo) -> str:
@@ -37,8 +37,16 @@ def cli_ref(info: q.SessionInfo) -> str:
     return name if ns == LOCAL else f"{ns}/{name}"
 
 
-def timeline_gz(conn: Connection, info: q.SessionInfo, *, limit: int) -> bytes:
-    """The session's trace-event JSON, gzip'd; ApiError(413) above `limit` records."""
+def timeline_gz(
+    conn: Connection, info: q.SessionInfo, *, limit: int, node: str | None = None
+) -> bytes:
+    """The session's (one node's) trace-event JSON, gzip'd; ApiError(413) above `limit`
+    records, ApiError(400) when the session has several nodes and ``node`` names none of
+    them."""
+    try:
+        node = timeline_node(conn, info, node)
+    except NodeChoice as exc:
+        raise ApiError(400, str(exc)) from None
     n = timeline_size(conn, info.id)
     if n > limit:
         raise ApiError(
@@ -47,7 +55,7 @@ def timeline_gz(conn: Connection, info: q.SessionInfo, *, limit: int) -> bytes:
             f"{limit:,} the web UI turns into a timeline; write it with the CLI instead: "
             f"kubeprof report {cli_ref(info)} -f perfetto",
         )
-    args = timeline_inputs(conn, info)
+    args = timeline_inputs(conn, info, node=node)
     with tempfile.TemporaryFile() as raw:
         with (
             gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed,

@@ -186,9 +186,15 @@
       app.appendChild(el("h1", {}, [el("span", { "class": "kp-ns", text: ns + " / " }), name, " ", el("span", { "class": "kp-phase kp-phase-" + s.phase, text: s.phase })]));
       app.appendChild(el("dl", { "class": "kp-facts" }, [].concat.apply([], s.header.map(function (kv) { return [el("dt", { text: kv[0] }), el("dd", { text: kv[1] })]; }))));
       // The Perfetto trace `kubeprof report -f perfetto` writes, saved as a .json.gz file.
-      app.appendChild(el("p", { "class": "kp-timeline-link" }, [
-        el("a", { id: "kp-perfetto", href: base + "/timeline", download: "", text: "Open timeline (Perfetto)" }),
-        el("span", { "class": "kp-note", text: " \u2014 downloads a .trace.json.gz file: open it at ui.perfetto.dev (\u201cOpen trace file\u201d) or in chrome://tracing." })]));
+      // Each node's pids and clock are its own: one timeline per node when there are several.
+      var nodes = s.nodes || [];
+      var links = nodes.length > 1
+        ? [].concat.apply(["Open timeline (Perfetto) of node "], nodes.map(function (n, i) {
+            return [i ? ", " : "", el("a", { "class": "kp-perfetto-node", href: base + "/timeline?node=" + encodeURIComponent(n), download: "", text: n })];
+          }))
+        : [el("a", { id: "kp-perfetto", href: base + "/timeline", download: "", text: "Open timeline (Perfetto)" })];
+      app.appendChild(el("p", { "class": "kp-timeline-link" }, links.concat([
+        el("span", { "class": "kp-note", text: " \u2014 downloads a .trace.json.gz file: open it at ui.perfetto.dev (\u201cOpen trace file\u201d) or in chrome://tracing." })])));
       app.appendChild(el("section", { "class": "kp-top", id: "kp-findings" }, [el("h2", { text: "Findings" }), el("div", { html: s.html.findings || "<p>No GPU or CPU data to analyse.</p>" })]));
 
       var viewBtns = el("span", { "class": "kp-views" }, ["cpu", "gpu", "off-cpu", "wall"].map(function (v) {
