@@ -26,7 +26,12 @@ CLOCK = {"node-a": 10**9, "node-b": 1_000 * 10**9}  # each node's own monotonic 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('nodes') / 'kp.db'}"
+    return two_node_store(f"sqlite:///{tmp_path_factory.mktemp('nodes') / 'kp.db'}")
+
+
+def two_node_store(url: str) -> str:
+    """Session team-b/serve: 20 samples from node-a, 5 and a kernel from node-b, both of
+    pid 7, at each node's own clock (also the browser test's store)."""
     store = Store.open(url)
     with store.engine.begin() as conn:
         sid = sessions.ensure(
