@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,7 +239,11 @@ def _record(
         running = _named(opts.sources)
         env: dict[str, str] = {}
     else:
-        running, env = _start_collectors(opts, gpu_socket)
+        try:
+            running, env = _start_collectors(opts, gpu_socket)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     start_ns = time.monotonic_ns()
     meta = {**opts.meta, **host_meta(), "cpu": str(opts.cpu), "gpu": str(opts.gpu)}
     for c in running.values():  # which CPU sampler ran: "bpf" or "py-spy" (no BPF there)
@@ -339,6 +344,8 @@ def _record(
             warnings.append(f"GPU launches traced by the {end_meta['gpu_launch_hook']}")
         if store is not None and session_id is not None:
             _finish(store, session_id, status, end_ns, end_meta, warnings)
+        if sink is None or sink.kept_in is None:  # else it holds the unsaved batches
+            shutil.rmtree(tmp, ignore_errors=True)
     assert sink is not None and session_id is not None  # else the store's error was raised
     if child is not None and sink.records == 0 and child.returncode is not None and not warnings:
         warnings.append(

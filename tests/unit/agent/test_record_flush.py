@@ -207,3 +207,23 @@ def test_a_value_the_store_refuses_costs_its_record_not_the_session(tmp_path):
     assert len(left_out) == 1 and left_out[0].startswith("1 record(s) left out")
     assert "samples[1]" in left_out[0] and "line" in left_out[0]
     assert any("1 record(s) refused" in m for m in logged)
+
+
+def test_a_recording_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
+    """Every `kubeprof record` made a kubeprof-* folder (the GPU socket's, the last resort's)
+    and left it: thousands piled up in /tmp. Only unsaved batches keep it (test above)."""
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    record(
+        RecordOptions(
+            command=[sys.executable, "-c", "pass"],
+            store_url=f"sqlite:///{tmp_path}/r.db",
+            sources=[CountingSource()],
+            poll_interval_s=0.05,
+            name="tmp",
+        )
+    )
+    assert list(scratch.iterdir()) == []
