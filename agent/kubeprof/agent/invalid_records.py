@@ -62,7 +62,8 @@ def split(batch: Batch) -> tuple[Batch, list[str]]:
             drop = {i for i, _ in bad}
             keep[key] = tuple(r for i, r in enumerate(recs) if i not in drop)
             reasons += [why for _, why in bad]
-    if not reasons and _why(Batch(counters=batch.counters)) is not None:
+    counters = _why(Batch(counters=batch.counters)) if not reasons else None
+    if counters is not None:
         keep["counters"] = {}
-        reasons.append(f"counters: {_why(Batch(counters=batch.counters))}")
+        reasons.append(f"counters: {counters}")
     return dataclasses.replace(batch, **keep), reasons

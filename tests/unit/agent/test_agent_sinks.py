@@ -160,3 +160,5 @@ def test_invalid_records_are_found_one_by_one_and_the_rest_kept():
     assert reasons[1].startswith("gpu_activities[17]: ") and "correlation_id" in reasons[1]
     valid = _b(3)
     assert split(valid) == (valid, [])
+    no_counters, why = split(Batch(samples=valid.samples, counters={"lost": -5}))
+    assert no_counters == valid and why[0].startswith("counters: ")
