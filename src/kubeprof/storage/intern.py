@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import TextClause
 
 from kubeprof.model import Frame, FrameKind, Stack, stack_hash
 from kubeprof.storage.bulk import dialect_insert
@@ -48,6 +49,21 @@ def _hold(conn: Connection, *, shared: bool) -> None:
         conn.execute(text(f"SELECT {fn}(:k)"), {"k": _PG_INTERN_LOCK})
     else:  # SQLite: a no-op write takes its one write lock now, not at the first insert
         conn.execute(update(InternEpochRow).values(epoch=InternEpochRow.epoch))
+
+
+_SHARED = {
+    "postgresql": text("SELECT pg_advisory_xact_lock_shared(:k)"),
+    # SQLite: a no-op write takes its one write lock now, not at the first insert
+    "sqlite": text(f"UPDATE {InternEpochRow.__tablename__} SET epoch = epoch"),
+}
+_EPOCH = text(f"SELECT epoch FROM {InternEpochRow.__tablename__}")
+
+
+def interning_statements(conn: Connection) -> list[tuple[TextClause, dict[str, int]]]:
+    """What `hold_interning` runs, to send with other statements (`batch_tx`): the lock
+    shared, then the epoch, read in its own statement after the lock is granted (a
+    statement reads the snapshot of its start). The epoch is the last one's first column."""
+    return [(_SHARED[conn.dialect.name], {"k": _PG_INTERN_LOCK}), (_EPOCH, {})]
 
 
 def hold_interning(conn: Connection) -> int:
@@ -89,16 +105,21 @@ class Interner:
         """Intern `stacks`; returns stack hash -> stack id for all of them. Holds the
         interning lock until the transaction ends (the ids must not be collected before
         the rows that use them are committed)."""
-        epoch = hold_interning(conn)
+        return self.hashed_ids_for(conn, {stack_hash(s): s for s in stacks})
+
+    def hashed_ids_for(
+        self, conn: Connection, stacks: Mapping[int, Stack], *, epoch: int | None = None
+    ) -> dict[int, int]:
+        """`stack_ids_for` of stacks already hashed (hash -> stack: hashing a deep stack
+        costs a Python call per frame). `epoch`: this transaction already holds the
+        interning lock and read that epoch under it (`interning_statements`)."""
+        if epoch is None:
+            epoch = hold_interning(conn)
         if epoch != self.epoch:
             self.frame_ids.clear()
             self.stack_ids.clear()
             self.epoch = epoch
-        by_hash: dict[int, Stack] = {}
-        for stack in stacks:
-            h = stack_hash(stack)
-            if h not in self.stack_ids:
-                by_hash.setdefault(h, stack)
+        by_hash = {h: s for h, s in stacks.items() if h not in self.stack_ids}
         if by_hash:
             frames = {f for s in by_hash.values() for f in s}
             self._intern_frames(conn, frames)
