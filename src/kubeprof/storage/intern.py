@@ -84,6 +84,11 @@ def raise_epoch(conn: Connection) -> None:
     conn.execute(update(InternEpochRow).values(epoch=InternEpochRow.epoch + 1))
 
 
+# Stacks (1 each) and their frames (1 each) an Interner keeps to find hashes by identity:
+# ~8 MB of references at most.
+HASH_SLOTS_MAX = 1 << 20
+
+
 def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -100,6 +105,29 @@ class Interner:
         # quota bounds); a row two writers insert at the same instant counts for both.
         self.added_frames = 0
         self.added_stacks = 0
+        # id(stack) -> (stack, its hash): the entry keeps the stack alive, so no other
+        # object can have its id while the entry exists.
+        self._hashes: dict[int, tuple[Stack, int]] = {}
+        self._slots = 0  # stacks kept, and frames referenced by them
+
+    def kept_slots(self) -> int:
+        """Stacks kept for `hash_of`, and the frames they reference."""
+        return self._slots
+
+    def hash_of(self, stack: Stack) -> int:
+        """`stack_hash(stack)`, found by identity for a stack object seen before (the
+        ingest's decoder hands out the same tuple for a stack decoded again): hashing a
+        stack calls Python once per frame, and as often again to compare on a hit."""
+        hit = self._hashes.get(id(stack))
+        if hit is not None:
+            return hit[1]
+        h = stack_hash(stack)
+        if self._slots > HASH_SLOTS_MAX:  # start over: the stacks kept are bounded
+            self._hashes.clear()
+            self._slots = 0
+        self._hashes[id(stack)] = (stack, h)
+        self._slots += 1 + len(stack)
+        return h
 
     def stack_ids_for(self, conn: Connection, stacks: Iterable[Stack]) -> dict[int, int]:
         """Intern `stacks`; returns stack hash -> stack id for all of them. Holds the

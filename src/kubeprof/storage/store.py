@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlalchemy.sql.elements import TextClause
 
-from kubeprof.model import Batch, stack_hash
+from kubeprof.model import Batch
 from kubeprof.storage import compaction, cpu_samples, intern, migrate, models, offcpu, sessions
 from kubeprof.storage.batch_tx import BatchTx, upsert_sql
 from kubeprof.storage.bulk import dialect_insert, insert_rows
@@ -171,11 +171,11 @@ def write_batch(
         held = hold(bt, session_id, batch)[1]
     # A decoded batch's samples share one tuple per distinct stack: hash each tuple once
     # (hashing a 24-frame stack calls Python once per frame: per sample, or twice per
-    # distinct stack, it was a tenth of ingest), the batch holding the tuples alive while
-    # their ids key these maps.
+    # distinct stack, it was a tenth of ingest; `Interner.hash_of` finds a stack decoded
+    # before by identity), the batch holding the tuples alive while their ids key these.
     distinct = {id(s.stack): s.stack for s in batch.samples}
     distinct.update((id(a.stack), a.stack) for a in batch.gpu_activities if a.stack)
-    hashes = {k: stack_hash(stack) for k, stack in distinct.items()}
+    hashes = {k: interner.hash_of(stack) for k, stack in distinct.items()}
     by_hash = {h: distinct[k] for k, h in hashes.items()}
     ids = interner.hashed_ids_for(conn, by_hash, epoch=held.epoch) if by_hash else {}
     sid = {k: ids[h] for k, h in hashes.items()}
