@@ -10,12 +10,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import event, func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import event, func, select, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from kubeprof.model import Batch, CpuSample, Frame, FrameKind, ProcessInfo
 from kubeprof.operator.db import BatchWriter
 from kubeprof.storage import Store
+from kubeprof.storage.bulk import copy_tuples
+from kubeprof.storage.cpu_samples import COLUMNS
 from kubeprof.storage.models import CounterRow, IngestedBatchRow, ProcessRow, SampleRow
 
 pytestmark = pytest.mark.e2e
@@ -110,6 +112,23 @@ def test_a_database_refusal_is_sqlalchemys_error_and_stores_nothing(store):
         w.store(2_000_000_000, "b1", "node-0", _batch(0))  # no such session
     sid = store.create_session("after", hz=99)
     assert not w.store(sid, "b1", "node-0", _batch(0)).duplicate  # the writer still works
+
+
+def test_a_server_lost_mid_copy_is_sqlalchemys_error_and_the_connection_dropped(store):
+    """A COPY (like a pipeline) goes past SQLAlchemy: psycopg's error for a lost server
+    arrives as SQLAlchemy's OperationalError, as for its own statements (the ingest
+    answers 503 and the agent sends the batch again), and the connection is invalidated:
+    closing it raises nothing more and the writer's next batch gets a live one."""
+    sid = store.create_session("lost", hz=99)
+    with store.engine.connect() as conn, store.engine.connect() as other:
+        pid = conn.scalar(text("SELECT pg_backend_pid()"))
+        other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        with pytest.raises(OperationalError) as lost:
+            copy_tuples(conn, SampleRow.__tablename__, COLUMNS, [(sid, "n", 1, 7, 7, 0, "w", 1)])
+        assert lost.value.connection_invalidated and conn.invalidated
+    w = BatchWriter(store.engine, compact_every_s=1e6)
+    assert not w.store(sid, "b1", "node-0", _batch(0)).duplicate
+    assert _counts(store, sid)[0] == 100
 
 
 def _ready_for_query(store: Store, tmp_path: Path, write) -> int:

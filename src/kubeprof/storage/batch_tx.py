@@ -14,18 +14,16 @@ SQLite runs each statement when it is given.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 import psycopg
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Dialect, RootTransaction
 from sqlalchemy.sql.elements import TextClause
 
-from kubeprof.storage.bulk import copies
+from kubeprof.storage.bulk import as_sqlalchemy_errors, copies
 
 Params = Mapping[str, Any]
 
@@ -40,16 +38,6 @@ def pipelines(conn: Connection) -> bool:
 def _pg_sql(stmt: TextClause, dialect: Dialect) -> str:
     """`stmt` as psycopg's SQL (`:name` -> `%(name)s`), compiled once per statement."""
     return str(stmt.compile(dialect=dialect))
-
-
-@contextmanager
-def _as_sqlalchemy_errors(sql: str) -> Iterator[None]:
-    """psycopg's own errors as SQLAlchemy's (IntegrityError, OperationalError, ...), which
-    the ingest tells apart: a refused value is the client's, a lost server is retried."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise sa_exc.DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
 
 
 class BatchTx:
@@ -68,7 +56,7 @@ class BatchTx:
             return [r.first() if r.returns_rows else None for r in results]
         raw = self.conn.connection.driver_connection
         assert isinstance(raw, psycopg.Connection)
-        with _as_sqlalchemy_errors("; ".join(s.text for s, _ in stmts)):
+        with as_sqlalchemy_errors(self.conn, "; ".join(s.text for s, _ in stmts)):
             cursors = [raw.cursor() for _ in stmts]
             try:
                 with raw.pipeline():
@@ -106,7 +94,7 @@ class BatchTx:
         raw = self.conn.connection.driver_connection
         assert isinstance(raw, psycopg.Connection)
         with (
-            _as_sqlalchemy_errors("; ".join(s.text for s, _ in todo)),
+            as_sqlalchemy_errors(self.conn, "; ".join(s.text for s, _ in todo)),
             raw.pipeline(),
             raw.cursor() as cur,
         ):
