@@ -18,13 +18,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.engine import Connection, Engine
 
 from kubeprof.model import Batch
 from kubeprof.operator.compactor import Compactor
 from kubeprof.storage import compaction, sessions
-from kubeprof.storage.bulk import dialect_insert
+from kubeprof.storage.batch_tx import BatchTx
 from kubeprof.storage.intern import Interner
 from kubeprof.storage.models import (
     GpuActivityRow,
@@ -33,7 +33,7 @@ from kubeprof.storage.models import (
     OffCpuSampleRow,
     SampleRow,
 )
-from kubeprof.storage.store import write_batch
+from kubeprof.storage.store import hold, write_batch
 
 
 def store_name(namespace: str, name: str, uid: str) -> str:
@@ -134,20 +134,17 @@ class BatchWriter:
         interner = self._interner()
         try:
             with self.engine.connect() as conn, conn.begin() as tx:
-                stmt = (
-                    dialect_insert(conn, IngestedBatchRow)
-                    .values(
-                        session_id=session_id,
-                        batch_id=batch_id,
-                        agent=agent,
-                        rows=0,
-                        received_at=datetime.now(UTC),
-                    )
-                    .on_conflict_do_nothing(index_elements=["session_id", "batch_id"])
-                    .returning(IngestedBatchRow.batch_id)
-                )
-                # RETURNING, not rowcount: psycopg reports no reliable count for DO NOTHING.
-                if conn.execute(stmt).first() is None:
+                bt = BatchTx(conn)
+                claim = {
+                    "s": session_id,
+                    "b": batch_id,
+                    "a": agent,
+                    "t": datetime.now(UTC),
+                }
+                # The id row first, locks after, in one round trip (`store.hold`); a
+                # RETURNING row, not rowcount: psycopg reports no count for DO NOTHING.
+                (claimed,), held = hold(bt, session_id, batch, [(_CLAIM, claim)])
+                if claimed is None:
                     prev = conn.scalar(
                         select(IngestedBatchRow.rows).where(
                             IngestedBatchRow.session_id == session_id,
@@ -156,26 +153,35 @@ class BatchWriter:
                     )
                     return Stored(True, int(prev or 0))
                 frames0, stacks0 = interner.added_frames, interner.added_stacks
-                rows = write_batch(conn, interner, session_id, batch, node=agent)
+                rows = write_batch(conn, interner, session_id, batch, node=agent, bt=bt, held=held)
                 frames = interner.added_frames - frames0
                 stacks = interner.added_stacks - stacks0
                 interned(frames, stacks)
-                conn.execute(
-                    update(IngestedBatchRow)
-                    .where(
-                        IngestedBatchRow.session_id == session_id,
-                        IngestedBatchRow.batch_id == batch_id,
-                    )
-                    .values(rows=rows, frames=frames, stacks=stacks)
+                bt.later(
+                    _COUNTED,
+                    [{"s": session_id, "b": batch_id, "r": rows, "f": frames, "k": stacks}],
                 )
                 with committing():
-                    tx.commit()
+                    bt.commit(tx)  # with the statements left queued: one round trip
             self.compactor.note(session_id)
             return Stored(False, rows)
         except BaseException:
             # Ids interned inside a rolled-back transaction do not exist: forget them all.
             self._local.interner = Interner()
             raise
+
+
+_T = IngestedBatchRow.__tablename__
+# The batch's id row, claimed before anything of it is written (a retry finds it and
+# stops); its counts are filled in with the commit.
+_CLAIM = text(
+    f"INSERT INTO {_T} (session_id, batch_id, agent, rows, frames, stacks, received_at) "
+    "VALUES (:s, :b, :a, 0, 0, 0, :t) ON CONFLICT (session_id, batch_id) DO NOTHING "
+    "RETURNING batch_id"
+).bindparams(bindparam("t", type_=IngestedBatchRow.__table__.c.received_at.type))
+_COUNTED = text(
+    f"UPDATE {_T} SET rows = :r, frames = :f, stacks = :k WHERE session_id = :s AND batch_id = :b"
+)
 
 
 def known_origins(engine: Engine, session_id: int) -> tuple[set[str], set[str]]:

@@ -44,6 +44,7 @@ from kubeprof.model import (
 )
 from kubeprof.protocol import limits as lim
 from kubeprof.protocol.limits import IngestLimits
+from kubeprof.protocol.reuse import Reuse
 
 VERSION = 2  # bumped on any incompatible change; the ingest refuses versions not in READS
 # Model fields added after version 1 (each at the end of its record), with the version that
@@ -51,6 +52,7 @@ VERSION = 2  # bumped on any incompatible change; the ingest refuses versions no
 ADDED = {"launch_ns": 2, "launch_tid": 2}
 READS = (1, 2)  # versions the ingest decodes (an agent of the previous release still ships)
 MAX_BATCH_ID = lim.BATCH_ID_MAX  # characters; batch ids are stored in an indexed column
+REUSE = Reuse()  # frames and stacks decoded before, shared by every decode
 
 
 class CodecError(ValueError):
@@ -319,13 +321,13 @@ def _from_doc(doc: Any, limits: IngestLimits) -> tuple[str, str, Batch]:
             too_large=True,
         )
     _check_spans(doc.gpu_activities)
-    frames = [Frame(*t) for t in doc.frames]
+    frames, serials = REUSE.frames(doc.frames)
     stacks: dict[tuple[int, ...], Stack] = {}
 
     def stack(ix: tuple[int, ...]) -> Stack:
         s = stacks.get(ix)
         if s is None:
-            s = stacks[ix] = tuple(frames[i] for i in ix)
+            s = stacks[ix] = REUSE.stack(ix, frames, serials)
         return s
 
     try:

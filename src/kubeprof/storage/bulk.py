@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
 
+import psycopg
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
@@ -50,6 +54,26 @@ def copy_tuples(
     cols = ", ".join(f'"{c}"' for c in columns)
     raw = conn.connection.driver_connection
     assert raw is not None, "a live psycopg connection is needed for COPY"
-    with raw.cursor() as cur, cur.copy(f'COPY "{tablename}" ({cols}) FROM STDIN') as copy:
+    sql = f'COPY "{tablename}" ({cols}) FROM STDIN'
+    with as_sqlalchemy_errors(conn, sql), raw.cursor() as cur, cur.copy(sql) as copy:
         for row in rows:
             copy.write_row(row)
+
+
+@contextmanager
+def as_sqlalchemy_errors(conn: Connection, sql: str) -> Iterator[None]:
+    """psycopg's own errors (from statements sent past SQLAlchemy: COPY, pipelines) as
+    SQLAlchemy's, as its own statements raise them: the ingest tells a value the database
+    refuses (IntegrityError, DataError: 422) from the rest (503, sent again). A lost
+    connection is invalidated, so the rollback after it raises nothing more and the pool
+    hands out a new one."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        # the dialect's DBAPI error type is a protocol that psycopg's errors are, untyped
+        lost = conn.dialect.is_disconnect(cast(Any, exc), conn.connection.dbapi_connection, None)
+        if lost:
+            conn.invalidate(exc)
+        raise sa_exc.DBAPIError.instance(
+            sql, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc

@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection
 from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.sql.elements import TextClause
 
 from kubeprof.storage.models import SampleRow, SessionRow, StackCountRow
 from kubeprof.storage.stack_counts import BUCKET_NS, TOTAL_BUCKET
@@ -40,14 +41,23 @@ _PG_LOCK_CLASS = 0x6B70  # first int4 key of the per-session sample writers' loc
 CHUNK = 500_000  # samples counted per transaction at most
 
 
+_WRITING = text("SELECT pg_advisory_xact_lock_shared(:c, :s)")
+
+
+def writing_statements(
+    conn: Connection, session_id: int
+) -> list[tuple[TextClause, dict[str, int]]]:
+    """What `hold_writing` runs, to send with other statements (`batch_tx`)."""
+    if conn.dialect.name == "postgresql":
+        return [(_WRITING, {"c": _PG_LOCK_CLASS, "s": session_id})]
+    return []
+
+
 def hold_writing(conn: Connection, session_id: int) -> None:
     """PostgreSQL: hold the session's sample-writers lock shared until `conn`'s transaction
     ends; take it before inserting sample rows (a compaction waits for them to commit)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(
-            text("SELECT pg_advisory_xact_lock_shared(:c, :s)"),
-            {"c": _PG_LOCK_CLASS, "s": session_id},
-        )
+    for stmt, params in writing_statements(conn, session_id):
+        conn.execute(stmt, params)
 
 
 def _high(conn: Connection, session_id: int, after: int, limit: int) -> int | None:

@@ -23,11 +23,13 @@ COLUMNS = ("session_id", "node", "ts_ns", "pid", "tid", "cpu", "thread", "stack_
 SampleTuple = tuple[int, str, int, int, int, int, str, int]
 
 
-def write(conn: Connection, rows: Sequence[SampleTuple]) -> None:
-    """Store `rows` (one batch: one session and node); `compaction` counts them later."""
+def write(conn: Connection, rows: Sequence[SampleTuple], *, held: bool = False) -> None:
+    """Store `rows` (one batch: one session and node); `compaction` counts them later.
+    `held`: the transaction holds the session's writers lock already (`batch_tx`)."""
     if not rows:
         return
-    compaction.hold_writing(conn, rows[0][0])
+    if not held:
+        compaction.hold_writing(conn, rows[0][0])
     if copies(conn):
         copy_tuples(conn, SampleRow.__tablename__, COLUMNS, rows)
         return

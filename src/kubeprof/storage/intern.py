@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import TextClause
 
 from kubeprof.model import Frame, FrameKind, Stack, stack_hash
 from kubeprof.storage.bulk import dialect_insert
@@ -50,6 +51,21 @@ def _hold(conn: Connection, *, shared: bool) -> None:
         conn.execute(update(InternEpochRow).values(epoch=InternEpochRow.epoch))
 
 
+_SHARED = {
+    "postgresql": text("SELECT pg_advisory_xact_lock_shared(:k)"),
+    # SQLite: a no-op write takes its one write lock now, not at the first insert
+    "sqlite": text(f"UPDATE {InternEpochRow.__tablename__} SET epoch = epoch"),
+}
+_EPOCH = text(f"SELECT epoch FROM {InternEpochRow.__tablename__}")
+
+
+def interning_statements(conn: Connection) -> list[tuple[TextClause, dict[str, int]]]:
+    """What `hold_interning` runs, to send with other statements (`batch_tx`): the lock
+    shared, then the epoch, read in its own statement after the lock is granted (a
+    statement reads the snapshot of its start). The epoch is the last one's first column."""
+    return [(_SHARED[conn.dialect.name], {"k": _PG_INTERN_LOCK}), (_EPOCH, {})]
+
+
 def hold_interning(conn: Connection) -> int:
     """Take the interning lock shared until `conn`'s transaction ends, so no collection
     deletes rows meanwhile; the current epoch."""
@@ -68,6 +84,11 @@ def raise_epoch(conn: Connection) -> None:
     conn.execute(update(InternEpochRow).values(epoch=InternEpochRow.epoch + 1))
 
 
+# Stacks (1 each) and their frames (1 each) an Interner keeps to find hashes by identity:
+# ~8 MB of references at most.
+HASH_SLOTS_MAX = 1 << 20
+
+
 def _chunks(items: list[int], size: int = 500) -> Iterable[list[int]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -84,21 +105,49 @@ class Interner:
         # quota bounds); a row two writers insert at the same instant counts for both.
         self.added_frames = 0
         self.added_stacks = 0
+        # id(stack) -> (stack, its hash): the entry keeps the stack alive, so no other
+        # object can have its id while the entry exists.
+        self._hashes: dict[int, tuple[Stack, int]] = {}
+        self._slots = 0  # stacks kept, and frames referenced by them
+
+    def kept_slots(self) -> int:
+        """Stacks kept for `hash_of`, and the frames they reference."""
+        return self._slots
+
+    def hash_of(self, stack: Stack) -> int:
+        """`stack_hash(stack)`, found by identity for a stack object seen before (the
+        ingest's decoder hands out the same tuple for a stack decoded again): hashing a
+        stack calls Python once per frame, and as often again to compare on a hit."""
+        hit = self._hashes.get(id(stack))
+        if hit is not None:
+            return hit[1]
+        h = stack_hash(stack)
+        if self._slots > HASH_SLOTS_MAX:  # start over: the stacks kept are bounded
+            self._hashes.clear()
+            self._slots = 0
+        self._hashes[id(stack)] = (stack, h)
+        self._slots += 1 + len(stack)
+        return h
 
     def stack_ids_for(self, conn: Connection, stacks: Iterable[Stack]) -> dict[int, int]:
         """Intern `stacks`; returns stack hash -> stack id for all of them. Holds the
         interning lock until the transaction ends (the ids must not be collected before
         the rows that use them are committed)."""
-        epoch = hold_interning(conn)
+        return self.hashed_ids_for(conn, {stack_hash(s): s for s in stacks})
+
+    def hashed_ids_for(
+        self, conn: Connection, stacks: Mapping[int, Stack], *, epoch: int | None = None
+    ) -> dict[int, int]:
+        """`stack_ids_for` of stacks already hashed (hash -> stack: hashing a deep stack
+        costs a Python call per frame). `epoch`: this transaction already holds the
+        interning lock and read that epoch under it (`interning_statements`)."""
+        if epoch is None:
+            epoch = hold_interning(conn)
         if epoch != self.epoch:
             self.frame_ids.clear()
             self.stack_ids.clear()
             self.epoch = epoch
-        by_hash: dict[int, Stack] = {}
-        for stack in stacks:
-            h = stack_hash(stack)
-            if h not in self.stack_ids:
-                by_hash.setdefault(h, stack)
+        by_hash = {h: s for h, s in stacks.items() if h not in self.stack_ids}
         if by_hash:
             frames = {f for s in by_hash.values() for f in s}
             self._intern_frames(conn, frames)

@@ -26,12 +26,15 @@ def write(
     session_id: int,
     node: str,
     samples: Sequence[OffCpuSample],
+    *,
+    epoch: int | None = None,
 ) -> int:
-    """Insert `samples` on an open transaction; returns the rows written."""
+    """Insert `samples` on an open transaction; returns the rows written. `epoch`: the
+    transaction holds the interning lock already (`Interner.hashed_ids_for`)."""
     if not samples:
         return 0
-    stacks = [s.stack for s in samples if s.stack]
-    ids = interner.stack_ids_for(conn, stacks) if stacks else {}
+    stacks = {stack_hash(s.stack): s.stack for s in samples if s.stack}
+    ids = interner.hashed_ids_for(conn, stacks, epoch=epoch) if stacks else {}
     # The off_cpu_samples columns; they start like store's samples rows by schema design.
     rows = [
         {

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Unpack
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
+from sqlalchemy.sql.elements import TextClause
 
-from kubeprof.model import Batch, stack_hash
-from kubeprof.storage import compaction, cpu_samples, migrate, models, offcpu, sessions
+from kubeprof.model import Batch
+from kubeprof.storage import compaction, cpu_samples, intern, migrate, models, offcpu, sessions
+from kubeprof.storage.batch_tx import BatchTx, upsert_sql
 from kubeprof.storage.bulk import dialect_insert, insert_rows
 from kubeprof.storage.intern import Interner
 from kubeprof.store_location import default_url, prepare_sqlite_path
@@ -106,26 +109,81 @@ class Store:
 
     def write_batch(self, session_id: int, batch: Batch, *, node: str = "") -> int:
         """Store one batch in one transaction. Returns the number of rows written."""
-        with self.engine.begin() as conn:
-            return write_batch(conn, self.interner, session_id, batch, node=node)
+        with self.engine.connect() as conn, conn.begin() as tx:
+            bt = BatchTx(conn)
+            rows = write_batch(conn, self.interner, session_id, batch, node=node, bt=bt)
+            bt.commit(tx)
+            return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The locks a batch's transaction took up front (`hold`)."""
+
+    epoch: int | None  # the interning epoch, read under the interning lock (None: not taken)
+    writing: bool  # the session's sample-writers lock (`compaction.hold_writing`)
+
+
+def hold(
+    bt: BatchTx,
+    session_id: int,
+    batch: Batch,
+    first: Sequence[tuple[TextClause, Mapping[str, Any]]] = (),
+) -> tuple[list[Any], Held]:
+    """Run `first` (the ingest's idempotency row), then take the locks `batch` needs, in
+    one round trip on PostgreSQL: the first rows of `first`'s statements and what is held.
+    Both locks are shared and taken in this order by every writer; a compaction or a
+    collection that waits for them holds nothing a writer waits for."""
+    interning = bool(batch.samples or batch.offcpu_samples) or any(
+        a.stack for a in batch.gpu_activities
+    )
+    stmts = list(first)
+    if interning:
+        stmts += intern.interning_statements(bt.conn)
+    epoch_at = len(stmts) - 1
+    if batch.samples:
+        stmts += compaction.writing_statements(bt.conn, session_id)
+    rows = bt.together(stmts)
+    epoch = rows[epoch_at] if interning else None
+    held = Held(
+        int((epoch[0] if epoch else 0) or 0) if interning else None,
+        bool(batch.samples),
+    )
+    return rows[: len(first)], held
 
 
 def write_batch(
-    conn: Connection, interner: Interner, session_id: int, batch: Batch, *, node: str = ""
+    conn: Connection,
+    interner: Interner,
+    session_id: int,
+    batch: Batch,
+    *,
+    node: str = "",
+    bt: BatchTx | None = None,
+    held: Held | None = None,
 ) -> int:
-    """Write `batch` on an open transaction (the ingest API adds its idempotency row to it)."""
+    """Write `batch` on an open transaction (the ingest API adds its idempotency row to
+    it). With `bt` its small statements are left queued on it for the caller's commit,
+    and `held` says which locks `hold` took; without, they run before this returns."""
+    own = bt is None
+    bt = bt if bt is not None else BatchTx(conn)
+    if held is None:
+        held = hold(bt, session_id, batch)[1]
     # A decoded batch's samples share one tuple per distinct stack: hash each tuple once
-    # (hashing a 24-frame stack hashes 24 frames; per sample, three times, it was a fifth
-    # of ingest), the batch holding the tuples alive while their ids key this map.
+    # (hashing a 24-frame stack calls Python once per frame: per sample, or twice per
+    # distinct stack, it was a tenth of ingest; `Interner.hash_of` finds a stack decoded
+    # before by identity), the batch holding the tuples alive while their ids key these.
     distinct = {id(s.stack): s.stack for s in batch.samples}
     distinct.update((id(a.stack), a.stack) for a in batch.gpu_activities if a.stack)
-    ids = interner.stack_ids_for(conn, distinct.values()) if distinct else {}
-    sid = {k: ids[stack_hash(stack)] for k, stack in distinct.items()}
+    hashes = {k: interner.hash_of(stack) for k, stack in distinct.items()}
+    by_hash = {h: distinct[k] for k, h in hashes.items()}
+    ids = interner.hashed_ids_for(conn, by_hash, epoch=held.epoch) if by_hash else {}
+    sid = {k: ids[h] for k, h in hashes.items()}
     samples: list[cpu_samples.SampleTuple] = [
         (session_id, node, s.ts_ns, s.pid, s.tid, s.cpu, s.thread, sid[id(s.stack)])
         for s in batch.samples
     ]
-    cpu_samples.write(conn, samples)
+    cpu_samples.write(conn, samples, held=held.writing)
     activities = [
         {
             "session_id": session_id,
@@ -169,10 +227,12 @@ def write_batch(
         for m in batch.gpu_metrics
     ]
     insert_rows(conn, models.GpuMetricRow, metrics)
-    _upsert_processes(conn, session_id, node, batch)
-    _add_counters(conn, session_id, node, batch.counters)
-    _upsert_tracers(conn, session_id, node, batch)
-    waits = offcpu.write(conn, interner, session_id, node, batch.offcpu_samples)
+    waits = offcpu.write(conn, interner, session_id, node, batch.offcpu_samples, epoch=held.epoch)
+    bt.later(_PROCESSES, _process_rows(session_id, node, batch))
+    bt.later(_COUNTERS, _counter_rows(session_id, node, batch.counters))
+    bt.later(_TRACERS, _tracer_rows(session_id, node, batch))
+    if own:
+        bt.flush()
     return (
         len(samples)
         + len(activities)
@@ -183,70 +243,59 @@ def write_batch(
     )
 
 
-def _upsert_tracers(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
+_PROCESS_UPDATED = ("ppid", "name", "cmdline", "container_id", "pod_uid")
+_PROCESSES = upsert_sql(
+    models.ProcessRow.__tablename__,
+    ("session_id", "node", "pid", *_PROCESS_UPDATED),
+    ("session_id", "node", "pid"),
+    {k: f"excluded.{k}" for k in _PROCESS_UPDATED},
+)
+_COUNTERS = upsert_sql(
+    models.CounterRow.__tablename__,
+    ("session_id", "node", "name", "value"),
+    ("session_id", "node", "name"),
+    {"value": f"{models.CounterRow.__tablename__}.value + excluded.value"},
+)
+_TRACER_UPDATED = ("pid", "state", "reason")
+_TRACERS = upsert_sql(
+    models.GpuTracerRow.__tablename__,
+    ("session_id", "node", "pod_uid", "socket", *_TRACER_UPDATED),
+    ("session_id", "node", "pod_uid", "socket"),
+    {k: f"excluded.{k}" for k in _TRACER_UPDATED},
+)
+
+
+def _tracer_rows(session_id: int, node: str, batch: Batch) -> list[dict[str, Any]]:
     """The latest answer per (pod, control socket) wins: the agent re-sends on change."""
-    if not batch.gpu_tracers:
-        return
-    updated = ("pid", "state", "reason")
     rows = {
         (t.pod_uid, t.socket): {
             "session_id": session_id,
             "node": node,
             "pod_uid": t.pod_uid,
             "socket": t.socket,
-            **{k: getattr(t, k) for k in updated},
+            **{k: getattr(t, k) for k in _TRACER_UPDATED},
         }
         for t in batch.gpu_tracers
     }
-    _upsert(conn, models.GpuTracerRow, list(rows.values()), ("pod_uid", "socket"), updated)
+    return list(rows.values())
 
 
-def _upsert_processes(conn: Connection, session_id: int, node: str, batch: Batch) -> None:
-    if not batch.processes:
-        return
-    updated = ("ppid", "name", "cmdline", "container_id", "pod_uid")
+def _process_rows(session_id: int, node: str, batch: Batch) -> list[dict[str, Any]]:
+    """One row per pid (its last record in the batch); a stored row takes its values."""
     rows = {
         p.pid: {"session_id": session_id, "node": node, "pid": p.pid}
-        | {k: getattr(p, k) for k in updated}
+        | {k: getattr(p, k) for k in _PROCESS_UPDATED}
         for p in batch.processes
     }
-    _upsert(conn, models.ProcessRow, list(rows.values()), ("pid",), updated)
+    return list(rows.values())
 
 
-def _upsert(
-    conn: Connection,
-    row: type[models.Base],
-    rows: list[dict[str, Any]],
-    key: tuple[str, ...],
-    updated: tuple[str, ...],
-) -> None:
-    """Insert `rows` of a node's table keyed by (session, node, *key); a row already there
-    takes the `updated` columns of the new one."""
-    stmt = dialect_insert(conn, row)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["session_id", "node", *key],
-        set_={k: getattr(stmt.excluded, k) for k in updated},
-    )
-    conn.execute(stmt, rows)
-
-
-def _add_counters(
-    conn: Connection, session_id: int, node: str, counters: Mapping[str, int]
-) -> None:
-    if not counters:
-        return
-    stmt = dialect_insert(conn, models.CounterRow)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["session_id", "node", "name"],
-        set_={"value": models.CounterRow.__table__.c.value + stmt.excluded.value},
-    )
-    conn.execute(
-        stmt,
-        [
-            {"session_id": session_id, "node": node, "name": k, "value": int(v)}
-            for k, v in counters.items()
-        ],
-    )
+def _counter_rows(session_id: int, node: str, counters: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Counter increments, added to the stored values."""
+    return [
+        {"session_id": session_id, "node": node, "name": k, "value": int(v)}
+        for k, v in counters.items()
+    ]
 
 
 def upsert_session_aggregates(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
