@@ -67,12 +67,14 @@ fi
 # builds anyway.
 inputs() {
     { printf '%s\n' "$BASE_TAG"
-      find "docker/$1.Dockerfile" scripts/build_launchhook.sh pyproject.toml README.md hatch_build.py \
+      find "docker/$1.Dockerfile" docker/dependencies.py docker/install_kubeprof.sh \
+          scripts/build_launchhook.sh pyproject.toml README.md hatch_build.py \
           src agent operator -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
           ! -name '_launchhook*.so' -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-16
 }
 
+KEEP_STAGES="reqs tools hooks venv"
 for c in $WHICH; do
     [ -f "docker/$c.Dockerfile" ] || { log "no docker/$c.Dockerfile"; exit 1; }
     tag="$REPO/kubeprof-$c:$VERSION"
@@ -88,6 +90,15 @@ for c in $WHICH; do
     "${PODMAN[@]}" build --network host "${LIMITS[@]}" "${SECRET[@]}" --build-arg "BASE=$BASE_TAG" \
         --label "dev.kubeprof.inputs=$key" -f "docker/$c.Dockerfile" -t "$tag" .
     log "built $tag in $(( $(date +%s) - start )) s, $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$tag") bytes"
+    # The stages built beside the image (its dependencies' venv and the tracer downloads,
+    # the build tools, the C hook): tagged, so that the prune below keeps them for the
+    # next build, which then redoes only kubeprof's own layer (a source change: seconds, not
+    # the ~60 s of downloads). Each tag moves when its stage changes.
+    for s in $KEEP_STAGES; do
+        grep -q "^FROM .* AS $s\$" "docker/$c.Dockerfile" || continue
+        "${PODMAN[@]}" build -q --network host "${LIMITS[@]}" "${SECRET[@]}" --build-arg "BASE=$BASE_TAG" \
+            --target "$s" -f "docker/$c.Dockerfile" -t "localhost/kubeprof-stage:$c-$s" . >/dev/null
+    done
     # The image this tag named before, and the untagged build stages: ~3.4 GB a rebuild of
     # both, which filled this machine's disk after a day of fresh-clone runs.
     new=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$tag")

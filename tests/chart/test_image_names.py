@@ -49,11 +49,12 @@ def test_make_images_tags_with_the_scheme_and_the_app_version() -> None:
     for c in ("operator", "agent"):
         text = (ROOT / "docker" / f"{c}.Dockerfile").read_text()
         assert re.search(r"^ARG BASE=", text, re.M), f"{c}: the base is a build argument"
-        assert all(
-            line.split()[1] in ("${BASE}", "runtime")
-            for line in text.splitlines()
-            if line.startswith("FROM ")
-        ), f"{c}: every stage starts from BASE"
+        stages: list[str] = []  # a stage starts from BASE or from a stage named above it
+        for line in text.splitlines():
+            if line.startswith("FROM "):
+                words = line.split()
+                assert words[1] in ("${BASE}", *stages), f"{c}: every stage starts from BASE"
+                stages += words[3:4] if words[2:3] == ["AS"] else []
 
 
 @pytest.mark.usefixtures("helm_built")
