@@ -32,6 +32,7 @@ from kubeprof.model import Batch, CpuSample, Frame, OffCpuSample, OffCpuSource, 
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
+_RECHECK_S = 1.0  # how often cached code objects are re-read (CodeReader.recheck)
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 _MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
 _ADD_PASSES = 4  # add_target's looks for children forked while it worked
@@ -98,6 +99,7 @@ class CpuCollector:
         self._known: dict[int, str] = {}  # pid -> exe when first seen
         self._threads: set[int] = set()  # ids in the kernel's target set that are threads
         self._next_scan = 0.0
+        self._next_recheck = time.monotonic() + _RECHECK_S
         self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *callers) -> frames
         self._memos: dict[int, Memo] = {}  # pid -> its callers' walks (native_unwind)
         # (pid, raw Python frames) -> named groups: a loop's stacks repeat sample after sample
@@ -183,6 +185,12 @@ class CpuCollector:
         # Held: the records' stacks are read in the ring, released once all are in.
         records = self._sampler.drain(hold=True)
         self._check_exec({r.pid for r in records})
+        now = time.monotonic()
+        if now >= self._next_recheck:  # a code object's address reused by another
+            self._next_recheck = now + _RECHECK_S
+            if any([r.recheck() for r in self._readers.values()]):
+                self._py_cache.clear()  # chains of frames named from the old object
+                self._stack_cache.clear()
         self._ingest(records)
         self._sampler.release()
         now = time.monotonic()

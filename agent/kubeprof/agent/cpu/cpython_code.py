@@ -140,6 +140,8 @@ class CodeReader:
         self._codes: dict[int, CodeInfo | None] = {}
         self._strings: dict[int, str] = {}
         self._frames: dict[RawPyFrame, Frame | None] = {}
+        self._sigs: dict[int, bytes] = {}  # code address -> the words that name it
+        self._turn = 0  # where the next `recheck` starts among the cached addresses
 
     def _read(self, addr: int, size: int) -> bytes:
         if not 0 < addr < _USER_TOP:  # a torn read in BPF can hand over any value
@@ -204,6 +206,7 @@ class CodeReader:
             firsttraceable = 0
             if lay.code_firsttraceable >= 0:
                 (firsttraceable,) = struct.unpack_from("<i", raw, lay.code_firsttraceable)
+            self._sigs[addr] = self._sig(raw)
             info = CodeInfo(
                 name=self._string(ptr(lay.code_name)),
                 filename=self._string(ptr(lay.code_filename)),
@@ -214,6 +217,44 @@ class CodeReader:
             )
         self._codes[addr] = info
         return info
+
+    def _sig(self, raw: bytes) -> bytes:
+        """A code object's name, file and line-table pointers and its first line: another
+        code object at the same address differs in them."""
+        lay = self.layout
+        words = (lay.code_name, lay.code_filename, lay.code_linetable)
+        first = raw[lay.code_firstlineno : lay.code_firstlineno + 4]
+        return b"".join(raw[o : o + 8] for o in words) + first
+
+    def recheck(self, limit: int = 512) -> bool:
+        """Re-read up to ``limit`` of the cached code objects, in turn; True if one changed.
+
+        A code object freed (exec'd or generated code, a dropped compiled function) can
+        have its address reused by another: named from the cache, every later sample of
+        the new one would carry the old name for as long as the process lives. A changed
+        object's entry, its strings and every cached frame are dropped, so the next
+        sample reads it again (samples taken before the change and named after it can
+        still carry the new name: the window is one recheck)."""
+        addrs = list(self._sigs)
+        if not addrs:
+            return False
+        start = self._turn % len(addrs)
+        batch = (addrs[start:] + addrs[:start])[:limit]
+        self._turn = start + len(batch)
+        changed = False
+        for addr in batch:
+            raw = self._read(addr, _CODE_READ)
+            old = self._sigs[addr]
+            if len(raw) < _CODE_READ or self._sig(raw) == old:
+                continue  # unreadable (the process is exiting) or the same object
+            del self._sigs[addr]
+            self._codes.pop(addr, None)
+            for off in (0, 8):  # the old name's and file's strings may be freed too
+                self._strings.pop(int(struct.unpack_from("<Q", old, off)[0]), None)
+            changed = True
+        if changed:
+            self._frames.clear()
+        return changed
 
     def frame(self, raw: RawPyFrame) -> Frame | None:
         """One raw frame as a Python frame; None for frames CPython itself hides

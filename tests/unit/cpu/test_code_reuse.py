@@ -1,0 +1,67 @@
+"""A code object's address reused by another: the cached name must not outlive the object.
+
+Real code objects of this process, read through /proc/self/mem as the collector reads a
+target's: one is copied into a buffer, read and cached, then another is copied over it at
+the same address (what CPython's allocator does with a freed object's memory)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+import pytest
+
+from kubeprof.agent.cpu import cpython_layout
+from kubeprof.agent.cpu.cpython_code import _CODE_READ, CodeReader
+
+LAYOUT = cpython_layout.layout_for(sys.version_info[:2])
+pytestmark = pytest.mark.skipif(LAYOUT is None, reason="no CPython layout for this Python")
+
+
+def _code(name: str):
+    ns: dict = {}
+    exec(f"def {name}():\n    return 1\n", ns)
+    return ns[name].__code__
+
+
+def _at(arena: ctypes.Array, code) -> None:
+    ctypes.memmove(arena, id(code), _CODE_READ)
+
+
+def test_a_reused_address_is_named_again_after_a_recheck():
+    assert LAYOUT is not None
+    first, second = _code("first_fn"), _code("second_fn")
+    arena = ctypes.create_string_buffer(_CODE_READ)
+    addr = ctypes.addressof(arena)
+    _at(arena, first)
+    reader = CodeReader(os.getpid(), LAYOUT)
+    info = reader.code(addr)
+    assert info is not None and info.name == "first_fn"
+    raw = (addr, info.code_start + 2 * info.firsttraceable, 0)
+    assert (frame := reader.frame(raw)) is not None and frame.name == "first_fn"
+    assert reader.recheck() is False and reader.code(addr) is info  # same object: kept
+
+    _at(arena, second)  # the first freed, the second allocated where it was
+    assert reader.code(addr).name == "first_fn"  # the cache, until it is rechecked
+    assert reader.recheck() is True
+    assert reader.code(addr).name == "second_fn"
+    assert (frame := reader.frame(raw)) is not None and frame.name == "second_fn"
+    assert reader.recheck() is False
+    reader.close()
+
+
+def test_recheck_reads_at_most_its_limit_in_turn():
+    assert LAYOUT is not None
+    codes = [_code(f"fn_{i}") for i in range(5)]
+    arenas = [ctypes.create_string_buffer(_CODE_READ) for _ in codes]
+    reader = CodeReader(os.getpid(), LAYOUT)
+    for arena, code in zip(arenas, codes, strict=True):
+        _at(arena, code)
+        reader.code(ctypes.addressof(arena))
+    _at(arenas[4], codes[0])  # the last one changes
+    assert reader.recheck(limit=2) is False  # the first two: unchanged
+    assert reader.recheck(limit=2) is False  # the next two
+    assert reader.recheck(limit=2) is True  # the last (and the first again)
+    assert reader.code(ctypes.addressof(arenas[4])).name == "fn_0"
+    reader.close()
