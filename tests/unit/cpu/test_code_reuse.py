@@ -40,28 +40,29 @@ def test_a_reused_address_is_named_again_after_a_recheck():
     assert info is not None and info.name == "first_fn"
     raw = (addr, info.code_start + 2 * info.firsttraceable, 0)
     assert (frame := reader.frame(raw)) is not None and frame.name == "first_fn"
-    assert reader.recheck() is False and reader.code(addr) is info  # same object: kept
+    assert reader.recheck([addr]) is False and reader.code(addr) is info  # same object: kept
 
     _at(arena, second)  # the first freed, the second allocated where it was
     assert reader.code(addr).name == "first_fn"  # the cache, until it is rechecked
-    assert reader.recheck() is True
+    assert reader.recheck([addr]) is True
     assert reader.code(addr).name == "second_fn"
     assert (frame := reader.frame(raw)) is not None and frame.name == "second_fn"
-    assert reader.recheck() is False
+    assert reader.recheck([addr]) is False
     reader.close()
 
 
-def test_recheck_reads_at_most_its_limit_in_turn():
+def test_recheck_reads_only_the_addresses_it_is_given():
+    """The collector asks about the code objects a poll's samples name, nothing else."""
     assert LAYOUT is not None
-    codes = [_code(f"fn_{i}") for i in range(5)]
+    codes = [_code(f"fn_{i}") for i in range(3)]
     arenas = [ctypes.create_string_buffer(_CODE_READ) for _ in codes]
     reader = CodeReader(os.getpid(), LAYOUT)
     for arena, code in zip(arenas, codes, strict=True):
         _at(arena, code)
         reader.code(ctypes.addressof(arena))
-    _at(arenas[4], codes[0])  # the last one changes
-    assert reader.recheck(limit=2) is False  # the first two: unchanged
-    assert reader.recheck(limit=2) is False  # the next two
-    assert reader.recheck(limit=2) is True  # the last (and the first again)
-    assert reader.code(ctypes.addressof(arenas[4])).name == "fn_0"
+    _at(arenas[2], codes[0])  # the last one changes
+    a0, a1, a2 = (ctypes.addressof(a) for a in arenas)
+    assert reader.recheck([a0, a1, 12345]) is False  # unchanged, and one never read
+    assert reader.code(a2).name == "fn_2"
+    assert reader.recheck([a2]) is True and reader.code(a2).name == "fn_0"
     reader.close()

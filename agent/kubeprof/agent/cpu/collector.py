@@ -32,7 +32,6 @@ from kubeprof.model import Batch, CpuSample, Frame, OffCpuSample, OffCpuSource, 
 from kubeprof.protocol.settings import DEFAULT_CPU_HZ
 
 _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
-_RECHECK_S = 1.0  # how often cached code objects are re-read (CodeReader.recheck)
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 _MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
 _ADD_PASSES = 4  # add_target's looks for children forked while it worked
@@ -99,7 +98,6 @@ class CpuCollector:
         self._known: dict[int, str] = {}  # pid -> exe when first seen
         self._threads: set[int] = set()  # ids in the kernel's target set that are threads
         self._next_scan = 0.0
-        self._next_recheck = time.monotonic() + _RECHECK_S
         self._native_cache: dict[tuple[int, ...], list[Frame]] = {}  # (pid, *callers) -> frames
         self._memos: dict[int, Memo] = {}  # pid -> its callers' walks (native_unwind)
         # (pid, raw Python frames) -> named groups: a loop's stacks repeat sample after sample
@@ -185,12 +183,7 @@ class CpuCollector:
         # Held: the records' stacks are read in the ring, released once all are in.
         records = self._sampler.drain(hold=True)
         self._check_exec({r.pid for r in records})
-        now = time.monotonic()
-        if now >= self._next_recheck:  # a code object's address reused by another
-            self._next_recheck = now + _RECHECK_S
-            if any([r.recheck() for r in self._readers.values()]):
-                self._py_cache.clear()  # chains of frames named from the old object
-                self._stack_cache.clear()
+        self._recheck_codes(records)
         self._ingest(records)
         self._sampler.release()
         now = time.monotonic()
@@ -213,7 +206,9 @@ class CpuCollector:
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             with contextlib.suppress(Exception):
-                self._ingest(sampler.drain(hold=True))  # the ring is closed after this
+                last = sampler.drain(hold=True)  # the ring is closed after this
+                self._recheck_codes(last)
+                self._ingest(last)
             with contextlib.suppress(Exception):  # whatever an interrupted poll left
                 self._ingest([])
             with contextlib.suppress(Exception):
@@ -234,6 +229,20 @@ class CpuCollector:
                 f"({1000 // self.hz} ms at {self.hz} Hz); give it more on-CPU work or a higher --hz"
             )
         return batch
+
+    def _recheck_codes(self, records: list[RawRecord]) -> None:
+        """Before a poll's samples are named: is every code object they name still the one
+        cached at its address? (A freed one's memory is reused: CodeReader.recheck.)"""
+        addrs: dict[int, set[int]] = {}
+        for pid, words in {(r.pid, r.py_words) for r in records if r.py_words}:
+            addrs.setdefault(pid, set()).update(words[0::3])
+        changed = False
+        for pid, codes in addrs.items():
+            reader = self._readers.get(pid)
+            changed = (reader is not None and reader.recheck(codes)) or changed
+        if changed:
+            self._py_cache.clear()  # frame chains named from the old objects
+            self._stack_cache.clear()
 
     def _check_exec(self, pids: set[int]) -> None:
         """A process that exec()ed since first seen (a pyenv shim becoming python, a

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubeprof.agent.cpu.cpython_layout import OWNED_BY_CSTACK, OWNED_BY_GENERATOR, Layout
@@ -141,7 +142,6 @@ class CodeReader:
         self._strings: dict[int, str] = {}
         self._frames: dict[RawPyFrame, Frame | None] = {}
         self._sigs: dict[int, bytes] = {}  # code address -> the words that name it
-        self._turn = 0  # where the next `recheck` starts among the cached addresses
 
     def _read(self, addr: int, size: int) -> bytes:
         if not 0 < addr < _USER_TOP:  # a torn read in BPF can hand over any value
@@ -226,28 +226,26 @@ class CodeReader:
         first = raw[lay.code_firstlineno : lay.code_firstlineno + 4]
         return b"".join(raw[o : o + 8] for o in words) + first
 
-    def recheck(self, limit: int = 512) -> bool:
-        """Re-read up to ``limit`` of the cached code objects, in turn; True if one changed.
+    def recheck(self, addrs: Iterable[int]) -> bool:
+        """Re-read the cached code objects at ``addrs`` (those a poll's samples name); True
+        if one is no longer the object cached there.
 
         A code object freed (exec'd or generated code, a dropped compiled function) can
         have its address reused by another: named from the cache, every later sample of
         the new one would carry the old name for as long as the process lives. A changed
-        object's entry, its strings and every cached frame are dropped, so the next
-        sample reads it again (samples taken before the change and named after it can
-        still carry the new name: the window is one recheck)."""
-        addrs = list(self._sigs)
-        if not addrs:
-            return False
-        start = self._turn % len(addrs)
-        batch = (addrs[start:] + addrs[:start])[:limit]
-        self._turn = start + len(batch)
+        object's entry, its strings and every cached frame are dropped, so it is read
+        again. Run before a poll's samples are named, it leaves one window: samples of the
+        old object taken before it was freed and named after can carry the new name."""
         changed = False
-        for addr in batch:
+        sigs = self._sigs
+        for addr in addrs:
+            old = sigs.get(addr)
+            if old is None:
+                continue  # not read yet (or unreadable): read fresh when named
             raw = self._read(addr, _CODE_READ)
-            old = self._sigs[addr]
             if len(raw) < _CODE_READ or self._sig(raw) == old:
                 continue  # unreadable (the process is exiting) or the same object
-            del self._sigs[addr]
+            del sigs[addr]
             self._codes.pop(addr, None)
             for off in (0, 8):  # the old name's and file's strings may be freed too
                 self._strings.pop(int(struct.unpack_from("<Q", old, off)[0]), None)
