@@ -261,7 +261,9 @@ def _record(
 
     def stop_child() -> None:
         if child is not None and child.poll() is None:
-            _stop_child(child)
+            # Ctrl-C on a terminal reached the command too (one process group): let it end
+            # on that one first; a second SIGINT would land in its own clean-up code
+            _stop_child(child, _CTRL_C_GRACE_S if interrupted.is_set() else 0.0)
 
     try:
         if opts.command:
@@ -503,8 +505,15 @@ def _named(sources: list[Collector]) -> dict[str, Collector]:
     return out
 
 
-def _stop_child(child: subprocess.Popen[bytes]) -> None:
-    """Ask the command to stop (SIGINT, then SIGTERM, then SIGKILL)."""
+_CTRL_C_GRACE_S = 2.0  # after Ctrl-C, how long the command may take to end on its own
+
+
+def _stop_child(child: subprocess.Popen[bytes], grace_s: float = 0.0) -> None:
+    """Ask the command to stop (SIGINT, then SIGTERM, then SIGKILL), after ``grace_s`` for
+    it to end on its own."""
+    if grace_s > 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=grace_s)
     for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
         if child.poll() is not None:
             return

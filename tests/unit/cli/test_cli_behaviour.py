@@ -280,6 +280,37 @@ def test_ctrl_c_saves_then_exits_130(tmp_path):
     assert _samples_stored(url, "cc") > 0
 
 
+# Ends on Ctrl-C after 0.5 s of its own clean-up, and says so.
+BUSY_CLEANUP = (
+    "import time\ntry:\n    "
+    + BUSY.replace("\n", "\n    ")
+    + "\nexcept KeyboardInterrupt:\n    time.sleep(0.5)\n    print('CLEANED UP', flush=True)"
+)
+
+
+def test_ctrl_c_lets_the_command_clean_up_without_a_second_sigint(tmp_path):
+    """Ctrl-C reaches the command too (one process group); kubeprof used to send it another
+    SIGINT at once, which landed in the command's own clean-up: a KeyboardInterrupt
+    traceback from the user's program, and its clean-up cut short."""
+    url = f"sqlite:///{tmp_path}/c.db"
+    command = (sys.executable, "-c", BUSY_CLEANUP, "120")
+    p = subprocess.Popen(
+        [KUBEPROF, "record", "-o", "cl", "--store", url, "--", *command],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not _samples_stored(url, "cl"):
+        time.sleep(0.5)
+    assert _samples_stored(url, "cl"), "no sample stored before Ctrl-C"
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    _no_traceback(err)
+    assert "CLEANED UP" in out and p.returncode == 130, (out, err)
+
+
 def test_record_on_a_terminal_shows_what_it_is_doing(tmp_path):
     url = f"sqlite:///{tmp_path}/t.db"
     master, slave = pty.openpty()
