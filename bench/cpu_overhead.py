@@ -1,7 +1,7 @@
 """Overhead of the CPU collector (BPF Python unwinder) at 99 Hz, side by side with py-spy.
 
     sudo .venv/bin/python bench/cpu_overhead.py [--rounds 6] [--hz 99]
-    sudo .venv/bin/python bench/cpu_overhead.py --replay [--passes 5]
+    sudo .venv/bin/python bench/cpu_overhead.py --replay [--passes 5] [--no-recheck]
     sudo .venv/bin/python bench/cpu_overhead.py --phases [--rounds 3] [--py-iters N]
 
 Fixed-work workloads (a CPU-bound Python loop on Debian's CPython 3.11 and on pyenv's
@@ -216,6 +216,9 @@ def overhead(args: argparse.Namespace) -> None:
     )
 
 
+POLL_RECORDS = 50  # records one 0.5 s poll of one thread holds at 99 Hz
+
+
 def replay(args: argparse.Namespace) -> None:
     """User-space µs per sample in steady state: records of a run, processed again.
 
@@ -264,8 +267,12 @@ def replay(args: argparse.Namespace) -> None:
             c._memos.clear()
             c._py_cache.clear()
             c._stack_cache.clear()
-            for r in recs:
-                frames += len(c._sample(r).stack)
+            for i in range(0, len(recs), POLL_RECORDS):
+                poll = recs[i : i + POLL_RECORDS]
+                if not args.no_recheck:  # as poll() does before naming its records
+                    c._recheck_codes(poll)
+                for r in poll:
+                    frames += len(c._sample(r).stack)
         per = (time.process_time() - t0) / (args.passes * len(recs))
         print(
             f"| {name} | {len(recs)} | {frames / (args.passes * len(recs)):.0f} "
@@ -339,6 +346,11 @@ def main() -> None:
     ap.add_argument("--c-iters", type=int, default=2_000_000_000)
     ap.add_argument("--replay", action="store_true", help="steady-state µs per sample")
     ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument(
+        "--no-recheck",
+        action="store_true",
+        help="--replay without the per-poll code-object recheck (to see its cost)",
+    )
     ap.add_argument("--phases", action="store_true", help="collector CPU per phase")
     args = ap.parse_args()
     (replay if args.replay else phases if args.phases else overhead)(args)
