@@ -420,14 +420,13 @@ def timeline_inputs(
     info: q.SessionInfo,
     *,
     keep_interpreter: bool = False,
-    node: str | None = None,
+    node: str,
 ) -> dict[str, Any]:
     """The keyword arguments of `write_perfetto` for a stored session: one node's GPU
     records, CPU and off-CPU samples, process names and phases (the CLI and the web UI
-    both); `timeline_node` picks the node."""
+    both); ``node`` as `timeline_node` picked it."""
     from kubeprof.analysis import gpu_trace, phases
 
-    node = timeline_node(conn, info, node)
     activities = q.gpu_activities(conn, info.id, node)
     cpu = q.sample_columns(conn, info, node)
     waits = offcpu_samples(conn, info.id, node)
@@ -465,7 +464,8 @@ def timeline_command(
     try:
         info = _touch(store, ref)
         with store.engine.connect() as conn:
-            args = timeline_inputs(conn, info, keep_interpreter=keep_interpreter, node=node)
+            picked = timeline_node(conn, info, node)
+            args = timeline_inputs(conn, info, keep_interpreter=keep_interpreter, node=picked)
     finally:
         store.close()
     if out is None:  # one file per node when named: SESSION.NODE.trace.json
