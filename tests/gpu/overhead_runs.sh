@@ -23,12 +23,15 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     -o addopts="" >"$OUT/pytest.txt" 2>&1
   echo "pytest rc=$? after ${SECONDS}s" >>"$log"
 fi
+need=60  # a run is started only with the last run's length (plus 10 %) left
 for i in $(seq 1 "$RUNS"); do
   left=$((BUDGET_S - SECONDS))
-  [ "$left" -gt 60 ] || { echo "run $i skipped: ${left}s left" >>"$log"; break; }
+  [ "$left" -gt "$need" ] || { echo "run $i skipped: ${left}s left, ${need}s needed" >>"$log"; break; }
+  t0=$SECONDS
   timeout "$left" python3 bench/gpu_overhead.py --modes "$MODES" --reps "$REPS" \
     --cpus "${CPUS:-}" --out "$OUT/bench$i.json" >"$OUT/bench$i.txt" 2>&1
   echo "bench run $i rc=$? after ${SECONDS}s" >>"$log"
+  need=$(( (SECONDS - t0) * 11 / 10 ))
   if [ "$i" = 1 ] && [ -n "${BREAKDOWN:-}" ]; then
     left=$((BUDGET_S - SECONDS))
     timeout "$left" python3 bench/gpu_overhead.py --breakdown --hooks c --reps "$REPS" \
