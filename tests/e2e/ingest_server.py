@@ -72,13 +72,17 @@ def start(
     def run() -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(serve(api, "127.0.0.1", port))
+            runner = loop.run_until_complete(serve(api, "127.0.0.1", port))
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
             failed.append(exc)
             ready.set()
+            loop.close()
             return
         ready.set()
         loop.run_forever()
+        # stop(): the server's sockets and connections closed, then the loop itself.
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
 
     thread = threading.Thread(target=run, name="ingest-server", daemon=True)
     thread.start()
