@@ -5,9 +5,10 @@ PY := $(VENV)/bin/python
 KUBEPROF := $(VENV)/bin/kubeprof
 DEMO_STORE := sqlite:///$(CURDIR)/kubeprof-out/demo.db
 # make test: tests/integration (eBPF sampling: sample counts need the CPUs) runs alone
-# first; then the rest on xdist workers, each group of tests (tests/conftest.py: `serial`
-# = eBPF and machine-wide state, `cluster:<module>`) in order on one; TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 3
+# first; then the rest on xdist workers (4 on 2 cores: the control-plane tests mostly wait),
+# each group of tests (tests/conftest.py: `serial` = machine-wide state, `cluster:<module>`,
+# handed out first) in order on one; TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 
 .PHONY: setup demo test lint unit chart integration e2e helm-build cluster-build cluster-up cluster-down images bench clean
 

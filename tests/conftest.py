@@ -2,10 +2,13 @@
 and sets up what several pytest processes of one run share (`make test` runs xdist workers):
 
 - tests that must not overlap run in order on one xdist worker each: group `serial` for
-  machine-wide state (marker `serial`, also given to every test marked `bpf`), and a group
-  `cluster:<module>` for each module of other tests of the control plane. Each worker starts
-  its own control plane when a test asks for one and runs one test at a time on it, so two
-  operators (which watch every namespace) never share one; modules spread over the workers;
+  machine-wide state (marker `serial`, fixture `bpf_ready`, and tests marked `bpf` that use
+  no control plane), and a group `cluster:<module>` for each module of tests of the control
+  plane, those whose agents sample with eBPF included (each profiles only its own
+  processes). Each worker starts its own control plane when a test asks for one and runs
+  one test at a time on it, so two operators (which watch every namespace) never share one;
+  modules spread over the workers, the control-plane ones first
+  (tests/support/xdist_groups.py);
 - one PostgreSQL server for the whole run (tests/e2e/cluster/shared.py), stopped here at the end.
 """
 
@@ -22,7 +25,7 @@ if str(_ROOT) not in sys.path:
 
 from tests.e2e.cluster import shared  # noqa: E402
 
-SERIAL_GROUP = "serial"  # eBPF and other machine-wide state
+SERIAL_GROUP = "serial"  # machine-wide state
 CLUSTER_GROUP = "cluster"  # the control plane's other tests: "cluster:<module>"
 SERIAL_FIXTURES = frozenset({"bpf_ready"})
 CLUSTER_FIXTURES = frozenset({"k8s_cluster", "k8s_client"})
@@ -72,9 +75,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def group_of(item: pytest.Item) -> str | None:
     """The xdist group a test runs in (in order, on one worker), or None: anywhere."""
     fixtures = set(getattr(item, "fixturenames", ()))
-    if item.get_closest_marker("serial") or item.get_closest_marker("bpf"):
+    if item.get_closest_marker("serial") or SERIAL_FIXTURES & fixtures:
         return SERIAL_GROUP
-    if SERIAL_FIXTURES & fixtures:
+    if item.get_closest_marker("bpf") and not CLUSTER_FIXTURES & fixtures:
         return SERIAL_GROUP
     if CLUSTER_FIXTURES & fixtures:
         # A cluster started by hand is one for every worker: then its tests are one group.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import WorkerController
 
 ENV = "KUBEPROF_TEST_GROUPS"  # prefix of the files: <prefix>.<worker id>.json
 
@@ -38,8 +39,23 @@ def remove(prefix: str) -> None:
     shutil.rmtree(Path(prefix).parent, ignore_errors=True)
 
 
+HEAVY = ("group:cluster:", "group:serial")  # units of minutes: control-plane sessions, eBPF
+
+
+def heavy(scope: str) -> bool:
+    """A unit that runs for minutes (a control plane's module, the serial group)."""
+    return scope.startswith(HEAVY)
+
+
 class GroupScheduling(LoadScopeScheduling):
-    """LoadScopeScheduling whose scope is the test's group, or the test itself."""
+    """LoadScopeScheduling whose scope is the test's group, or the test itself.
+
+    Heavy units go out first, one per worker at a time: xdist hands a worker a second unit
+    while its first has two tests or fewer left, and a one-test control-plane module (the
+    shards session, ~2.5 min) followed by another such module on the same worker left the
+    others idle at the end. A worker that holds a heavy unit is given a light one (a unit
+    test) instead, which keeps it fed (a worker runs a test only once it knows the next).
+    """
 
     def __init__(self, config: pytest.Config, log: object, prefix: str) -> None:
         super().__init__(config, log)  # type: ignore[arg-type]
@@ -51,6 +67,29 @@ class GroupScheduling(LoadScopeScheduling):
             self._groups = read(self._prefix)
         group = self._groups.get(nodeid)
         return f"group:{group}" if group else nodeid
+
+    def _holds_heavy(self, node: WorkerController) -> bool:
+        return any(
+            heavy(scope) and not all(unit.values())
+            for scope, unit in self.assigned_work.get(node, {}).items()
+        )
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        want_heavy = not self._holds_heavy(node)
+        pick = next((s for s in self.workqueue if heavy(s) == want_heavy), None)
+        if pick is not None:
+            self.workqueue.move_to_end(pick, last=False)
+        super()._assign_work_unit(node)
+
+    def _reschedule(self, node: WorkerController) -> None:
+        if (
+            not node.shutting_down
+            and self.workqueue
+            and self._holds_heavy(node)
+            and self._pending_of(self.assigned_work[node]) >= 2
+        ):
+            return  # fed until its heavy unit is down to its last test
+        super()._reschedule(node)
 
 
 class Scheduler:
