@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -129,6 +131,7 @@ def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch)
         raise OSError("disk full")
 
     monkeypatch.setattr(Store, "write_batch", refuse)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept folder: not /tmp's
     src, logged = CountingSource(), []
     res = record(
         RecordOptions(
@@ -143,6 +146,7 @@ def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch)
     kept = [w for w in res.warnings if w.startswith("the store could not be written")]
     assert len(kept) == 1 and res.rows == 0
     folder = kept[0].split("data kept in ", 1)[1].split(" ", 1)[0]
+    assert Path(folder).is_relative_to(tmp_path), folder
     (item,) = Spool(folder).pending()
     _bid, _node, batch = codec.decode(item.path.read_bytes())
     assert len(batch.samples) == src.n >= 2
@@ -212,8 +216,6 @@ def test_a_value_the_store_refuses_costs_its_record_not_the_session(tmp_path):
 def test_a_recording_leaves_no_temporary_folder_behind(tmp_path, monkeypatch):
     """Every `kubeprof record` made a kubeprof-* folder (the GPU socket's, the last resort's)
     and left it: thousands piled up in /tmp. Only unsaved batches keep it (test above)."""
-    import tempfile
-
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))

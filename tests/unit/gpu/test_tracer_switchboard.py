@@ -7,6 +7,7 @@ processes and checks who listens with SO_PEERCRED, as on a node.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def pods() -> Iterator[Pods]:
         for pipe in (c.stdin, c.stdout):
             if pipe is not None:
                 pipe.close()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def status(path: Path) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import tempfile
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -36,10 +35,26 @@ def meta(phase: str) -> dict[str, Any]:
         return json.load(f)
 
 
+_SCRATCH: list[Path] = []  # the module's folder for the replayed stores (pytest's tmp)
+_SCRATCH_PHASES: list[str] = []  # the phases replayed into it
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch(tmp_path_factory):
+    _SCRATCH.append(tmp_path_factory.mktemp("proof"))
+    yield
+    for phase in _SCRATCH_PHASES:
+        replayed(phase)[0].close()
+    replayed.cache_clear()
+    _SCRATCH.clear()
+    _SCRATCH_PHASES.clear()
+
+
 @cache
 def replayed(phase: str) -> tuple[Store, int]:
     """The phase's bodies, decoded as the ingest decodes them, stored by its batch writer."""
-    store = Store.open(f"sqlite:///{tempfile.mkdtemp(prefix='kp-proof-')}/k.db")
+    _SCRATCH_PHASES.append(phase)
+    store = Store.open(f"sqlite:///{_SCRATCH[0] / phase}.db")
     sid = ensure_session(
         store.engine, "proof", phase, f"uid-{phase}", hz=99, started_at=datetime.now(UTC), meta={}
     )
