@@ -131,8 +131,14 @@ def _read(
         .subquery()
     )
     k = per_bucket.c
-    q = select(k.node, k.pid, k.tid, func.max(k.thread), k.stack_id, func.sum(k.n)).group_by(
-        k.node, k.pid, k.tid, k.stack_id
+    # Ordered: a hash aggregate hands groups out in an order that changes with the plan (a
+    # table analysed between two reads), and the stacks' order reaches the flame graph's
+    # bytes (a stored graph then differed from the one built again).
+    key = (k.node, k.pid, k.tid, k.stack_id)
+    q = (
+        select(k.node, k.pid, k.tid, func.max(k.thread), k.stack_id, func.sum(k.n))
+        .group_by(*key)
+        .order_by(*key)
     )
     return [(n, int(p), int(td), th, int(st), int(x)) for n, p, td, th, st, x in conn.execute(q)]
 
