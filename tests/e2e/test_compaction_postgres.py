@@ -130,3 +130,22 @@ def test_stale_sessions_cost_only_their_own_rows(store):
     # and no other sample row; none once they are counted.
     assert work["before"] == work["after"] == 3 * 60, work
     assert work["settled"] == 0, work
+
+
+def test_stack_counts_come_in_one_order_whatever_the_plan(store):
+    """The rows' order reaches the flame graph's bytes (a stored graph is compared with one
+    built again); it was the plan's, and an ANALYZE between two reads changed it."""
+    from kubeprof.storage import queries as q
+    from kubeprof.storage import stack_counts as sc
+    from tests.unit.report.truth_store import store_fixture
+
+    store_fixture(str(store.engine.url.render_as_string(hide_password=False)), "compute")
+    with store.engine.connect() as conn:
+        sid = q.find_session(conn, "compute").id
+        before = sc.stack_counts(conn, sid)
+    with store.engine.begin() as conn:
+        conn.execute(text("ANALYZE"))
+    with store.engine.connect() as conn:
+        after = sc.stack_counts(conn, sid)
+    assert len(before) > 100 and sorted(before) == sorted(after)
+    assert before == after
