@@ -85,10 +85,18 @@ def group_of(item: pytest.Item) -> str | None:
             return SERIAL_GROUP
         # A module's tests share module-scoped fixtures (an operator, namespaces): one worker.
         return f"{CLUSTER_GROUP}:{item.nodeid.split('::', 1)[0]}"
-    if "postgres_dsn" in fixtures:
-        # Its module-scoped database and fixtures are set up once, on one worker.
+    if "postgres_dsn" in fixtures or _shares_a_fixture(item):
+        # Its module-scoped fixtures (a database, recorded sessions, an installed venv) are
+        # set up once, on one worker, not once per worker its tests landed on.
         return item.nodeid.split("::", 1)[0]
     return None
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """The test uses a fixture of class, module or package scope."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d and d[-1].scope in ("class", "module", "package") for d in defs)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on the `serial` marks added here

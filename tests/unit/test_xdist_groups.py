@@ -131,3 +131,27 @@ def test_no_worker_waits_forever_on_its_last_test(tmp_path, workers):
     groups = {t: f"cluster:{t.split('::')[0]}" for t in tests if "e2e" in t}
     ran, _ = simulate(tmp_path, tests, groups, workers=workers)
     assert set(ran) == set(tests)
+
+
+def _item(nodeid: str, scopes: dict[str, str]) -> SimpleNamespace:
+    """What tests/conftest.py's group_of reads of a collected test."""
+    defs = {name: [SimpleNamespace(scope=scope)] for name, scope in scopes.items()}
+    return SimpleNamespace(
+        nodeid=nodeid,
+        fixturenames=list(scopes),
+        get_closest_marker=lambda _name: None,
+        _fixtureinfo=SimpleNamespace(name2fixturedefs=defs),
+    )
+
+
+def test_a_module_fixture_is_set_up_on_one_worker_not_on_each():
+    """test_cli_diff's module fixture records two sessions (~27 s): its three tests spread
+    over three workers recorded them three times."""
+    from tests.conftest import group_of
+
+    shared = _item(
+        "tests/unit/cli/test_cli_diff.py::t", {"two_runs": "module", "tmp_path": "function"}
+    )
+    alone = _item("tests/unit/cli/test_x.py::t", {"tmp_path": "function", "pg": "session"})
+    assert group_of(shared) == "tests/unit/cli/test_cli_diff.py"
+    assert group_of(alone) is None
