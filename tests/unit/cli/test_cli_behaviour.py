@@ -244,35 +244,30 @@ def _samples_stored(url: str, name: str) -> int:
         store.close()
 
 
-def test_ctrl_c_saves_then_exits_130(tmp_path):
-    url = f"sqlite:///{tmp_path}/c.db"
-    # Its own process group, signalled as a terminal signals the foreground job on Ctrl-C.
+def _record_then_ctrl_c(url: str, name: str, *command: str) -> tuple[int, str, str]:
+    """`kubeprof record -o NAME -- COMMAND` in its own process group, signalled as a
+    terminal signals the foreground job on Ctrl-C once a sample is stored: (exit code,
+    stdout, stderr)."""
     p = subprocess.Popen(
-        [
-            KUBEPROF,
-            "record",
-            "-o",
-            "cc",
-            "--store",
-            url,
-            "--",
-            sys.executable,
-            "-c",
-            BUSY_QUIET,
-            "120",
-        ],
+        [KUBEPROF, "record", "-o", name, "--store", url, "--", *command],
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not _samples_stored(url, "cc"):
+    while time.monotonic() < deadline and not _samples_stored(url, name):
         time.sleep(0.5)
-    assert _samples_stored(url, "cc"), "no sample stored before Ctrl-C"
+    assert _samples_stored(url, name), "no sample stored before Ctrl-C"
     os.killpg(p.pid, signal.SIGINT)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 130, err
+    out, err = p.communicate(timeout=60)
+    return p.returncode, out, err
+
+
+def test_ctrl_c_saves_then_exits_130(tmp_path):
+    url = f"sqlite:///{tmp_path}/c.db"
+    code, _, err = _record_then_ctrl_c(url, "cc", sys.executable, "-c", BUSY_QUIET, "120")
+    assert code == 130, err
     _no_traceback(err)
     assert "session 'cc'" in err
     listed = kp("sessions", "--store", url).stdout
@@ -293,22 +288,9 @@ def test_ctrl_c_lets_the_command_clean_up_without_a_second_sigint(tmp_path):
     SIGINT at once, which landed in the command's own clean-up: a KeyboardInterrupt
     traceback from the user's program, and its clean-up cut short."""
     url = f"sqlite:///{tmp_path}/c.db"
-    command = (sys.executable, "-c", BUSY_CLEANUP, "120")
-    p = subprocess.Popen(
-        [KUBEPROF, "record", "-o", "cl", "--store", url, "--", *command],
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not _samples_stored(url, "cl"):
-        time.sleep(0.5)
-    assert _samples_stored(url, "cl"), "no sample stored before Ctrl-C"
-    os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    code, out, err = _record_then_ctrl_c(url, "cl", sys.executable, "-c", BUSY_CLEANUP, "120")
     _no_traceback(err)
-    assert "CLEANED UP" in out and p.returncode == 130, (out, err)
+    assert "CLEANED UP" in out and code == 130, (out, err)
 
 
 def test_record_on_a_terminal_shows_what_it_is_doing(tmp_path):

@@ -36,24 +36,23 @@ def meta(phase: str) -> dict[str, Any]:
 
 
 _SCRATCH: list[Path] = []  # the module's folder for the replayed stores (pytest's tmp)
-_SCRATCH_PHASES: list[str] = []  # the phases replayed into it
+_REPLAYED: dict[str, tuple[Store, int]] = {}  # phase -> its store and session, once each
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _scratch(tmp_path_factory):
     _SCRATCH.append(tmp_path_factory.mktemp("proof"))
     yield
-    for phase in _SCRATCH_PHASES:
-        replayed(phase)[0].close()
-    replayed.cache_clear()
+    for store, _sid in _REPLAYED.values():
+        store.close()
+    _REPLAYED.clear()
     _SCRATCH.clear()
-    _SCRATCH_PHASES.clear()
 
 
-@cache
 def replayed(phase: str) -> tuple[Store, int]:
     """The phase's bodies, decoded as the ingest decodes them, stored by its batch writer."""
-    _SCRATCH_PHASES.append(phase)
+    if phase in _REPLAYED:
+        return _REPLAYED[phase]
     store = Store.open(f"sqlite:///{_SCRATCH[0] / phase}.db")
     sid = ensure_session(
         store.engine, "proof", phase, f"uid-{phase}", hz=99, started_at=datetime.now(UTC), meta={}
@@ -62,6 +61,7 @@ def replayed(phase: str) -> tuple[Store, int]:
     for body in proof_check.read_batches(FIX / f"{phase}.batches.jsonl.gz"):
         batch_id, node, batch = codec.decode(body)
         writer.store(sid, batch_id, node, batch)
+    _REPLAYED[phase] = store, sid
     return store, sid
 
 
