@@ -7,6 +7,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,12 @@ STACK = (Frame("main", FrameKind.PYTHON, "/x.py", 1),)
 
 
 class CountingSource:
-    """A collector stand-in that yields one sample per poll and one more at stop."""
+    """A collector stand-in that yields one sample per poll and one more at stop; with
+    `polled`, each poll touches that file (the command of `_until_polled` waits on it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, polled: Path | None = None) -> None:
         self.n = 0
+        self.polled = polled
         self.targets: list[int] = []
         self.stopped = False
         self.warnings = ["no CPU samples for PID 1: it exited at once"]
@@ -35,12 +38,30 @@ class CountingSource:
         self.n += 1
         return Batch(samples=(CpuSample(self.n, 1, 1, "t", 0, STACK),))
 
+    def _touch(self) -> None:
+        if self.polled is not None:
+            self.polled.touch()
+
     def poll(self) -> Batch:
+        self._touch()
         return self._one()
 
     def stop(self) -> Batch:
         self.stopped = True
         return self._one()
+
+
+def _until_polled(polled: Path) -> list[str]:
+    """A command that runs until `polled` exists (60 s at most): the recorder polls only
+    once its store is open, which on a loaded machine took longer than a fixed short
+    sleep, and then the poll these tests count never came."""
+    wait = (
+        "import os, sys, time\n"
+        "end = time.monotonic() + 60\n"
+        "while not os.path.exists(sys.argv[1]) and time.monotonic() < end:\n"
+        "    time.sleep(0.01)\n"
+    )
+    return [sys.executable, "-c", wait, str(polled)]
 
 
 def _stored(url: str, name: str) -> int:
@@ -53,10 +74,10 @@ def _stored(url: str, name: str) -> int:
 
 def test_command_exit_flushes_everything(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
-    src = CountingSource()
+    src = CountingSource(tmp_path / "polled")
     res = record(
         RecordOptions(
-            command=[sys.executable, "-c", "import time; time.sleep(0.5)"],
+            command=_until_polled(src.polled),
             store_url=url,
             sources=[src],
             poll_interval_s=0.05,
@@ -87,9 +108,15 @@ def test_duration_stops_the_command_and_keeps_samples(tmp_path):
 
 def test_ctrl_c_keeps_samples(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
-    src = CountingSource()
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    src = CountingSource(tmp_path / "polled")
+
+    def ctrl_c_after_a_poll() -> None:  # not after a fixed time: see _until_polled
+        end = time.monotonic() + 60
+        while not src.polled.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_after_a_poll, daemon=True).start()
     record(
         RecordOptions(
             command=[sys.executable, "-c", "import time; time.sleep(60)"],
@@ -132,10 +159,10 @@ def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch)
 
     monkeypatch.setattr(Store, "write_batch", refuse)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept folder: not /tmp's
-    src, logged = CountingSource(), []
+    src, logged = CountingSource(tmp_path / "polled"), []
     res = record(
         RecordOptions(
-            command=[sys.executable, "-c", "import time; time.sleep(0.3)"],
+            command=_until_polled(src.polled),
             store_url=url,
             sources=[src],
             poll_interval_s=0.05,
@@ -155,15 +182,16 @@ def test_store_down_to_the_end_leaves_the_batches_on_disk(tmp_path, monkeypatch)
 
 class BrokenSource(CountingSource):
     def poll(self) -> Batch:
+        self._touch()
         raise RuntimeError("ring buffer gone")
 
 
 def test_a_failing_collector_is_named_and_the_others_still_stored(tmp_path):
     url = f"sqlite:///{tmp_path}/r.db"
-    good, bad = CountingSource(), BrokenSource()
+    good, bad = CountingSource(), BrokenSource(tmp_path / "polled")
     res = record(
         RecordOptions(
-            command=[sys.executable, "-c", "import time; time.sleep(0.4)"],
+            command=_until_polled(bad.polled),
             store_url=url,
             sources=[good, bad],
             poll_interval_s=0.05,
@@ -179,6 +207,7 @@ class OneBadSource(CountingSource):
     holds (what a code object's line table read from reused memory once decoded to)."""
 
     def poll(self) -> Batch:
+        self._touch()
         bad = self.n == 0
         rows = []
         for k in range(3):
@@ -194,10 +223,10 @@ def test_a_value_the_store_refuses_costs_its_record_not_the_session(tmp_path):
     """One sample's out-of-range frame line used to fail every batch's write: the session
     ended with 0 rows. Now only that sample is left out, and the warning names its field."""
     url = f"sqlite:///{tmp_path}/r.db"
-    src, logged = OneBadSource(), []
+    src, logged = OneBadSource(tmp_path / "polled"), []
     res = record(
         RecordOptions(
-            command=[sys.executable, "-c", "import time; time.sleep(0.5)"],
+            command=_until_polled(src.polled),
             store_url=url,
             sources=[src],
             poll_interval_s=0.05,
