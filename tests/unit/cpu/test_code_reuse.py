@@ -66,3 +66,25 @@ def test_recheck_reads_only_the_addresses_it_is_given():
     assert reader.code(a2).name == "fn_2"
     assert reader.recheck([a2]) is True and reader.code(a2).name == "fn_0"
     reader.close()
+
+
+def test_freed_memory_that_is_no_code_object_keeps_the_name_it_had():
+    """A program's `<module>` code object freed while the interpreter shut down: the
+    allocator wrote its own words over the object's head and the memory was reused, and
+    the recheck read it again and named the last poll's samples "?" (a 3.13 CI run: 28 of
+    245). No frame runs memory that is no code object, so those samples ran the old one."""
+    assert LAYOUT is not None
+    code = _code("gone_fn")
+    arena = ctypes.create_string_buffer(_CODE_READ)
+    addr = ctypes.addressof(arena)
+    _at(arena, code)
+    reader = CodeReader(os.getpid(), LAYOUT)
+    assert reader.code(addr).name == "gone_fn"
+    # glibc's free: the chunk's next pointer and key over ob_refcnt and ob_type; then the
+    # memory handed out again, the name's word overwritten by whatever took it
+    junk = (0x5A5A5A5A5A5A5A5A).to_bytes(8, "little")
+    ctypes.memmove(addr, junk * 2, 16)
+    ctypes.memmove(addr + LAYOUT.code_name, junk, 8)
+    assert reader.recheck([addr]) is False
+    assert reader.code(addr).name == "gone_fn"
+    reader.close()

@@ -19,6 +19,7 @@ from kubeprof.model import Frame, FrameKind
 
 RawPyFrame = tuple[int, int, int]  # (code address, instruction pointer/f_lasti, flags)
 _USER_TOP = 1 << 47  # x86-64 user addresses lie below
+_OB_TYPE = 8  # PyObject_HEAD: ob_refcnt, then ob_type (every supported GIL build)
 _CODE_READ = 256  # bytes of a code object read at once: every field we need is below
 # CPython keeps line numbers in C ints. A table read from memory the code object no longer
 # owns (freed and reused between the sample and our read) can decode to any number, which
@@ -219,10 +220,10 @@ class CodeReader:
         return info
 
     def _sig(self, raw: bytes) -> bytes:
-        """A code object's name, file and line-table pointers and its first line: another
-        code object at the same address differs in them."""
+        """A code object's type word, name, file and line-table pointers and its first
+        line: another code object at the same address differs in the last four."""
         lay = self.layout
-        words = (lay.code_name, lay.code_filename, lay.code_linetable)
+        words = (_OB_TYPE, lay.code_name, lay.code_filename, lay.code_linetable)
         first = raw[lay.code_firstlineno : lay.code_firstlineno + 4]
         return b"".join(raw[o : o + 8] for o in words) + first
 
@@ -245,9 +246,15 @@ class CodeReader:
             raw = self._read(addr, _CODE_READ)
             if len(raw) < _CODE_READ or self._sig(raw) == old:
                 continue  # unreadable (the process is exiting) or the same object
+            if raw[_OB_TYPE : _OB_TYPE + 8] != old[:8]:
+                # Freed and not a code object now (the allocator's own words or another
+                # type's object): no frame can run it, so the poll's samples of this
+                # address ran the old object. Read again, it named them "?" (seen on a
+                # program's <module> while the interpreter shut down).
+                continue
             del sigs[addr]
             self._codes.pop(addr, None)
-            for off in (0, 8):  # the old name's and file's strings may be freed too
+            for off in (8, 16):  # the old name's and file's strings may be freed too
                 self._strings.pop(int(struct.unpack_from("<Q", old, off)[0]), None)
             changed = True
         if changed:
