@@ -136,5 +136,8 @@ def test_short_waits_are_counted_not_lost(tmp_path):
     short = counters.get("offcpu_short", 0)
     naps = [w for w in kept if w.reason == "clock_nanosleep"]
     assert short + len(naps) >= 300  # every one of the 300 naps is kept or counted
-    assert short >= 250 and counters.get("offcpu_short_ns", 0) >= short * 150_000
+    # the naps' time is in the sum; the program's other short waits are counted too and
+    # can be far shorter (a CI run: 653 short waits averaging 137 µs), so the sum is
+    # checked against the naps it must hold, not against the count
+    assert short >= 250 and counters.get("offcpu_short_ns", 0) >= (300 - len(naps)) * 150_000
     assert all(w.blocked_ns >= 5_000_000 for w in kept)  # a kept one waited 5 ms at least
