@@ -78,6 +78,23 @@ def test_bpf_that_cannot_load_leaves_pyspy_for_the_whole_run():
     assert len(h.stop().samples) == 1 and pyspy.stopped
 
 
+def test_bpf_that_cannot_load_is_told_when_the_run_ends_before_any_poll():
+    """A loaded machine opened the store after a 2 s command had ended: no poll came, and
+    the user was never told BPF could not load (a CI run of the non-root install test)."""
+    pyspy, notes = FakeSampler("py-spy"), []
+
+    def fail():
+        raise CollectorError("BPF is not allowed here")
+
+    h = HandoverCollector(pyspy, fail, notes.append)
+    h.add_target(7)
+    _wait(h)
+    assert len(h.stop().samples) == 1 and pyspy.stopped
+    assert len(notes) == 1 and "BPF is not allowed here" in notes[0]
+    assert "sampling with py-spy instead" in notes[0]
+    assert h.stop().samples == () and len(notes) == 1  # told once
+
+
 def test_a_run_that_ends_before_the_compile_does_not_wait_for_it():
     pyspy, bpf = FakeSampler("py-spy"), FakeSampler("bpf")
     gate = threading.Event()

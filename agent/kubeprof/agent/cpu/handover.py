@@ -104,12 +104,7 @@ class HandoverCollector:
     def _hand_over(self) -> Batch:
         """BPF takes the targets; py-spy's samples up to that instant are kept."""
         if self._bpf is None:  # BPF cannot load here: py-spy runs to the end
-            self._handover_ns = None
-            self._log(
-                f"kubeprof: BPF CPU sampler unavailable ({self._bpf_problem}); sampling "
-                "with py-spy instead (Python frames only)"
-            )
-            self._ready.clear()  # said once; py-spy stays in charge
+            self._say_unavailable()
             return self._pyspy.poll() if self._pyspy is not None else Batch()
         from kubeprof.agent.driver import merge
 
@@ -126,14 +121,26 @@ class HandoverCollector:
         self.warnings += [w for w in pyspy.warnings if not w.startswith("no CPU samples")]
         return merge([before, self._bpf.poll()])
 
+    def _say_unavailable(self) -> None:
+        """Tell once that BPF cannot load and py-spy covers the run (cleared `_ready`
+        marks it said)."""
+        self._log(
+            f"kubeprof: BPF CPU sampler unavailable ({self._bpf_problem}); sampling "
+            "with py-spy instead (Python frames only)"
+        )
+        self._ready.clear()
+
     def stop(self) -> Batch:
         """Stop whichever sampler runs; a compile still under way unloads its program
-        when it ends (`_compile`)."""
+        when it ends (`_compile`). A failed compile no poll reported yet (a run that
+        ended before its first poll: the store opened late) is told here."""
         with self._lock:
             if self._stopped:
                 return Batch()
             self._stopped = True
             bpf = self._bpf
+        if bpf is None and self._handover_ns is None and self._ready.is_set():
+            self._say_unavailable()
         if self._handover_ns is not None and bpf is not None:
             out = bpf.stop()
             self.warnings += bpf.warnings
