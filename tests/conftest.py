@@ -53,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # a child pytest of a run: the PostgreSQL folder is named already
     pg_dir = shared.name_folder()
     os.environ[shared.ENV] = str(pg_dir)
+    os.environ[shared.OWNER_ENV] = str(os.getpid())
     config.stash[_OWNED_PG] = pg_dir
 
 
@@ -67,6 +68,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if pg_dir is None:
         return
     os.environ.pop(shared.ENV, None)
+    os.environ.pop(shared.OWNER_ENV, None)
     said = shared.release(pg_dir)
     if said:
         print(f"\nkubeprof e2e: {said}", file=sys.stderr)

@@ -27,7 +27,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.e2e.cluster import Cluster, Postgres, shared  # noqa: E402
+from tests.e2e.cluster import Cluster, Postgres, shared, watchdog  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -72,11 +72,13 @@ def k8s_cluster() -> Iterator[Cluster]:
         cpu_nodes=int(os.environ.get("KUBEPROF_E2E_CPU_NODES", "2")),
     )
     ok = False
+    dog = watchdog.watch(cluster=run)  # stops it if this process is killed before teardown
     try:
         cluster.up()
         yield cluster
         ok = True
     finally:
+        dog.cancel()
         cluster.down()
         _cleanup(run, ok)
 
@@ -116,11 +118,13 @@ def postgres_server() -> Iterator[Postgres]:
     d = _tmp("kubeprof-e2e-pg-")
     pg = Postgres(d / "pg")
     ok = False
+    dog = watchdog.watch(postgres=d / "pg")
     try:
         pg.start()
         yield pg
         ok = True
     finally:
+        dog.cancel()
         pg.stop()
         _cleanup(d, ok)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from .postgres import Postgres
 
 ENV = "KUBEPROF_E2E_PG_DIR"
+OWNER_ENV = "KUBEPROF_E2E_PG_OWNER"  # the PID of the process that named the folder
 
 
 def name_folder() -> Path:
@@ -38,9 +39,20 @@ def _locked(pg_dir: Path) -> Iterator[None]:
 
 
 def acquire(pg_dir: Path) -> Postgres:
-    """The server in pg_dir, started by this call when no other process has started it."""
+    """The server in pg_dir, started by this call when no other process has started it;
+    the call that starts it also starts a watchdog that stops it if the folder's owner is
+    killed before `release` (the server would outlive the run)."""
     with _locked(pg_dir):
-        return Postgres(pg_dir).start()
+        pg = Postgres(pg_dir)
+        if pg.is_running():
+            return pg
+        pg.start()
+        owner = os.environ.get(OWNER_ENV, "")
+        if owner.isdigit():
+            from .watchdog import watch
+
+            watch(owner=int(owner), postgres=pg_dir)
+        return pg
 
 
 def release(pg_dir: Path) -> str:

@@ -1,0 +1,58 @@
+"""The watchdog of the e2e fixtures: a killed test process leaves no control plane behind
+(real processes, no cluster needed: a `sleep` stands in for etcd in the run folder)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.e2e.cluster import processes, watchdog
+
+
+def _owner_and_component(run_dir: Path) -> tuple[subprocess.Popen[bytes], processes.Proc]:
+    sleep = shutil.which("sleep")
+    assert sleep
+    owner = subprocess.Popen([sleep, "300"])  # the test process that "started" the cluster
+    return owner, processes.start("etcd", [sleep, "300"], run_dir)  # etcd.pid, as `up` writes
+
+
+def _gone_within(proc: processes.Proc, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while processes.is_ours(proc.pid, proc.exe) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not processes.is_ours(proc.pid, proc.exe)
+
+
+def test_a_killed_owner_leaves_no_component_running(tmp_path: Path) -> None:
+    owner, etcd = _owner_and_component(tmp_path)
+    dog = watchdog.watch(owner=owner.pid, cluster=tmp_path)
+    time.sleep(0.5)  # the watchdog has its pidfd
+    assert processes.is_ours(etcd.pid, etcd.exe)  # nothing stopped while the owner lives
+    owner.send_signal(signal.SIGKILL)  # no teardown runs
+    owner.wait()
+    assert _gone_within(etcd, 30), "the watchdog did not stop the owner's component"
+    assert dog.popen.wait(30) == 0
+    assert not (tmp_path / "pids" / "etcd.pid").exists()  # as `down` leaves it
+
+
+def test_a_cancelled_watchdog_stops_nothing(tmp_path: Path) -> None:
+    owner, etcd = _owner_and_component(tmp_path)
+    dog = watchdog.watch(owner=owner.pid, cluster=tmp_path)
+    dog.cancel()  # the fixture's own teardown runs instead
+    assert dog.popen.poll() is not None
+    owner.kill()
+    owner.wait()
+    time.sleep(0.5)
+    assert processes.is_ours(etcd.pid, etcd.exe)
+    assert processes.stop_pidfile(tmp_path / "pids" / "etcd.pid")
+
+
+def test_an_owner_already_gone_is_handled_at_once(tmp_path: Path) -> None:
+    owner, etcd = _owner_and_component(tmp_path)
+    owner.kill()
+    owner.wait()
+    watchdog.watch(owner=owner.pid, cluster=tmp_path)
+    assert _gone_within(etcd, 30)
