@@ -139,8 +139,8 @@ class HandoverCollector:
                 return Batch()
             self._stopped = True
             bpf = self._bpf
-        if bpf is None and self._handover_ns is None and self._ready.is_set():
-            self._say_unavailable()
+        if bpf is None and self._ready.is_set() and self._bpf_problem:
+            self._say_unavailable()  # (a compile that succeeded after the lock is no problem)
         if self._handover_ns is not None and bpf is not None:
             out = bpf.stop()
             self.warnings += bpf.warnings
