@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from tests.e2e import chart_cluster
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, processes
 from tests.e2e.cluster.ports import pick
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +208,13 @@ def _spawn(argv: list[str], env: dict[str, str], log: Path) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     with open(log, "ab") as fh:  # the child writes to its own copy of the descriptor
-        popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+        popen = subprocess.Popen(
+            processes.dies_with_parent(argv),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=ROOT,
+        )
     return Proc(popen, log)
 
 

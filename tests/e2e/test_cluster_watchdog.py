@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -56,3 +57,33 @@ def test_an_owner_already_gone_is_handled_at_once(tmp_path: Path) -> None:
     owner.wait()
     watchdog.watch(owner=owner.pid, cluster=tmp_path)
     assert _gone_within(etcd, 30)
+
+
+def test_a_child_under_test_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """The operator, agents and Prometheus the tests start are children of the test process,
+    not detached: `dies_with_parent` makes them go when it is killed."""
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            "from tests.e2e.cluster import processes\n"
+            "child = subprocess.Popen(processes.dies_with_parent(['sleep', '300']))\n"
+            "open(sys.argv[1], 'w').write(str(child.pid))\n"
+            "child.wait()\n",
+            str(pid_file),
+        ],
+        cwd=watchdog.ROOT,
+    )
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the parent never started its child"
+        time.sleep(0.05)
+    child = processes.Proc(
+        "sleep", int(pid_file.read_text()), Path(shutil.which("sleep") or ""), pid_file
+    )
+    assert _gone_within(child, 0.5) is False  # runs while its parent lives
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert _gone_within(child, 30), "the child outlived the test process that started it"

@@ -26,7 +26,7 @@ from kubeprof.agent.cluster.client import IngestClient
 from kubeprof.model import Batch, GpuMetricSample
 from kubeprof.protocol.codec import encode
 from tests.e2e import operator_helpers as h
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, processes
 from tests.e2e.cluster.ports import pick
 from tests.support import chart
 from tests.support.chart import helm_built  # noqa: F401 - the fixture
@@ -75,12 +75,14 @@ class Prometheus:
         self.log = workdir / "prometheus.log"
         with self.log.open("ab") as out:  # the child keeps its own copy of the descriptor
             self.popen = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={workdir / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={workdir / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                ],
+                processes.dies_with_parent(
+                    [
+                        binary,
+                        f"--config.file={workdir / 'prometheus.yml'}",
+                        f"--storage.tsdb.path={workdir / 'tsdb'}",
+                        f"--web.listen-address=127.0.0.1:{self.port}",
+                    ]
+                ),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

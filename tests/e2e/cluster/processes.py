@@ -6,6 +6,7 @@ the same executable we started, so a recycled PID is never signalled.
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -58,6 +59,14 @@ def start(name: str, argv: list[str], run_dir: Path, env: dict[str, str] | None 
     exe = Path(argv[0]).resolve()
     (pids / f"{name}.pid").write_text(f"{p.pid}\n{exe}\n")
     return Proc(name, p.pid, exe, log)
+
+
+def dies_with_parent(argv: list[str]) -> list[str]:
+    """argv run under `setpriv --pdeathsig TERM` (util-linux): the child gets SIGTERM when
+    the test process that started it dies without its teardown (an operator or Prometheus
+    under test outlived a killed run). argv unchanged where setpriv is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
 
 
 def read_pidfile(pidfile: Path) -> tuple[int, Path] | None:
