@@ -35,6 +35,8 @@ _SCAN_S = 2.0  # how often the kernel's target set and drop counter are read
 _CACHE_MAX = 1 << 15  # distinct native stacks remembered (dropped whole past this)
 _MEMOS_MAX = 1024  # processes with unwind memos (dropped whole past this)
 _ADD_PASSES = 4  # add_target's looks for children forked while it worked
+_LOADER_WAIT_S = 1.0  # add_target's wait for ld.so to map a target's libpython
+_LOADING_S = 5.0  # how long later polls look again for a libpython not yet mapped
 # Per CPU sample counters (kubeprof/report/cpu_stacks.py phrases them for the reader):
 # samples whose native unwind stopped before the thread's first frame, by where it stopped
 # (the end of the copied stack / a frame without usable unwind tables); of those, the ones
@@ -107,6 +109,8 @@ class CpuCollector:
         self._roots = RootMemo()  # native frames above each outermost Python function
         self._new_procs: list[ProcessInfo] = []
         self._readers: dict[int, CodeReader] = {}
+        # pid -> deadline: a python binary whose libpython ld.so has not mapped yet
+        self._loading: dict[int, float] = {}
         self._ready: list[CpuSample] = []
         self._waits: list[OffCpuSample] = []
         self._offcpu_counters: dict[str, int] = {}  # the probe's totals, read every _SCAN_S
@@ -140,6 +144,7 @@ class CpuCollector:
                 break
             for p in sorted(todo):  # parents (lower ids, mostly) before their children
                 self._see(p)
+                self._await_loader(p)
                 self._sampler.add_tgid(p)
                 self._sampler.follow_waits(blocked_threads(p), time.monotonic_ns())
             added |= todo
@@ -171,9 +176,33 @@ class CpuCollector:
             return
         if found is None:
             self._sampler.clear_python(pid)
+            if cpython_process.awaits_libpython(pid):
+                self._loading.setdefault(pid, time.monotonic() + _LOADING_S)
+            else:
+                self._loading.pop(pid, None)
             return
+        self._loading.pop(pid, None)
         self._sampler.set_python(pid, found.layout, found.runtime_addr, found.code_type)
         self._readers[pid] = CodeReader(pid, found.layout)
+
+    def _await_loader(self, pid: int) -> None:
+        """A target caught between exec() and ld.so mapping its libpython (Popen returns
+        there) would be sampled without Python frames until the next look: wait the few
+        ms for the loader before sampling starts (all 247 samples of a 2.5 s run, once)."""
+        deadline = time.monotonic() + _LOADER_WAIT_S
+        while pid in self._loading and time.monotonic() < deadline:
+            time.sleep(0.002)
+            self._find_python(pid)
+
+    def _look_again(self, pids: set[int]) -> None:
+        """Processes seen before their libpython was mapped (found by a poll, or exec()ed
+        since) are looked at again while their samples come, for _LOADING_S at most."""
+        now = time.monotonic()
+        for pid in [p for p in self._loading if p in pids]:
+            if now > self._loading[pid]:
+                del self._loading[pid]
+            else:
+                self._find_python(pid)
 
     # -- polling -----------------------------------------------------------------------
     def poll(self) -> Batch:
@@ -182,7 +211,9 @@ class CpuCollector:
             return Batch()
         # Held: the records' stacks are read in the ring, released once all are in.
         records = self._sampler.drain(hold=True)
-        self._check_exec({r.pid for r in records})
+        pids = {r.pid for r in records}
+        self._check_exec(pids)
+        self._look_again(pids)
         self._recheck_codes(records)
         self._ingest(records)
         self._sampler.release()

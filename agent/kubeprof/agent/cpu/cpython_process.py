@@ -110,6 +110,32 @@ def inspect(pid: int) -> CPython | None:
     return None
 
 
+def awaits_libpython(pid: int) -> bool:
+    """Is pid a python binary whose libpython the dynamic loader has not mapped yet?
+
+    Right after exec() (where ``subprocess.Popen`` returns) only the binary and ld.so are
+    mapped; a binary linked against libpython holds no `_PyRuntime` of its own, so
+    `inspect` finds nothing for the few ms until the loader maps the library.
+    """
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            found = _candidates(parse_maps(f.read()))
+    except OSError:
+        return False
+    if not found or any("libpython" in m.path for m in found):
+        return False
+    for m in found:
+        open_path = f"/proc/{pid}/root{m.path}"
+        if not os.path.exists(open_path):
+            open_path = m.path
+        try:
+            if _runtime_symbol(m.path, open_path)[0] is None:
+                return True
+        except (OSError, ElfError):
+            continue
+    return False
+
+
 def read_memory(pid: int, addr: int, size: int) -> bytes:
     """Bytes of the process's memory ("" where unreadable)."""
     if not 0 < addr < 1 << 47:
