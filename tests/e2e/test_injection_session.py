@@ -35,7 +35,7 @@ import pytest
 from kubeprof.agent.gpu.inject import package_roots, site_dir
 from kubeprof.operator.webhook import LABEL
 from tests.e2e import operator_helpers as h
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, processes
 from tests.e2e.cluster.ports import pick
 from tests.e2e.test_injection_webhook import make_certs, webhook_config
 
@@ -171,7 +171,7 @@ def test_refusing_tracer_reaches_the_sessions_status(
         log = node_dir / "pod.log"
         with open(log, "wb") as fh:
             popen = subprocess.Popen(
-                ["sh", "-c", script, "sh", *argv],
+                processes.dies_with_parent(["sh", "-c", script, "sh", *argv]),
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 env={"PATH": os.environ["PATH"], **pod_env},
