@@ -29,19 +29,28 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @dataclass
 class Watchdog:
-    """A started watchdog; `cancel()` when the owner tears down itself."""
+    """A started watchdog (not this process's child: it forks away at once, so no Popen of
+    it is left to warn "still running" when the test process exits before it does)."""
 
-    popen: subprocess.Popen[bytes]
+    pid: int
+    pidfd: int | None  # None: it had exited before it could be opened
 
-    def cancel(self) -> None:
-        """End the watchdog without it stopping anything."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(5)
+    def exited_within(self, seconds: float) -> bool:
+        """Has the watchdog exited (waiting up to `seconds`)?"""
+        if self.pidfd is None:
+            return True
+        return bool(select.select([self.pidfd], [], [], seconds)[0])
 
-
-_STARTED: list[Watchdog] = []  # the handles: no "still running" ResourceWarning on GC
+    def cancel(self) -> bool:
+        """End the watchdog without it stopping anything; True once it has exited."""
+        if self.pidfd is None:
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGTERM)
+        gone = self.exited_within(5)
+        os.close(self.pidfd)
+        self.pidfd = None
+        return gone
 
 
 def watch(
@@ -54,17 +63,35 @@ def watch(
         argv += ["--cluster", str(cluster)]
     if postgres is not None:
         argv += ["--postgres", str(postgres)]
-    popen = subprocess.Popen(
+    started = subprocess.run(  # prints the forked watchdog's pid and exits
         argv,
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C to the run's process group leaves it to teardown
+        check=True,
+        timeout=60,
     )
-    dog = Watchdog(popen)
-    _STARTED.append(dog)
-    return dog
+    pid = int(started.stdout)
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:  # done already (an owner gone before it started)
+        pidfd = None
+    return Watchdog(pid, pidfd)
+
+
+def _detach() -> None:
+    """Fork: the parent prints the child's pid and exits; the child goes on, its output to
+    /dev/null (the starter reads the pid until every copy of its pipe is closed)."""
+    child = os.fork()
+    if child:
+        print(child, flush=True)
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
 
 
 def wait_for_exit(pid: int) -> None:
@@ -91,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--postgres", type=Path)
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # cancelled: stop nothing
+    _detach()
     wait_for_exit(a.owner)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up is not cut short
     if a.cluster is not None and a.cluster.is_dir():
