@@ -35,17 +35,26 @@ def _ldd(python: str) -> list[str]:
 CHAIN = ["<module>", "main", "sort_with_c", "compare", "work"]
 
 
-def _record(python, seconds, out):
+def _add(c, proc):
+    c.add_target(proc.pid)
+
+
+def _record(python, seconds, out, add=_add, preexec_fn=None):
+    """Run the fixture under a collector: (pid, samples, collector). `add(c, proc)` makes
+    the started process a target."""
     c = CpuCollector(hz=99)
-    proc = subprocess.Popen([python, str(FIXTURES / "callback_tree.py"), str(seconds), out])
+    proc = subprocess.Popen(
+        [python, str(FIXTURES / "callback_tree.py"), str(seconds), out], preexec_fn=preexec_fn
+    )
     samples = []
     try:
-        c.add_target(proc.pid)
+        add(c, proc)
         while proc.poll() is None:
             time.sleep(0.3)
             samples += c.poll().samples
     finally:
         samples += c.stop().samples
+        proc.kill()  # a failed `add` leaves it running
         proc.wait()
     return proc.pid, samples, c
 
@@ -119,17 +128,11 @@ def test_a_target_added_before_its_libpython_is_mapped_has_python_frames(tmp_pat
     binary without its libpython (and so no `_PyRuntime`) for a few ms. Once, on an idle
     machine, every one of 247 samples of a run came without Python frames."""
     window = tmp_path / "window.json"
-    c = CpuCollector(hz=99)
-    proc = subprocess.Popen(
-        [SHARED[0], str(FIXTURES / "callback_tree.py"), "1.5", str(window)],
-        preexec_fn=_stop_at_exec,
-    )
-    samples = []
-    try:
+
+    def add_while_held(c, proc):
         _, status = os.waitpid(proc.pid, os.WUNTRACED)  # held at exec: only ld.so mapped
         assert os.WIFSTOPPED(status)
-        maps = Path(f"/proc/{proc.pid}/maps").read_text()
-        assert "libpython" not in maps
+        assert "libpython" not in Path(f"/proc/{proc.pid}/maps").read_text()
         # ptrace requests come from the tracer thread: add the target beside, release here
         adding = threading.Thread(target=c.add_target, args=(proc.pid,))
         adding.start()
@@ -137,15 +140,10 @@ def test_a_target_added_before_its_libpython_is_mapped_has_python_frames(tmp_pat
         assert adding.is_alive(), "add_target returned before the loader mapped libpython"
         ctypes.CDLL(None, use_errno=True).ptrace(_PTRACE_DETACH, proc.pid, 0, 0)
         adding.join(5)
-        while proc.poll() is None:
-            time.sleep(0.3)
-            samples += c.poll().samples
-    finally:
-        samples += c.stop().samples
-        proc.kill()
-        proc.wait()
+
+    pid, samples, _c = _record(SHARED[0], 1.5, str(window), add_while_held, _stop_at_exec)
     start, end = json.loads(window.read_text())
-    judged = [s for s in samples if s.tid == proc.pid and start <= s.ts_ns <= end]
+    judged = [s for s in samples if s.tid == pid and start <= s.ts_ns <= end]
     wrong = [v for s in judged if (v := _verdict(s))]
     assert len(judged) >= 80, len(judged)
     assert len(wrong) <= 0.03 * len(judged), wrong[:3]
