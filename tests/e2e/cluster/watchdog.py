@@ -32,7 +32,6 @@ class Watchdog:
     """A started watchdog (not this process's child: it forks away at once, so no Popen of
     it is left to warn "still running" when the test process exits before it does)."""
 
-    pid: int
     pidfd: int | None  # None: it had exited before it could be opened
 
     def exited_within(self, seconds: float) -> bool:
@@ -73,12 +72,10 @@ def watch(
         check=True,
         timeout=60,
     )
-    pid = int(started.stdout)
     try:
-        pidfd: int | None = os.pidfd_open(pid)
+        return Watchdog(os.pidfd_open(int(started.stdout)))
     except ProcessLookupError:  # done already (an owner gone before it started)
-        pidfd = None
-    return Watchdog(pid, pidfd)
+        return Watchdog(None)
 
 
 def _detach() -> None:
