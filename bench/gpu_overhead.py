@@ -21,6 +21,11 @@ strictly alternating, each traced chunk against its two untraced neighbours (the
 those pairs), because the host's speed jumps between two levels for seconds at a time;
 and 8 tokens twice right after each enable
 (the first pays what switching on costs at each kernel's first launch, the second does not).
+Each traced chunk ends with a forced hand-over of its records, once per 128 tokens, which a
+recording never does; so decode is also measured as 16 pairs of recording-length stretches
+(``KUBEPROF_BENCH_STRETCH_PAIRS``; 4 chunks each, ``KUBEPROF_BENCH_STRETCH_CHUNKS``) during
+which CUPTI's periodic delivery and the sender thread run as in a recording, with one
+hand-over at the end, inside the timing.
 
 The decode loop is an autoregressive batch-1 generation with a small transformer (6 blocks,
 d=512, KV cache, greedy, no CUDA graphs): ~100 short kernels a token, reported as tokens/s.
@@ -49,6 +54,11 @@ DECODE_TOKENS = 128  # tokens generated per repetition (batch 1, after a 16-toke
 SHORT_TOKENS = 8  # the few tokens timed right after the profiler is switched on
 PAIR_TOKENS = int(os.environ.get("KUBEPROF_BENCH_PAIR_TOKENS", "128"))  # tokens a chunk
 PAIRS = 40
+# Recording-length stretches: chunks back to back while the tracer stays on, so CUPTI's
+# periodic buffer delivery and the sender thread run inside the timing as in a recording,
+# and the hand-over at the end is paid once per stretch, not once per chunk.
+STRETCH_CHUNKS = int(os.environ.get("KUBEPROF_BENCH_STRETCH_CHUNKS", "4"))
+STRETCH_PAIRS = int(os.environ.get("KUBEPROF_BENCH_STRETCH_PAIRS", "16"))
 MODES = {
     "kubeprof": {"KUBEPROF_GPU_STACKS": "callsite"},
     "kubeprof_pyhook": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_HOOK": "python"},
@@ -179,6 +189,11 @@ def child(
         """One element of the paired decode measurement."""
         generate(PAIR_TOKENS)  # type: ignore[operator]
 
+    def stretch() -> None:
+        """One element of the recording-length pairs: several chunks under one enable."""
+        for _ in range(STRETCH_CHUNKS):
+            generate(PAIR_TOKENS)  # type: ignore[operator]
+
     tracer = None
     if mode.startswith("kubeprof") or mode == "breakdown":
         from kubeprof.agent.gpu import inject
@@ -282,6 +297,8 @@ def child(
             else:
                 first_and_second()
     res.update(decode_pairs(plain, profiled, chunk))
+    if STRETCH_PAIRS:
+        res.update(decode_pairs(plain, profiled, stretch, STRETCH_PAIRS, prefix="stretch"))
     if tracer is not None:
         tracer.resume()
     profiled_reps = reps + 2
@@ -296,7 +313,9 @@ def child(
     }
 
 
-def decode_pairs(plain: object, profiled: object, chunk: object) -> dict[str, list[float]]:
+def decode_pairs(
+    plain: object, profiled: object, chunk: object, pairs: int = PAIRS, prefix: str = "pair"
+) -> dict[str, list[float]]:
     """Short untraced and traced decode chunks strictly alternating (B P B P ... B).
 
     The host's speed jumps between two levels for seconds at a time (0.24 or 0.35-0.44 s
@@ -305,16 +324,16 @@ def decode_pairs(plain: object, profiled: object, chunk: object) -> dict[str, li
     base: list[float] = [plain(chunk)]  # type: ignore[operator]
     prof: list[float] = []
     unflushed: list[float] = []  # the traced chunk before its records are handed over
-    for _ in range(PAIRS):
+    for _ in range(pairs):
         prof.append(profiled(chunk, unflushed))  # type: ignore[operator]
         base.append(plain(chunk))  # type: ignore[operator]
-    return {"pair_base": base, "pair_prof": prof, "pair_prof_unflushed": unflushed}
+    return {f"{prefix}_base": base, f"{prefix}_prof": prof, f"{prefix}_prof_unflushed": unflushed}
 
 
 def paired_loss(r: dict, key: str = "pair_prof") -> float:
     """Median over the pairs of the tokens/s lost: each traced chunk against the mean of
-    its two untraced neighbours."""
-    b, p = r["pair_base"], r[key]
+    its two untraced neighbours (``key``'s prefix names the series: pair, stretch)."""
+    b, p = r[key.split("_", 1)[0] + "_base"], r[key]
     return statistics.median(100 * (1 - (b[i] + b[i + 1]) / 2 / t) for i, t in enumerate(p))
 
 
@@ -502,6 +521,14 @@ def summarise(r: dict) -> dict:
         ),
         "decode_pairs": len(r.get("pair_prof") or ()),
         "decode_pair_tokens": PAIR_TOKENS,
+        "decode_loss_stretch_pct": paired_loss(r, "stretch_prof")
+        if r.get("stretch_prof")
+        else None,
+        "decode_loss_stretch_unflushed_pct": (
+            paired_loss(r, "stretch_prof_unflushed") if r.get("stretch_prof_unflushed") else None
+        ),
+        "decode_stretches": len(r.get("stretch_prof") or ()),
+        "decode_stretch_tokens": STRETCH_CHUNKS * PAIR_TOKENS,
         "short_tokens": SHORT_TOKENS,
         "short_base_s": more.get("base_short"),
         "short_first_after_enable_s": more.get("prof_short_first"),
@@ -576,9 +603,10 @@ def main() -> None:
     print(
         "\n| mode | launch-bound slowdown | added µs/op | compute-bound slowdown "
         "| training-step slowdown | decode tokens/s untraced → traced (loss) "
-        "| decode loss, paired chunks (before hand-over) | kernels seen / launched |"
+        "| decode loss, paired chunks (before hand-over) "
+        "| decode loss, recording-length stretches (before hand-over) | kernels seen / launched |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in rows:
         seen = "-"
         if s["kernels"]:
@@ -590,7 +618,9 @@ def main() -> None:
             f"{s['decode_tokens_per_s_traced'] or 0:.0f}"
             f" ({s['decode_loss_pct'] or 0:.1f} %) | {s['decode_loss_paired_pct'] or 0:.1f} %"
             f" ({s['decode_loss_paired_unflushed_pct'] or 0:.1f} %) of {s['decode_pairs']}"
-            f" | {seen} |"
+            f" | {s['decode_loss_stretch_pct'] or 0:.1f} %"
+            f" ({s['decode_loss_stretch_unflushed_pct'] or 0:.1f} %) of {s['decode_stretches']}"
+            f" × {s['decode_stretch_tokens']} tokens | {seen} |"
         )
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": rows, "raw": raw}, indent=1))
