@@ -1,7 +1,9 @@
 #!/bin/bash
 # One call on the GPU machine: the GPU tests once, then bench/gpu_overhead.py RUNS times
 # (fresh processes each run), for the decode-loss median over runs (issue 29).
-# Usage (repo root): OUT=/tmp/out RUNS=3 MODES=kubeprof,kineto_stack bash tests/gpu/overhead_runs.sh
+# Usage (repo root; wheels from scripts/device_wheels.sh, carried as .whl):
+#   OUT=/tmp/out RUNS=3 MODES=kubeprof,kineto_stack bash tests/gpu/overhead_runs.sh
+#   KUBEPROF_BENCH_STRETCH_PAIRS=12   fewer recording-length stretch pairs (default 16)
 #   CPUS=2,3,4,5   pin every bench child to these CPUs
 #   BREAKDOWN=decode|launch   also run --breakdown (C hook) on that loop after the first run
 set -u
