@@ -36,7 +36,10 @@ KUBEPROF = [sys.executable, "-m", "kubeprof.cli"]
 CRD = ROOT / "crds" / "profilingsession.yaml"
 EXAMPLE = ROOT / "examples" / "profilingsession.yaml"
 
-# The workload standing for a pod's container: distinctive Python function names.
+# The workload standing for a pod's container: distinctive Python function names, on CPU
+# half the time (20 ms bursts, 20 ms sleeps). Spinning all the time, these stand-ins took
+# ~160 of the xdist tier's ~650 sampled CPU-seconds on this 2-core machine (2026-12-06);
+# every test needs only a few dozen of its samples (~50 a second at 99 Hz).
 WORKLOAD = """
 import sys, time
 def kubeprof_e2e_inner(n):
@@ -48,7 +51,10 @@ def kubeprof_e2e_hot():
     return kubeprof_e2e_inner(50_000)
 end = time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:
-    kubeprof_e2e_hot()
+    burst = time.monotonic() + 0.02
+    while time.monotonic() < burst:
+        kubeprof_e2e_hot()
+    time.sleep(0.02)
 """
 
 
