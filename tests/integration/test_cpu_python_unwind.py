@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -145,5 +146,78 @@ def test_a_target_added_before_its_libpython_is_mapped_has_python_frames(tmp_pat
     start, end = json.loads(window.read_text())
     judged = [s for s in samples if s.tid == pid and start <= s.ts_ns <= end]
     wrong = [v for s in judged if (v := _verdict(s))]
+    assert len(judged) >= 80, len(judged)
+    assert len(wrong) <= 0.03 * len(judged), wrong[:3]
+
+
+# A target that forks a child held right after its exec(): the child is the tracee of this
+# parent, so only the parent can release it (on "go").
+HOLDING_PARENT = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+sys.stdin.readline()
+pid = os.fork()
+if pid == 0:
+    libc.ptrace(0, 0, 0, 0)  # PTRACE_TRACEME: the kernel stops us right after exec()
+    os.execv(sys.argv[1], sys.argv[1:])
+os.waitpid(pid, os.WUNTRACED)
+print(pid, flush=True)
+sys.stdin.readline()
+libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not SHARED, reason="no CPython linked against libpython here")
+def test_a_child_first_seen_by_a_poll_before_its_libpython_is_mapped_gets_python_frames(
+    tmp_path,
+):
+    """A target's child that a poll first sees between its exec() and ld.so mapping
+    libpython has no `_PyRuntime` yet. The exe does not change afterwards, so only the
+    poll-side second look (`CpuCollector._look_again`) can give its samples their Python
+    frames: without it, every one comes without them. The look comes at the first poll
+    with the child's samples, so those taken before it (up to one poll interval) have
+    none: only the samples after it are judged."""
+    window = tmp_path / "window.json"
+    c = CpuCollector(hz=99)
+    fixture = [SHARED[0], str(FIXTURES / "callback_tree.py"), "1.5", str(window)]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", HOLDING_PARENT, *fixture],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    samples, seen_held, looked_at = [], False, None
+    try:
+        c.add_target(parent.pid)
+        parent.stdin.write("fork\n")
+        parent.stdin.flush()
+        child = int(parent.stdout.readline())  # held at exec: only ld.so mapped
+        assert "libpython" not in Path(f"/proc/{child}/maps").read_text()
+        deadline = time.monotonic() + 10  # the polls' scan of the kernel's set: every 2 s
+        while not seen_held and time.monotonic() < deadline:
+            time.sleep(0.3)
+            batch = c.poll()
+            samples += batch.samples
+            seen_held = any(p.pid == child for p in batch.processes)
+        assert seen_held, "no poll found the held child"
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        while parent.poll() is None:
+            time.sleep(0.3)
+            got = c.poll().samples
+            samples += got
+            if looked_at is None and any(s.pid == child for s in got):
+                looked_at = time.monotonic_ns()  # the clock of the samples' ts_ns
+    finally:
+        samples += c.stop().samples
+        parent.kill()
+        parent.wait()
+    start, end = json.loads(window.read_text())
+    assert looked_at is not None, "no poll got a sample of the child"
+    before = [s for s in samples if s.tid == child and s.ts_ns <= looked_at]
+    judged = [s for s in samples if s.tid == child and max(start, looked_at) < s.ts_ns <= end]
+    wrong = [v for s in judged if (v := _verdict(s))]
+    print({"before the look": len(before), "judged": len(judged), "wrong": len(wrong)})
     assert len(judged) >= 80, len(judged)
     assert len(wrong) <= 0.03 * len(judged), wrong[:3]
