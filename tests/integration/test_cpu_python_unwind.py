@@ -213,6 +213,8 @@ def test_a_child_first_seen_by_a_poll_before_its_libpython_is_mapped_gets_python
         samples += c.stop().samples
         parent.kill()
         parent.wait()
+        parent.stdin.close()
+        parent.stdout.close()
     start, end = json.loads(window.read_text())
     assert looked_at is not None, "no poll got a sample of the child"
     before = [s for s in samples if s.tid == child and s.ts_ns <= looked_at]
