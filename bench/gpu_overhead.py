@@ -10,6 +10,7 @@ and torch.profiler alike).
     modes: kubeprof (call-site stacks, the default; the C launch hook when built; backward
            kernels charged to their forward op through autograd sequence numbers),
            kubeprof_pyhook (the same with the pure-Python launch callback),
+           kubeprof_apiframes (the C hook keying call sites through frame objects),
            kubeprof_nobackward (the same without:
            backward kernels under the main thread's stack), kubeprof_full (walk every launch),
            kubeprof_nostack (callbacks, no stack), kubeprof_activity (records only),
@@ -17,8 +18,8 @@ and torch.profiler alike).
 
 ``--cpus 2,3,4,5`` pins each child (all its threads) to those CPUs. Decode is also measured
 as 40 pairs of 128-token chunks (``KUBEPROF_BENCH_PAIR_TOKENS``), untraced and traced
-strictly alternating, each traced chunk against its two untraced neighbours (the median of
-those pairs), because the host's speed jumps between two levels for seconds at a time;
+strictly alternating (``KUBEPROF_BENCH_PAIRS``, default 40), each traced chunk against its
+two untraced neighbours (the median of those pairs), because the host's speed jumps between two levels for seconds at a time;
 and 8 tokens twice right after each enable
 (the first pays what switching on costs at each kernel's first launch, the second does not).
 Each traced chunk ends with a forced hand-over of its records, once per 128 tokens, which a
@@ -53,7 +54,7 @@ TRAIN_STEPS = 100  # launch-bound training steps (small MLP, forward + backward)
 DECODE_TOKENS = 128  # tokens generated per repetition (batch 1, after a 16-token prompt)
 SHORT_TOKENS = 8  # the few tokens timed right after the profiler is switched on
 PAIR_TOKENS = int(os.environ.get("KUBEPROF_BENCH_PAIR_TOKENS", "128"))  # tokens a chunk
-PAIRS = 40
+PAIRS = int(os.environ.get("KUBEPROF_BENCH_PAIRS", "40"))  # chunk pairs a run
 # Recording-length stretches: chunks back to back while the tracer stays on, so CUPTI's
 # periodic buffer delivery and the sender thread run inside the timing as in a recording,
 # and the hand-over at the end is paid once per stretch, not once per chunk.
@@ -62,6 +63,8 @@ STRETCH_PAIRS = int(os.environ.get("KUBEPROF_BENCH_STRETCH_PAIRS", "16"))
 MODES = {
     "kubeprof": {"KUBEPROF_GPU_STACKS": "callsite"},
     "kubeprof_pyhook": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_HOOK": "python"},
+    # the C hook keyed through the frame API (frame objects), not the frames in place
+    "kubeprof_apiframes": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_FRAMES": "api"},
     "kubeprof_nobackward": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_BACKWARD": "0"},
     "kubeprof_full": {"KUBEPROF_GPU_STACKS": "full"},
     "kubeprof_nostack": {"KUBEPROF_GPU_STACKS": "off"},
@@ -305,6 +308,7 @@ def child(
     return {
         "mode": mode,
         "hook": ("c" if tracer._hook is not None else "python") if tracer is not None else None,
+        "frames": tracer.sender.hello.get("frames") if tracer is not None else None,
         **res,
         "stop_s": stop_costs,
         "expected_launch_kernels": profiled_reps * OPS,
@@ -512,6 +516,7 @@ def summarise(r: dict) -> dict:
     return {
         "mode": r["mode"],
         "hook": r.get("hook"),
+        "frames": r.get("frames"),
         "decode_tokens_per_s_base": DECODE_TOKENS / dec["base_decode"] if dec else None,
         "decode_tokens_per_s_traced": DECODE_TOKENS / dec["prof_decode"] if dec else None,
         "decode_loss_pct": 100 * (1 - dec["base_decode"] / dec["prof_decode"]) if dec else None,

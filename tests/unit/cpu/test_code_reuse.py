@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kubeprof.agent.cpu import cpython_layout
+from kubeprof.agent import cpython_layout
 from kubeprof.agent.cpu.cpython_code import _CODE_READ, CodeReader
 
 LAYOUT = cpython_layout.layout_for(sys.version_info[:2])

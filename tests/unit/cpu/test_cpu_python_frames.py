@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from kubeprof.agent.cpu import cpython_layout
+from kubeprof.agent import cpython_layout
 from kubeprof.agent.cpu.cpython_code import groups, line_310, line_311
 from kubeprof.agent.cpu.merge import interleave
 from kubeprof.model import Frame, FrameKind

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import pytest
 from fake_cupti import FakeCupti
 
+from kubeprof.agent.gpu import frame_keys
 from kubeprof.agent.gpu import tracer as tracer_mod
 from kubeprof.agent.gpu.launch_stacks import FOREIGN_MARKER
 from kubeprof.agent.gpu.stacks import StackTable
@@ -168,9 +169,13 @@ def _launch_rows(tx) -> list[tuple[int, ...]]:
     return [tuple(flat[i : i + 6]) for i in range(0, 6 * n, 6)] + list(tx.queues["launch"])
 
 
-def test_every_kernel_joined_to_its_python_stack_through_the_c_hook(cfake, wire):
+@pytest.mark.parametrize("frames", ["auto", "api"])
+def test_every_kernel_joined_to_its_python_stack_through_the_c_hook(cfake, wire, frames):
     rx, tx = wire
-    tr = _started(tx, kinds=("kernel",))
+    tr = _started(tx, kinds=("kernel",), frames=frames)
+    # from 3.11 the default reads the interpreter frames in place; "api" walks frame objects
+    assert tr.sender.hello["frames"] == ("raw" if frames == "auto" else "api")
+    assert hook.stats()["frames"] == tr.sender.hello["frames"]
     tx.start()
     model_forward(cfake, 100)
     tr.stop()
@@ -360,6 +365,89 @@ def test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id():
         "test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id.<locals>.from_decode"
         in names
     )
+
+
+def test_keys_read_from_the_interpreter_frames_in_place_are_whole_stacks_too():
+    """The in-place keys (``frame_keys``) as exact as the frame objects': the same stack
+    always one id and, once warm, no walk, though its inner frames are new at every call (as
+    a module call's are at each launch); a different outer line a new id; a generator's
+    frames too."""
+    strings: list[str] = []
+    stacks: list[list[list[int]]] = []
+
+    def intern(text: str) -> int:
+        strings.append(text)
+        return len(strings)
+
+    def define(frames: list[list[int]]) -> int:
+        stacks.append(frames)
+        return len(stacks)
+
+    table = StackTable(intern, define)
+    assert frame_keys.use(hook, "auto") == "raw"
+    try:
+
+        def leaf() -> int:
+            return hook.site_here(table.walk)
+
+        def layer() -> int:
+            return leaf()
+
+        def from_prefill() -> int:
+            return layer()
+
+        def from_decode() -> int:
+            return layer()
+
+        def in_generator():
+            while True:
+                yield layer()
+
+        def two_lines() -> tuple[int, int]:
+            first = layer()
+            second = layer()  # the same frames but this one's line: another stack
+            return first, second
+
+        gen = in_generator()
+
+        def calls(n: int) -> tuple[set[int], set[int], set[int]]:
+            a = {from_prefill() for _ in range(n)}
+            b = {from_decode() for _ in range(n)}
+            return a, b, {next(gen) for _ in range(n)}
+
+        # warm-up: a call site's instruction pointer moves once CPython specialises the call
+        # (the frame API's key moves with it), so a site may be walked twice at first
+        walks = []
+        rounds = []
+        for _ in range(2):  # the same line: the same stacks
+            rounds.append(calls(20))
+            walks.append(table.stats["walks"])
+        a, b, c = rounds[1]
+        assert rounds[0] == rounds[1] and len(a) == len(b) == len(c) == 1
+        assert len(a | b | c) == 3
+        assert walks[1] == walks[0] and hook.stats()["frames"] == "raw"
+        b, c = [b.pop()], [c.pop()]
+        pairs = {two_lines() for _ in range(20)}
+        assert len(pairs) == 1 and len(set(pairs.pop())) == 2
+        for sid, outer in ((b[0], "from_decode"), (c[0], "in_generator")):
+            names = [strings[f[0] - 1].rsplit(".", 1)[-1] for f in stacks[sid - 1]]
+            assert names[:3] == ["leaf", "layer", outer], names
+    finally:
+        frame_keys.use(hook, "api")
+    assert hook.stats()["frames"] == "api"
+
+
+def test_frame_offsets_that_disagree_with_the_frame_objects_are_not_used():
+    good = frame_keys.offsets(sys.version_info[:2])
+    assert good is not None
+    # the previous-frame pointer where the code object should be: a readable field, wrong
+    wrong = (*good[:2], good[3], *good[3:])
+    assert hook.raw_frames(wrong) is False
+    assert hook.stats()["frames"] == "api"
+    assert frame_keys.use(hook, "api") == "api"
+    with pytest.raises(ValueError, match="KUBEPROF_GPU_FRAMES"):
+        frame_keys.use(hook, "fast")
+    assert frame_keys.offsets((3, 10)) is None  # 3.10's frames are objects already
 
 
 def _record(size: int, fields: list[tuple[int, str, int]]) -> bytes:

@@ -5,13 +5,16 @@ The agent image builds ``_launchhook`` once, against CPython's stable ABI
 the slower Python callback. That one build (scripts/build_launchhook.sh with this
 machine's Debian python3 headers) is imported by each interpreter of 3.10-3.13 found here
 (pyenv's), which gets one id per whole stack: the same caller always the same id, a
-different caller line a new one, one walk each. Skipped for a version with no interpreter
+different caller line a new one, one walk each; from 3.11 on, also with the keys read from
+the interpreter frames in place (frame_keys), which the hook uses only after checking them.
+Skipped for a version with no interpreter
 here, or without a C compiler and headers to build it.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeprof.agent.gpu import bundle
+from kubeprof.agent.gpu import bundle, frame_keys
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -59,7 +62,11 @@ def test_one_stable_abi_build_keys_whole_stacks_on_each_bundled_python(
     py = interpreter(version)
     if py is None:
         pytest.skip(f"no Python {version[0]}.{version[1]} on this machine")
-    out = subprocess.run(
-        [py, "-c", CHECK, str(abi3_build)], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert out == "[1] [2] ['layer', 'layer'] 2", out
+    offsets = frame_keys.offsets(version)
+    args = [py, "-c", CHECK, str(abi3_build)] + ([json.dumps(offsets)] if offsets else [])
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "[1] [2] ['layer', 'layer'] 2", out
+    if version >= (3, 11):
+        assert out[1:] == ["raw True [1] [2] ['leaf', 'leaf'] 2"], out
+    else:
+        assert offsets is None and out[1:] == [], out

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kubeprof.agent.cpu.cpython_layout import OWNED_BY_CSTACK, OWNED_BY_GENERATOR, Layout
+from kubeprof.agent.cpython_layout import OWNED_BY_CSTACK, OWNED_BY_GENERATOR, Layout
 from kubeprof.model import Frame, FrameKind
 
 RawPyFrame = tuple[int, int, int]  # (code address, instruction pointer/f_lasti, flags)

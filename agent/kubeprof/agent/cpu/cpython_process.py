@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from kubeprof.agent.cpu import cpython_layout
-from kubeprof.agent.cpu.cpython_layout import Layout
+from kubeprof.agent import cpython_layout
 from kubeprof.agent.cpu.elf import ElfError, ElfSymbols, find_symbol, read_symbols
 from kubeprof.agent.cpu.symbolize import Mapping, parse_maps
+from kubeprof.agent.cpython_layout import Layout
 
 
 @dataclass(frozen=True, slots=True)

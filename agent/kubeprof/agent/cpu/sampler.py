@@ -15,9 +15,9 @@ import threading
 from typing import Any, NamedTuple
 
 from kubeprof.agent.cpu import bpf_program, btf, offcpu_probe
-from kubeprof.agent.cpu.cpython_layout import Layout
 from kubeprof.agent.cpu.offcpu_probe import OffCpuKnobs
 from kubeprof.agent.cpu.ringbuf import RingReader
+from kubeprof.agent.cpython_layout import Layout
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what decode() reads records from
 _STACK_AT = ctypes.sizeof(bpf_program.RawSample)  # the stack bytes follow the fixed part

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubeprof.agent.gpu import activity, subscription
+from kubeprof.agent.gpu import activity, frame_keys, subscription
 from kubeprof.agent.gpu.activity import ACTIVITY_KINDS
 from kubeprof.agent.gpu.autograd import AutogradSeq
 from kubeprof.agent.gpu.cupti_errors import TracerError, import_failure, one_line
@@ -50,6 +50,7 @@ class TracerConfig:
     callbacks: bool = True  # False: activity records only, no launch stacks (the cost floor)
     backward: bool = True  # PyTorch: send autograd sequence numbers (backward -> forward op)
     hook: str = "auto"  # launch callback: auto (C if built), c (required), python
+    frames: str = "auto"  # C hook's keys: auto (interpreter frames in place), api
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> TracerConfig:
@@ -70,12 +71,19 @@ class TracerConfig:
             callbacks=e.get("KUBEPROF_GPU_CALLBACKS", "1") != "0",
             backward=e.get("KUBEPROF_GPU_BACKWARD", "1") != "0",
             hook=_hook_mode(e.get("KUBEPROF_GPU_HOOK", d.hook)),
+            frames=_frames_mode(e.get("KUBEPROF_GPU_FRAMES", d.frames)),
         )
 
 
 def _hook_mode(value: str) -> str:
     if value not in HOOK_MODES:
         raise TracerError(f"unknown KUBEPROF_GPU_HOOK {value!r} (known: {', '.join(HOOK_MODES)})")
+    return value
+
+
+def _frames_mode(value: str) -> str:
+    if value not in frame_keys.FRAME_MODES:
+        raise TracerError(f"unknown KUBEPROF_GPU_FRAMES {value!r} (auto or api)")
     return value
 
 
@@ -244,6 +252,7 @@ class CuptiTracer:
         )
         self._hook = hook
         self._subscriber = True
+        self.sender.hello["frames"] = frame_keys.use(hook, self.config.frames)
         self.sender.packed = hook  # launch, autograd and activity rows, packed in C
 
     def _enable_callbacks(self, on: bool) -> None:
