@@ -19,14 +19,14 @@ and torch.profiler alike).
 ``--cpus 2,3,4,5`` pins each child (all its threads) to those CPUs. Decode is also measured
 as 40 pairs of 128-token chunks (``KUBEPROF_BENCH_PAIR_TOKENS``), untraced and traced
 strictly alternating (``KUBEPROF_BENCH_PAIRS``, default 40), each traced chunk against its
-two untraced neighbours (the median of those pairs), because the host's speed jumps between two levels for seconds at a time;
-and 8 tokens twice right after each enable
-(the first pays what switching on costs at each kernel's first launch, the second does not).
-Each traced chunk ends with a forced hand-over of its records, once per 128 tokens, which a
-recording never does; so decode is also measured as 16 pairs of recording-length stretches
+two untraced neighbours (the median of those pairs), because the host's speed jumps between
+two levels for seconds at a time; and 8 tokens twice right after each enable (the first pays
+what switching on costs at each kernel's first launch, the second does not). Each traced
+chunk ends with a forced hand-over of its records, once per 128 tokens, which a recording
+never does; so decode is also measured as 16 pairs of recording-length stretches
 (``KUBEPROF_BENCH_STRETCH_PAIRS``; 4 chunks each, ``KUBEPROF_BENCH_STRETCH_CHUNKS``) during
-which CUPTI's periodic delivery and the sender thread run as in a recording, with one
-hand-over at the end, inside the timing.
+which CUPTI's periodic delivery and the sender thread run as in a recording, with one hand-
+over at the end, inside the timing.
 
 The decode loop is an autoregressive batch-1 generation with a small transformer (6 blocks,
 d=512, KV cache, greedy, no CUDA graphs): ~100 short kernels a token, reported as tokens/s.
