@@ -65,6 +65,8 @@ MODES = {
     "kubeprof_pyhook": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_HOOK": "python"},
     # the C hook keyed through the frame API (frame objects), not the frames in place
     "kubeprof_apiframes": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_FRAMES": "api"},
+    # decode only: untraced, frames in place and frame API chunks in one process (decode_ab)
+    "kubeprof_ab": {"KUBEPROF_GPU_STACKS": "callsite"},
     "kubeprof_nobackward": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_BACKWARD": "0"},
     "kubeprof_full": {"KUBEPROF_GPU_STACKS": "full"},
     "kubeprof_nostack": {"KUBEPROF_GPU_STACKS": "off"},
@@ -258,6 +260,8 @@ def child(
         profiled(compute_bound)
         profiled(train_bound)
         profiled(decode)
+    if mode == "kubeprof_ab":
+        return {"mode": mode, "hook": "c", **decode_ab(plain, profiled, chunk, tracer)}
     if mode == "breakdown":
         if breakdown_loop == "decode":
             return breakdown(tracer, reps, decode, plain, profiled, unit=DECODE_TOKENS)
@@ -332,6 +336,43 @@ def decode_pairs(
         prof.append(profiled(chunk, unflushed))  # type: ignore[operator]
         base.append(plain(chunk))  # type: ignore[operator]
     return {f"{prefix}_base": base, f"{prefix}_prof": prof, f"{prefix}_prof_unflushed": unflushed}
+
+
+def decode_ab(plain: object, profiled: object, chunk: object, tracer: object) -> dict:
+    """The C hook's two ways to key a launch, in one process: B R B A B R B A ... B, R a
+    chunk traced with keys read from the interpreter frames in place, A through the frame
+    API (frame_keys), B untraced; each traced chunk against its two untraced neighbours.
+    Both kinds of keys share the call-site table, so after the warm-up neither walks."""
+    from kubeprof.agent.gpu import frame_keys
+
+    hook = tracer._hook  # type: ignore[attr-defined]
+    out: dict[str, list[float]] = {
+        k: [] for k in ("ab_base", "ab_raw", "ab_api", "ab_raw_unflushed", "ab_api_unflushed")
+    }
+    out["ab_base"].append(plain(chunk))  # type: ignore[operator]
+    for _ in range(PAIRS):
+        for kind, mode in (("raw", "auto"), ("api", "api")):
+            assert frame_keys.use(hook, mode) == kind
+            out[f"ab_{kind}"].append(profiled(chunk, out[f"ab_{kind}_unflushed"]))  # type: ignore[operator]
+            out["ab_base"].append(plain(chunk))  # type: ignore[operator]
+    frame_keys.use(hook, "auto")
+    return out
+
+
+def ab_losses(r: dict) -> dict[str, float]:
+    """decode_ab's paired losses (%), by kind, with and without the hand-over."""
+    base = r["ab_base"]  # B R B A B ...: traced chunk i sits between base[i] and base[i + 1]
+    kinds = {"raw": 0, "api": 1}
+    out = {}
+    for kind, first in kinds.items():
+        for suffix in ("", "_unflushed"):
+            traced = r[f"ab_{kind}{suffix}"]
+            ratios = [
+                1 - (base[2 * i + first] + base[2 * i + first + 1]) / 2 / t
+                for i, t in enumerate(traced)
+            ]
+            out[f"{kind}{suffix}"] = 100 * statistics.median(ratios)
+    return out
 
 
 def paired_loss(r: dict, key: str = "pair_prof") -> float:
@@ -591,6 +632,17 @@ def main() -> None:
         raw.append(r)
         if "error" in r:
             print(f"{mode}: FAILED\n{r['error']}", flush=True)
+            continue
+        if r["mode"] == "kubeprof_ab":
+            losses = ab_losses(r)
+            print(json.dumps({"mode": r["mode"], "pairs": len(r["ab_raw"]), **losses}))
+            print(
+                f"\nkubeprof_ab: decode loss, paired {PAIR_TOKENS}-token chunks, "
+                f"{len(r['ab_raw'])} each: frames in place {losses['raw']:.1f} % "
+                f"({losses['raw_unflushed']:.1f} % before hand-over), frame API "
+                f"{losses['api']:.1f} % ({losses['api_unflushed']:.1f} %)",
+                flush=True,
+            )
             continue
         if r["mode"] == "breakdown":
             unit = f"{DECODE_TOKENS} tokens" if r.get("loop") == "decode" else f"{OPS:,} ops"

@@ -941,7 +941,6 @@ static int raw_agrees(void) {
  * thread; None, or offsets that disagree: through the frame API. */
 static PyObject *raw_frames(PyObject *self, PyObject *arg) {
     (void)self;
-    int was = g_raw;
     g_raw = 0;
     if (arg != Py_None) {
         FrameOffsets fo;
@@ -955,8 +954,8 @@ static PyObject *raw_frames(PyObject *self, PyObject *arg) {
         g_fo = fo;
         g_raw = raw_agrees();
     }
-    if (g_raw != was)
-        sites_clear(); /* keys of one kind only in the table */
+    /* the table keeps its sites: a key read in place (instruction addresses) never equals
+     * one read through the frame API (instruction offsets), so both kinds can share it */
     return PyBool_FromLong(g_raw);
 }
 
