@@ -4,6 +4,10 @@
 # Usage (repo root; wheels from scripts/device_wheels.sh, carried as .whl):
 #   OUT=/tmp/out RUNS=3 MODES=kubeprof,kineto_stack bash tests/gpu/overhead_runs.sh
 #   KUBEPROF_BENCH_STRETCH_PAIRS=12   fewer recording-length stretch pairs (default 16)
+#   KUBEPROF_BENCH_PAIRS=30   fewer 128-token chunk pairs (default 40)
+#   MODES=kubeprof_ab,kineto_stack   decode only: keys read in place vs through the frame API,
+#                                    alternating in one process (bench/gpu_overhead.py)
+#   RUNS=0   the GPU tests alone
 #   CPUS=2,3,4,5   pin every bench child to these CPUs
 #   BREAKDOWN=decode|launch   also run --breakdown (C hook) on that loop after the first run
 set -u

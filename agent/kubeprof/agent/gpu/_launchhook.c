@@ -6,7 +6,9 @@
  * Python objects, and every activity record becomes a Python object converted field by
  * field. Here the exits and nested driver calls cost a thread-local read, and a launch one
  * GIL acquisition plus a walk of its frames: the whole chain of (code object, last
- * instruction) pairs, up to StackTable's max_depth, is the key of a call-site table. That key
+ * instruction) pairs, up to StackTable's max_depth, is the key of a call-site table (read
+ * from the interpreter frames in place on 3.11+, see raw_frames(), else through frame
+ * objects). That key
  * is exact (the same pairs give the same lines), so there is nothing to revalidate; only a
  * new site calls back into Python (StackTable.walk). Launches from threads without Python
  * frames (autograd's engine, XLA's runtime threads) call the Python `slow` path, which owns
