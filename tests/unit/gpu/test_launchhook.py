@@ -169,12 +169,21 @@ def _launch_rows(tx) -> list[tuple[int, ...]]:
     return [tuple(flat[i : i + 6]) for i in range(0, 6 * n, 6)] + list(tx.queues["launch"])
 
 
-@pytest.mark.parametrize("frames", ["auto", "api"])
-def test_every_kernel_joined_to_its_python_stack_through_the_c_hook(cfake, wire, frames):
+@pytest.mark.parametrize("frames", ["auto", "api", "wrong offsets"])
+def test_every_kernel_joined_to_its_python_stack_through_the_c_hook(
+    cfake, wire, frames, monkeypatch
+):
     rx, tx = wire
+    if frames == "wrong offsets":  # a layout that does not fit: the check at start refuses it
+        good = frame_keys.offsets(sys.version_info[:2])
+        monkeypatch.setattr(frame_keys, "offsets", lambda v: (*good[:2], good[3], *good[3:]))
+        frames = "auto"
+        expected = "api"
+    else:
+        # from 3.11 the default reads the interpreter frames in place; "api": frame objects
+        expected = "raw" if frames == "auto" else "api"
     tr = _started(tx, kinds=("kernel",), frames=frames)
-    # from 3.11 the default reads the interpreter frames in place; "api" walks frame objects
-    assert tr.sender.hello["frames"] == ("raw" if frames == "auto" else "api")
+    assert tr.sender.hello["frames"] == expected
     assert hook.stats()["frames"] == tr.sender.hello["frames"]
     tx.start()
     model_forward(cfake, 100)
