@@ -25,8 +25,8 @@ what switching on costs at each kernel's first launch, the second does not). Eac
 chunk ends with a forced hand-over of its records, once per 128 tokens, which a recording
 never does; so decode is also measured as 16 pairs of recording-length stretches
 (``KUBEPROF_BENCH_STRETCH_PAIRS``; 4 chunks each, ``KUBEPROF_BENCH_STRETCH_CHUNKS``) during
-which CUPTI's periodic delivery and the sender thread run as in a recording, with one hand-
-over at the end, inside the timing.
+which CUPTI's periodic delivery and the sender thread run as in a recording, with one
+hand-over at the end, inside the timing.
 
 The decode loop is an autoregressive batch-1 generation with a small transformer (6 blocks,
 d=512, KV cache, greedy, no CUDA graphs): ~100 short kernels a token, reported as tokens/s.
@@ -361,7 +361,7 @@ def decode_ab(plain: object, profiled: object, chunk: object, tracer: object) ->
 
 def ab_losses(r: dict) -> dict[str, float]:
     """decode_ab's paired losses (%), by kind, with and without the hand-over."""
-    base = r["ab_base"]  # B R B A B ...: traced chunk i sits between base[i] and base[i + 1]
+    base = r["ab_base"]  # B R B A B ...: R number i between base[2i], base[2i + 1]; A one on
     kinds = {"raw": 0, "api": 1}
     out = {}
     for kind, first in kinds.items():

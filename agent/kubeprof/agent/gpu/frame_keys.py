@@ -4,12 +4,13 @@ frame API.
 The key is the chain of (code object, instruction) pairs of the launching thread. Through
 the frame API (``PyFrame_GetBack``) every frame without a frame object gets one made, and a
 decode step's module calls (``_wrapped_call_impl``, ``_call_impl``, ``forward``) are new at
-nearly every launch: on CPython 3.12 that was ~650 ns a launch at depth 20 against ~245 ns
-read in place (bench/launchhook_cost.py --depth). From 3.11 on, the hook reads the thread's
-``_PyInterpreterFrame`` chain with the offsets of ``kubeprof.agent.cpython_layout`` (the table the
-BPF unwinder uses, checked against each interpreter by the integration tests), and only
-after the chain it reads equals the frame objects' chain on the calling thread. 3.10's
-frames are objects already: nothing to gain there.
+nearly every launch: on CPython 3.12 the hook cost ~530-610 ns a launch at depth 20 that
+way, ~225 ns reading the frames in place (bench/launchhook_cost.py, BENCHMARKS.md), and
+batch-1 decode on an H100 lost 10.5 % of its tokens/s against 8.8 %. From 3.11 on, the
+hook reads the thread's ``_PyInterpreterFrame`` chain with the offsets of
+``kubeprof.agent.cpython_layout`` (the table the BPF unwinder uses, checked against each
+interpreter by the integration tests), and only after the chain it reads equals the frame
+objects' chain on the calling thread. 3.10's frames are objects already: nothing to gain.
 """
 
 from __future__ import annotations
