@@ -338,7 +338,8 @@ def test_a_hook_built_from_an_older_source_is_not_used(monkeypatch):
     assert tracer_mod.load_hook("auto") is None
 
 
-def test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id():
+def _recording_table() -> tuple[StackTable, list[str], list[list[list[int]]]]:
+    """A StackTable whose strings and stacks are kept in the two lists returned with it."""
     strings: list[str] = []
     stacks: list[list[list[int]]] = []
 
@@ -350,7 +351,11 @@ def test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id():
         stacks.append(frames)
         return len(stacks)
 
-    table = StackTable(intern, define)
+    return StackTable(intern, define), strings, stacks
+
+
+def test_call_site_keys_are_whole_stacks_so_two_callers_never_share_an_id():
+    table, strings, stacks = _recording_table()
     hook.reset()
 
     def leaf() -> int:
@@ -381,18 +386,7 @@ def test_keys_read_from_the_interpreter_frames_in_place_are_whole_stacks_too():
     always one id and, once warm, no walk, though its inner frames are new at every call (as
     a module call's are at each launch); a different outer line a new id; a generator's
     frames too."""
-    strings: list[str] = []
-    stacks: list[list[list[int]]] = []
-
-    def intern(text: str) -> int:
-        strings.append(text)
-        return len(strings)
-
-    def define(frames: list[list[int]]) -> int:
-        stacks.append(frames)
-        return len(stacks)
-
-    table = StackTable(intern, define)
+    table, strings, stacks = _recording_table()
     assert frame_keys.use(hook, "auto") == "raw"
     try:
 
