@@ -5,8 +5,9 @@ tests/gpu/hook_versions_run.sh on the GPU machine). It prints
 ``[1] [2] ['layer', 'layer'] 2`` when the hook keys whole stacks: the same caller always
 the same id, a different caller a new one, one walk each. Given the interpreter frames'
 offsets (argv[2], JSON: frame_keys.offsets of that version), it checks the same with the
-keys read from the frames in place, and prints ``raw True [1] [2] ['leaf', 'leaf'] 2``
-(there the walk starts at the frame that calls the hook).
+keys read from the frames in place, and for a caller that C called back, and prints
+``raw True [1] [2] [3] ['leaf', 'leaf', 'leaf'] 3`` (there the walk starts at the frame that
+calls the hook).
 """
 
 import json
@@ -51,4 +52,5 @@ if len(sys.argv) > 2:
     before = hook.stats()["walks"]
     a = {from_prefill() for _ in range(5)}
     b = {from_decode() for _ in range(5)}
-    print("raw", on, sorted(a), sorted(b), walked, hook.stats()["walks"] - before)
+    c = set(map(lambda _: layer(), range(5)))  # Python that C called (3.12+: an entry frame)
+    print("raw", on, sorted(a), sorted(b), sorted(c), walked, hook.stats()["walks"] - before)

@@ -440,6 +440,51 @@ def test_keys_read_from_the_interpreter_frames_in_place_are_whole_stacks_too():
     assert hook.stats()["frames"] == "api"
 
 
+def test_keys_in_place_follow_the_stack_through_c_calls_and_on_each_thread():
+    """A launch from Python that C called back (a module's hook, ``map``), on the main thread
+    and on another Python thread: each thread's own chain, read across the C call (3.12 puts
+    an entry frame there, which the key skips), as the frame objects show it."""
+    table, strings, stacks = _recording_table()
+    assert frame_keys.use(hook, "auto") == "raw"
+    try:
+
+        def leaf(_: int = 0) -> int:
+            return hook.site_here(table.walk)
+
+        def via_c() -> set[int]:
+            return set(map(leaf, range(20)))  # builtin map calls back into Python
+
+        def rounds() -> tuple[list[set[int]], list[int]]:
+            ids, walks = [], []
+            for _ in range(3):  # the same line: the same stack
+                ids.append(via_c())
+                walks.append(table.stats["walks"])
+            return ids, walks
+
+        got: dict[str, tuple[list[set[int]], list[int]]] = {}
+
+        def on_thread() -> None:
+            got["thread"] = rounds()
+
+        worker = threading.Thread(target=on_thread)
+        worker.start()
+        worker.join()
+        got["main"] = rounds()
+        for ids, walks in got.values():
+            assert len(ids[2]) == 1 and ids[1] == ids[2] and walks[1] == walks[2], (ids, walks)
+        thread_sid, main_sid = got["thread"][0][2].pop(), got["main"][0][2].pop()
+        assert thread_sid != main_sid
+        for sid, outer in ((thread_sid, "on_thread"), (main_sid, "rounds")):
+            names = [strings[f[0] - 1].rsplit(".", 1)[-1] for f in stacks[sid - 1]]
+            assert names[:3] == ["leaf", "via_c", "rounds"], names
+            assert outer in names, names
+        test = "test_keys_in_place_follow_the_stack_through_c_calls_and_on_each_thread"
+        for sid, here in ((thread_sid, False), (main_sid, True)):
+            assert (test in [strings[f[0] - 1] for f in stacks[sid - 1]]) is here
+    finally:
+        frame_keys.use(hook, "api")
+
+
 def test_frame_offsets_that_disagree_with_the_frame_objects_are_not_used():
     good = frame_keys.offsets(sys.version_info[:2])
     assert good is not None

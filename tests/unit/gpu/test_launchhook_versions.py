@@ -67,6 +67,6 @@ def test_one_stable_abi_build_keys_whole_stacks_on_each_bundled_python(
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "[1] [2] ['layer', 'layer'] 2", out
     if version >= (3, 11):
-        assert out[1:] == ["raw True [1] [2] ['leaf', 'leaf'] 2"], out
+        assert out[1:] == ["raw True [1] [2] [3] ['leaf', 'leaf', 'leaf'] 3"], out
     else:
         assert offsets is None and out[1:] == [], out
