@@ -37,6 +37,7 @@ class Traced:
     metrics: list[GpuMetricSample] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+    targets: dict[int, dict] = field(default_factory=dict)  # pid -> its tracer's hello
 
     @property
     def kernels(self) -> list[GpuActivity]:
@@ -91,6 +92,7 @@ def run_traced(
         se.seek(0)
         out.stdout, out.stderr = so.read(), se.read()
     out.messages = list(rx.messages)
+    out.targets = dict(rx.targets)
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,12 +150,23 @@ def test_jax_loop() -> None:
 
 
 def test_callsite_stacks_match_full_walks() -> None:
-    """Call-site caching must attribute GPU time like walking every launch does."""
+    """Call-site caching must attribute GPU time like walking every launch does, with the C
+    hook's keys read from the interpreter frames in place (the default from CPython 3.11)
+    and through the frame API."""
     base = [python(), str(REPO / "examples" / "train_torch.py"), "--steps", "40"]
     res = {}
-    for mode in ("full", "callsite"):
-        t = run_traced(base, env={"KUBEPROF_GPU_STACKS": mode})
+    modes = {
+        "full": {"KUBEPROF_GPU_STACKS": "full"},
+        "callsite": {"KUBEPROF_GPU_STACKS": "callsite"},
+        "callsite_api": {"KUBEPROF_GPU_STACKS": "callsite", "KUBEPROF_GPU_FRAMES": "api"},
+    }
+    for mode, env in modes.items():
+        t = run_traced(base, env=env)
         _report(f"torch_stacks_{mode}", t)
+        hellos = [h for h in t.targets.values() if "versions" in h]
+        if mode == "callsite" and hellos and hellos[0].get("hook") == "c":
+            in_place = sys.version_info >= (3, 11)
+            assert {h.get("frames") for h in hellos} == {"raw" if in_place else "api"}, hellos
         dist: dict = {}
         total = 0
         for k in t.kernels:
@@ -162,15 +174,16 @@ def test_callsite_stacks_match_full_walks() -> None:
             dist[key] = dist.get(key, 0) + 1
             total += 1
         res[mode] = {key: n / total for key, n in dist.items()}
-    keys = set(res["full"]) | set(res["callsite"])
-    tv = 0.5 * sum(abs(res["full"].get(k, 0) - res["callsite"].get(k, 0)) for k in keys)
+    tv = {}
+    for mode in ("callsite", "callsite_api"):
+        keys = set(res["full"]) | set(res[mode])
+        tv[mode] = 0.5 * sum(abs(res["full"].get(k, 0) - res[mode].get(k, 0)) for k in keys)
     print(
         json.dumps(
             {
                 "stack_distribution_total_variation": tv,
-                "stacks_full": len(res["full"]),
-                "stacks_callsite": len(res["callsite"]),
+                **{f"stacks_{mode}": len(res[mode]) for mode in modes},
             }
         )
     )
-    assert tv < 0.02
+    assert max(tv.values()) < 0.02, tv

@@ -169,7 +169,7 @@ class GpuJoin:
             conn.host_tids.clear()
             self.targets[conn.pid] = {
                 k: header[k]
-                for k in ("argv", "ppid", "versions", "config", "skipped_cbids", "hook")
+                for k in ("argv", "ppid", "versions", "config", "skipped_cbids", "hook", "frames")
                 if k in header
             }
             conn.strings.clear()
