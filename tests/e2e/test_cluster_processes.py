@@ -38,3 +38,7 @@ def test_early_exit_names_component_and_log(tmp_path: Path) -> None:
         processes.wait_until(proc, lambda: False, timeout=10)
     msg = str(err.value)
     assert "flaky" in msg and str(proc.log) in msg and "port already in use" in msg
+    # reaped when found dead: no zombie, no "still running" warning when its handle goes
+    assert proc.pid not in processes._CHILDREN
+    with pytest.raises(ChildProcessError):
+        os.waitpid(proc.pid, os.WNOHANG)

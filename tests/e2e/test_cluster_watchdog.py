@@ -35,6 +35,7 @@ def test_a_killed_owner_leaves_no_component_running(tmp_path: Path) -> None:
     owner.send_signal(signal.SIGKILL)  # no teardown runs
     owner.wait()
     assert _gone_within(etcd, 30), "the watchdog did not stop the owner's component"
+    assert etcd.pid not in processes._CHILDREN  # our child, stopped by another: reaped
     assert dog.exited_within(30)
     assert not (tmp_path / "pids" / "etcd.pid").exists()  # as `down` leaves it
 

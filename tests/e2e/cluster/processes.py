@@ -79,10 +79,17 @@ def read_pidfile(pidfile: Path) -> tuple[int, Path] | None:
 
 
 def is_ours(pid: int, exe: Path) -> bool:
-    """True if pid is alive and still runs exe (guards against PID reuse)."""
+    """True if pid is alive and still runs exe (guards against PID reuse). A child of ours
+    found dead (stopped by a watchdog, or exited by itself) is reaped here: never waited
+    for, it would stay a zombie and warn "still running" when its handle is collected."""
     try:
         running = Path(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
+    except OSError:  # gone, or exiting: /proc drops exe before the zombie can be reaped
+        child = _CHILDREN.get(pid)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(1)
+                del _CHILDREN[pid]
         return False
     # A rebuilt binary shows up as "<path> (deleted)"; still the process we started.
     return str(running).removesuffix(" (deleted)") == str(exe)
