@@ -392,6 +392,28 @@ static int64_t site_sid_raw(const char *top, int hops) {
     return site_lookup(g_key, n, h, NULL);
 }
 
+/* Stack id of thread `ts`'s Python stack, keyed in place or through the frame API as
+ * raw_frames() set; 0 and *frameless = 1 when the thread has no Python frames. */
+static int64_t here_sid(PyThreadState *ts, int *frameless) {
+    if (g_raw) {
+        int hops = 0;
+        const char *top = raw_top(ts, &hops);
+        if (top == NULL) {
+            *frameless = 1;
+            return 0;
+        }
+        return site_sid_raw(top, hops);
+    }
+    PyFrameObject *f = PyThreadState_GetFrame(ts);
+    if (f == NULL) {
+        *frameless = 1;
+        return 0;
+    }
+    int64_t sid = site_sid(f);
+    Py_DECREF(f);
+    return sid;
+}
+
 static int64_t api_id(int domain, uint32_t cbid, const char *name) {
     int64_t *slot = (domain >= 0 && domain < 3 && cbid < MAX_CBID) ? &g_api[domain][cbid] : NULL;
     if (slot != NULL && *slot >= 0)
@@ -458,25 +480,12 @@ static void launch_slow(int domain, uint32_t cbid, const CbData *d, int64_t t) {
  * held. */
 static void launch(int domain, uint32_t cbid, const CbData *d, int64_t t) {
     uint32_t corr = d->correlationId;
-    PyThreadState *ts = PyThreadState_Get();
-    int64_t sid;
+    int frameless = 0;
     s_launches++;
-    if (g_raw) {
-        int hops = 0;
-        const char *top = raw_top(ts, &hops);
-        if (top == NULL) { /* no Python frames on this thread */
-            launch_slow(domain, cbid, d, t);
-            return;
-        }
-        sid = site_sid_raw(top, hops);
-    } else {
-        PyFrameObject *f = PyThreadState_GetFrame(ts);
-        if (f == NULL) {
-            launch_slow(domain, cbid, d, t);
-            return;
-        }
-        sid = site_sid(f);
-        Py_DECREF(f);
+    int64_t sid = here_sid(PyThreadState_Get(), &frameless);
+    if (frameless) { /* no Python frames on this thread */
+        launch_slow(domain, cbid, d, t);
+        return;
     }
     int64_t tid = (int64_t)PyThread_get_thread_ident();
     if (g_peek_state >= 0)
@@ -967,20 +976,8 @@ static PyObject *site_here(PyObject *self, PyObject *walk_fn) {
     PyObject *saved = g_walk;
     g_walk = walk_fn;
     uint64_t errors = s_errors;
-    int64_t sid = 0;
-    PyThreadState *ts = PyThreadState_Get();
-    if (g_raw) {
-        int hops = 0;
-        const char *top = raw_top(ts, &hops);
-        if (top != NULL)
-            sid = site_sid_raw(top, hops);
-    } else {
-        PyFrameObject *f = PyThreadState_GetFrame(ts);
-        if (f != NULL) {
-            sid = site_sid(f);
-            Py_DECREF(f);
-        }
-    }
+    int frameless = 0;
+    int64_t sid = here_sid(PyThreadState_Get(), &frameless);
     g_walk = saved;
     if (s_errors != errors)
         return PyErr_Format(PyExc_RuntimeError, "walk failed");

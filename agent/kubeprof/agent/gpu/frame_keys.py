@@ -45,9 +45,10 @@ def use(hook: Any, mode: str, version: tuple[int, int] | None = None) -> str:
     "raw" or "api", the one it uses."""
     if mode not in FRAME_MODES:
         raise ValueError(f"unknown KUBEPROF_GPU_FRAMES {mode!r} (auto or api)")
+    if not hasattr(hook, "raw_frames"):  # a hook built before it could read frames in place
+        return "api"
     found = offsets(version or (sys.version_info[0], sys.version_info[1]))
-    if mode == "api" or found is None or not hasattr(hook, "raw_frames"):
-        if hasattr(hook, "raw_frames"):
-            hook.raw_frames(None)
+    if mode == "api" or found is None:
+        hook.raw_frames(None)
         return "api"
     return "raw" if hook.raw_frames(found) else "api"
